@@ -1,0 +1,46 @@
+"""Installs talk_hf.  `pip install .` or `pip install -e ".[test]"`."""
+
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+ROOT = Path(__file__).parent
+version_namespace: dict = {}
+exec((ROOT / "talk_hf" / "version.py").read_text(), version_namespace)
+
+setup(
+    name="talk_hf",
+    version=version_namespace["__version__"],
+    description=(
+        "TaLK convolutions and DynamicConv/LightConv as HuggingFace Transformers models, "
+        "with just-in-time compiled CUDA kernels and fixed-size generation state"
+    ),
+    long_description=(ROOT / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="MIT",
+    python_requires=">=3.10",
+    packages=find_packages(include=["talk_hf", "talk_hf.*"]),
+    # Kernel sources travel with the package: they are compiled on first use, not at install.
+    package_data={"talk_hf": ["csrc/*.cu", "csrc/*.cpp", "csrc/*.h", "csrc/*.cuh"]},
+    include_package_data=True,
+    install_requires=[
+        "torch>=2.4",
+        "transformers>=5.0,<6",
+        "accelerate>=1.0",
+        "datasets>=3.0",
+        "evaluate>=0.4",
+        "safetensors>=0.4",
+        "huggingface-hub>=0.30",
+        "tokenizers>=0.21",
+        "filelock>=3.12",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "hypothesis>=6.100", "sacrebleu>=2.4"],
+        "cuda": ["ninja"],
+        "examples": ["sacrebleu>=2.4", "matplotlib>=3.7", "tensorboard>=2.15"],
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)

@@ -1,0 +1,11 @@
+"""The mixing operators: pure functions on batch-first tensors, no module state.
+
+* :func:`talk_conv` — TaLK convolution (adaptive window sums), bidirectional or causal.
+* :func:`dynamic_conv` — per-token predicted depthwise kernels.
+* :func:`light_conv` — per-head depthwise kernels shared over time.
+"""
+
+from .dynamic_conv import dynamic_conv, light_conv
+from .talk import talk_conv
+
+__all__ = ["talk_conv", "dynamic_conv", "light_conv"]

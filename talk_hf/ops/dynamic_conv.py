@@ -1,0 +1,98 @@
+"""DynamicConv and LightConv (Wu et al., ICLR 2019): depthwise convolutions with head-shared kernels.
+
+    out[b, t, c] = sum_k weight[b, t, h(c), k] * x[b, t + k - padding_l, c]      (dynamic_conv)
+    out[b, t, c] = sum_k weight[h(c), k]       * x[b, t + k - padding_l, c]      (light_conv)
+
+with ``h(c) = c // (C / H)`` and x taken as zero outside ``[0, T)``.  The caller normalises the
+kernel (softmax over K, then optional DropConnect).  ``padding_l = K - 1`` gives the causal
+decoder form, ``K // 2`` the centred encoder form; any K >= 1 works, even K included.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ._backend import resolve_backend
+from ._precision import accumulation_dtype
+from ._validation import (
+    check_heads_divide_channels,
+    check_int,
+    check_leading_dims,
+    check_same_device_and_dtype,
+    check_tensor,
+)
+
+
+def dynamic_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int, *, backend: str = "auto") -> torch.Tensor:
+    """Convolution whose kernel is predicted per token.
+
+    Args:
+        x: (B, T, C) input.
+        weight: (B, T, H, K) kernels, already normalised; H must divide C.
+        padding_l: how many of the K taps look into the past, in [0, K - 1].
+        backend: ``"auto"`` or ``"torch"``.
+
+    Returns:
+        (B, T, C) tensor of x's dtype, accumulated in float32 (float64 for float64 input).
+    """
+    check_tensor("x", x, 3, "(B, T, C)")
+    check_tensor("weight", weight, 4, "(B, T, H, K)")
+    check_leading_dims("weight", weight, x, 2)
+    _check_kernel(x, weight, padding_l)
+    resolve_backend(backend)
+    return dynamic_conv_torch(x, weight, padding_l)
+
+
+def light_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int, *, backend: str = "auto") -> torch.Tensor:
+    """Convolution with one kernel per head, shared by every token.
+
+    Args:
+        x: (B, T, C) input.
+        weight: (H, K) kernels, already normalised; H must divide C.
+        padding_l: how many of the K taps look into the past, in [0, K - 1].
+        backend: ``"auto"`` or ``"torch"``.
+
+    Returns:
+        (B, T, C) tensor of x's dtype, accumulated in float32 (float64 for float64 input).
+    """
+    check_tensor("x", x, 3, "(B, T, C)")
+    check_tensor("weight", weight, 2, "(H, K)")
+    _check_kernel(x, weight, padding_l)
+    resolve_backend(backend)
+    return light_conv_torch(x, weight, padding_l)
+
+
+def _check_kernel(x: torch.Tensor, weight: torch.Tensor, padding_l: int) -> None:
+    """Checks shared by both ops: heads divide C, K >= 1, padding_l in range, same device/dtype."""
+    heads, kernel_size = weight.shape[-2], weight.shape[-1]
+    check_heads_divide_channels(x.shape[2], heads, "weight.shape[-2]")
+    if kernel_size < 1:
+        raise ValueError(f"weight must have a kernel size K >= 1 in its last dim, got shape {tuple(weight.shape)}")
+    check_int("padding_l", padding_l, 0, kernel_size - 1)
+    check_same_device_and_dtype("x", x, weight=weight)
+
+
+def dynamic_conv_torch(x: torch.Tensor, weight: torch.Tensor, padding_l: int) -> torch.Tensor:
+    """PyTorch reference of :func:`dynamic_conv`: K shifted multiply-adds, memory O(B*T*C)."""
+    batch, length, channels = x.shape
+    heads, kernel_size = weight.shape[2], weight.shape[3]
+    compute_dtype = accumulation_dtype(x.dtype)
+    x_padded = F.pad(x.to(compute_dtype), (0, 0, padding_l, kernel_size - 1 - padding_l))
+    x_padded = x_padded.view(batch, length + kernel_size - 1, heads, channels // heads)
+    weight = weight.to(compute_dtype).unsqueeze(-1)  # (B, T, H, K, 1)
+    out = x_padded.new_zeros(batch, length, heads, channels // heads)
+    for tap in range(kernel_size):
+        out = torch.addcmul(out, weight[:, :, :, tap], x_padded[:, tap : tap + length])
+    return out.view(batch, length, channels).to(x.dtype)
+
+
+def light_conv_torch(x: torch.Tensor, weight: torch.Tensor, padding_l: int) -> torch.Tensor:
+    """PyTorch reference of :func:`light_conv`: a grouped (depthwise) ``conv1d``."""
+    channels = x.shape[2]
+    heads, kernel_size = weight.shape
+    compute_dtype = accumulation_dtype(x.dtype)
+    channel_weight = weight.to(compute_dtype).repeat_interleave(channels // heads, dim=0).unsqueeze(1)  # (C, 1, K)
+    x_padded = F.pad(x.to(compute_dtype).transpose(1, 2), (padding_l, kernel_size - 1 - padding_l))
+    out = F.conv1d(x_padded, channel_weight, groups=channels)  # (B, C, T)
+    return out.transpose(1, 2).to(x.dtype).contiguous()

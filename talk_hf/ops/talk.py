@@ -1,0 +1,179 @@
+"""TaLK convolution (Lioutas & Guo, ICML 2020): adaptive window sums from local prefix sums.
+
+For token ``t`` and head ``h`` the window is ``[a, b + 1)`` with
+
+    a = clamp(t - offset_left[t, h]  * max_left,  0, T - 1)
+    b = clamp(t + offset_right[t, h] * max_right, 0, T - 1)      (b = t when causal)
+
+and the output is the integral of the step signal ``f(u) = x[floor(u)]`` over the window,
+divided by the constant ``max_left + max_right + 1``.  Whole tokens inside the window count
+once; the left edge token ``floor(a)`` counts ``1 - frac(a)``, the token after ``floor(b)``
+counts ``frac(b)``.  With ``P[i] = x[0] + ... + x[i - 1]``:
+
+    out[t] = (P[floor(b) + 1] - P[floor(a)] + frac(b) * x[floor(b) + 1] - frac(a) * x[floor(a)]) / K
+
+The PyTorch path never builds one global prefix sum (its differences cancel catastrophically in
+low precision at long T).  It cuts time into blocks, gives each block a halo as wide as the
+farthest window reaches, and takes a float32 (float64 for float64 input) prefix sum inside each
+block only.  Memory stays O(B*T*C) and the result is exact to accumulation precision at any T.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ._backend import resolve_backend
+from ._precision import accumulation_dtype
+from ._validation import (
+    check_heads_divide_channels,
+    check_int,
+    check_leading_dims,
+    check_same_device_and_dtype,
+    check_tensor,
+)
+
+# Smallest time block of the blocked prefix sum; blocks grow to the halo width when windows are
+# wider, so the halo never costs more than the block itself.
+MIN_BLOCK = 256
+
+
+def talk_conv(
+    x: torch.Tensor,
+    offset_left: torch.Tensor,
+    offset_right: torch.Tensor | None,
+    max_left: int,
+    max_right: int,
+    *,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Time-aware large-kernel convolution.
+
+    Args:
+        x: (B, T, C) input; padded positions must already be zero.
+        offset_left: (B, T, H) relative left reach of each token's window, >= 0 (normally a
+            sigmoid output in [0, 1]; dropout may push it above 1).  H must divide C; head ``h``
+            owns channels ``h*C/H .. (h+1)*C/H - 1``.
+        offset_right: (B, T, H) relative right reach, or ``None`` for the causal form
+            (required exactly when ``max_right > 0``).
+        max_left: maximum left reach in tokens (int >= 0).
+        max_right: maximum right reach in tokens (int >= 0; 0 means causal).
+        backend: ``"auto"`` or ``"torch"``.
+
+    Returns:
+        (B, T, C) tensor of x's dtype.  Gradients flow to x and both offsets.
+    """
+    _check_talk_args(x, offset_left, offset_right, max_left, max_right)
+    resolve_backend(backend)
+    return talk_conv_torch(x, offset_left, offset_right, max_left, max_right)
+
+
+def _check_talk_args(x, offset_left, offset_right, max_left, max_right) -> None:
+    check_tensor("x", x, 3, "(B, T, C)")
+    check_tensor("offset_left", offset_left, 3, "(B, T, H)")
+    check_leading_dims("offset_left", offset_left, x, 2)
+    check_heads_divide_channels(x.shape[2], offset_left.shape[2], "offset_left.shape[-1]")
+    check_int("max_left", max_left, 0)
+    check_int("max_right", max_right, 0)
+    if max_right == 0 and offset_right is not None:
+        raise ValueError(
+            "offset_right must be None when max_right == 0 (causal TaLK); "
+            "pass max_right > 0 for the bidirectional form"
+        )
+    if max_right > 0:
+        if offset_right is None:
+            raise ValueError(f"offset_right of shape (B, T, H) is required when max_right={max_right} > 0")
+        check_tensor("offset_right", offset_right, 3, "(B, T, H)")
+        if offset_right.shape != offset_left.shape:
+            raise ValueError(
+                f"offset_right must have the shape of offset_left {tuple(offset_left.shape)}, "
+                f"got {tuple(offset_right.shape)}"
+            )
+    check_same_device_and_dtype("x", x, offset_left=offset_left, offset_right=offset_right)
+
+
+def max_reach(name: str, offsets: torch.Tensor, max_offset: int, length: int) -> int:
+    """Farthest a window reaches, in whole tokens: ceil(max(offsets) * max_offset), at most T - 1.
+
+    Also rejects negative or non-finite offsets (one reduction, one host sync).
+    """
+    if max_offset == 0 or offsets.numel() == 0:
+        return 0
+    smallest, largest = torch.aminmax(offsets.detach())
+    smallest, largest = float(smallest), float(largest)
+    if not (math.isfinite(smallest) and math.isfinite(largest)):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    if smallest < 0:
+        raise ValueError(f"{name} must be >= 0 (a relative reach), got a minimum of {smallest}")
+    return min(math.ceil(largest * max_offset), length - 1)
+
+
+def talk_conv_torch(
+    x: torch.Tensor,
+    offset_left: torch.Tensor,
+    offset_right: torch.Tensor | None,
+    max_left: int,
+    max_right: int,
+) -> torch.Tensor:
+    """The PyTorch reference of :func:`talk_conv` (arguments as there, already checked).
+
+    Shapes inside: blocks of L time steps, each widened by a halo of ``halo_left`` steps before
+    and ``halo_right`` after, W = L + halo_left + halo_right.
+    """
+    batch, length, channels = x.shape
+    heads = offset_left.shape[2]
+    head_size = channels // heads
+    compute_dtype = accumulation_dtype(x.dtype)
+    normalizer = float(max_left + max_right + 1)
+
+    # Window edges a (left) and b (right) per (batch, time, head), in token units.
+    time = torch.arange(length, device=x.device, dtype=compute_dtype).view(1, length, 1)
+    left = (time - offset_left.to(compute_dtype) * max_left).clamp(0, length - 1)
+    if offset_right is None:
+        right = time.expand(batch, length, heads)
+    else:
+        right = (time + offset_right.to(compute_dtype) * max_right).clamp(0, length - 1)
+    left_floor = left.detach().floor()
+    right_floor = right.detach().floor()
+    left_frac = left - left_floor  # differentiable: d/d left = 1
+    right_frac = right - right_floor
+
+    # Halo: the farthest left edge floor(a) and the farthest token after floor(b) a block needs.
+    halo_left = max_reach("offset_left", offset_left, max_left, length)
+    halo_right = (0 if offset_right is None else max_reach("offset_right", offset_right, max_right, length)) + 1
+    block = min(length, max(MIN_BLOCK, halo_left + halo_right))
+    num_blocks = -(-length // block)
+    window = block + halo_left + halo_right
+
+    x_padded = F.pad(x.to(compute_dtype), (0, 0, halo_left, num_blocks * block - length + halo_right))
+    # (B, nb, C, W) strided view: block n covers padded steps n*L .. n*L + W - 1.
+    x_blocks = x_padded.unfold(1, window, block).reshape(batch, num_blocks, heads, head_size, window)
+    prefix = F.pad(x_blocks.cumsum(-1), (1, 0))  # prefix[..., i] = sum of x_blocks[..., :i]
+
+    def to_block_index(edge: torch.Tensor) -> torch.Tensor:
+        """(B, T, H) global token index -> (B, nb, H, R, L) index into the block's window."""
+        offset_in_block = torch.arange(num_blocks, device=x.device).view(1, num_blocks, 1, 1) * block
+        edge = edge.long()
+        # Steps past T (the tail of the last block) repeat the last real edge: valid, then dropped.
+        edge = torch.cat([edge, edge[:, -1:].expand(batch, num_blocks * block - length, heads)], dim=1)
+        local = edge.view(batch, num_blocks, block, heads) - offset_in_block + halo_left
+        return local.permute(0, 1, 3, 2).unsqueeze(3).expand(batch, num_blocks, heads, head_size, block)
+
+    def to_blocks(values: torch.Tensor) -> torch.Tensor:
+        """(B, T, H) -> (B, nb, H, 1, L), broadcastable over the head's channels."""
+        values = F.pad(values, (0, 0, 0, num_blocks * block - length))
+        return values.view(batch, num_blocks, block, heads).permute(0, 1, 3, 2).unsqueeze(3)
+
+    left_index = to_block_index(left_floor)
+    after_right_index = to_block_index(right_floor + 1)
+    window_sum = prefix.gather(-1, after_right_index) - prefix.gather(-1, left_index)
+    out = (
+        window_sum
+        + to_blocks(right_frac) * x_blocks.gather(-1, after_right_index)
+        - to_blocks(left_frac) * x_blocks.gather(-1, left_index)
+    ) / normalizer
+    # (B, nb, H, R, L) -> (B, T, C)
+    out = out.permute(0, 1, 4, 2, 3).reshape(batch, num_blocks * block, channels)[:, :length]
+    return out.to(x.dtype).contiguous()
