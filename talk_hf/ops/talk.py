@@ -119,8 +119,8 @@ def talk_conv_torch(
 ) -> torch.Tensor:
     """The PyTorch reference of :func:`talk_conv` (arguments as there, already checked).
 
-    Shapes inside: blocks of L time steps, each widened by a halo of ``halo_left`` steps before
-    and ``halo_right`` after, W = L + halo_left + halo_right.
+    Shapes inside: nb blocks of L time steps, each widened by a halo of ``halo_left`` steps
+    before and ``halo_right`` after, W = L + halo_left + halo_right; heads split C into H x R.
     """
     batch, length, channels = x.shape
     heads = offset_left.shape[2]
@@ -140,40 +140,41 @@ def talk_conv_torch(
     left_frac = left - left_floor  # differentiable: d/d left = 1
     right_frac = right - right_floor
 
-    # Halo: the farthest left edge floor(a) and the farthest token after floor(b) a block needs.
-    halo_left = max_reach("offset_left", offset_left, max_left, length)
+    # Halo: one step before the farthest left edge floor(a) (so that prefix[floor(a) - 1] exists)
+    # and up to the farthest token after floor(b).
+    halo_left = max_reach("offset_left", offset_left, max_left, length) + 1
     halo_right = (0 if offset_right is None else max_reach("offset_right", offset_right, max_right, length)) + 1
     block = min(length, max(MIN_BLOCK, halo_left + halo_right))
     num_blocks = -(-length // block)
+    padded_length = num_blocks * block
     window = block + halo_left + halo_right
 
-    x_padded = F.pad(x.to(compute_dtype), (0, 0, halo_left, num_blocks * block - length + halo_right))
-    # (B, nb, C, W) strided view: block n covers padded steps n*L .. n*L + W - 1.
-    x_blocks = x_padded.unfold(1, window, block).reshape(batch, num_blocks, heads, head_size, window)
-    prefix = F.pad(x_blocks.cumsum(-1), (1, 0))  # prefix[..., i] = sum of x_blocks[..., :i]
+    # The constant normaliser 1/K is applied to x up front, folded into the padding copy.
+    x_padded = F.pad(x.to(compute_dtype) / normalizer, (0, 0, halo_left, padded_length - length + halo_right))
+    # (B, nb, W, C) overlapping view: block n covers padded steps n*L .. n*L + W - 1.
+    x_blocks = x_padded.unfold(1, window, block).transpose(2, 3)
+    prefix = x_blocks.cumsum(2)  # inclusive: prefix[i] = x_blocks[0] + ... + x_blocks[i]
+    x_blocks = x_blocks.view(batch, num_blocks, window, heads, head_size)
+    prefix = prefix.view(batch, num_blocks, window, heads, head_size)
 
-    def to_block_index(edge: torch.Tensor) -> torch.Tensor:
-        """(B, T, H) global token index -> (B, nb, H, R, L) index into the block's window."""
-        offset_in_block = torch.arange(num_blocks, device=x.device).view(1, num_blocks, 1, 1) * block
-        edge = edge.long()
-        # Steps past T (the tail of the last block) repeat the last real edge: valid, then dropped.
-        edge = torch.cat([edge, edge[:, -1:].expand(batch, num_blocks * block - length, heads)], dim=1)
-        local = edge.view(batch, num_blocks, block, heads) - offset_in_block + halo_left
-        return local.permute(0, 1, 3, 2).unsqueeze(3).expand(batch, num_blocks, heads, head_size, block)
+    def extend_to_blocks(values: torch.Tensor) -> torch.Tensor:
+        """(B, T, H) -> (B, nb, L, H, 1); steps past T repeat the last real value (then dropped)."""
+        tail = values[:, -1:].expand(batch, padded_length - length, heads)
+        return torch.cat([values, tail], dim=1).view(batch, num_blocks, block, heads, 1)
 
-    def to_blocks(values: torch.Tensor) -> torch.Tensor:
-        """(B, T, H) -> (B, nb, H, 1, L), broadcastable over the head's channels."""
-        values = F.pad(values, (0, 0, 0, num_blocks * block - length))
-        return values.view(batch, num_blocks, block, heads).permute(0, 1, 3, 2).unsqueeze(3)
+    block_start = torch.arange(num_blocks, device=x.device).view(1, num_blocks, 1, 1, 1) * block
+    expanded_shape = (batch, num_blocks, block, heads, head_size)
 
-    left_index = to_block_index(left_floor)
-    after_right_index = to_block_index(right_floor + 1)
-    window_sum = prefix.gather(-1, after_right_index) - prefix.gather(-1, left_index)
-    out = (
-        window_sum
-        + to_blocks(right_frac) * x_blocks.gather(-1, after_right_index)
-        - to_blocks(left_frac) * x_blocks.gather(-1, left_index)
-    ) / normalizer
-    # (B, nb, H, R, L) -> (B, T, C)
-    out = out.permute(0, 1, 4, 2, 3).reshape(batch, num_blocks * block, channels)[:, :length]
+    def block_index(edge: torch.Tensor, shift: int = 0) -> torch.Tensor:
+        """(B, T, H) global token index -> (B, nb, L, H, R) index into the block's window."""
+        local = extend_to_blocks(edge.long()) - block_start + (halo_left + shift)
+        return local.expand(expanded_shape)
+
+    left_index = block_index(left_floor)
+    after_right_index = block_index(right_floor + 1)
+    # P[i] (the sum of the tokens before i) is prefix[i - 1]; halo_left >= 1 keeps i - 1 >= 0.
+    window_sum = prefix.gather(2, block_index(right_floor + 1, shift=-1)) - prefix.gather(2, block_index(left_floor, shift=-1))
+    out = torch.addcmul(window_sum, extend_to_blocks(right_frac), x_blocks.gather(2, after_right_index))
+    out = torch.addcmul(out, extend_to_blocks(left_frac), x_blocks.gather(2, left_index), value=-1)
+    out = out.view(batch, padded_length, channels)[:, :length]
     return out.to(x.dtype).contiguous()
