@@ -89,6 +89,8 @@ def dynamic_conv_torch(x: torch.Tensor, weight: torch.Tensor, padding_l: int) ->
 
 def light_conv_torch(x: torch.Tensor, weight: torch.Tensor, padding_l: int) -> torch.Tensor:
     """PyTorch reference of :func:`light_conv`: a grouped (depthwise) ``conv1d``."""
+    if x.numel() == 0:  # conv1d rejects inputs shorter than the kernel; the result is empty anyway
+        return x.clone()
     channels = x.shape[2]
     heads, kernel_size = weight.shape
     compute_dtype = accumulation_dtype(x.dtype)

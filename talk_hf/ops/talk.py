@@ -122,6 +122,8 @@ def talk_conv_torch(
     Shapes inside: nb blocks of L time steps, each widened by a halo of ``halo_left`` steps
     before and ``halo_right`` after, W = L + halo_left + halo_right; heads split C into H x R.
     """
+    if x.numel() == 0:  # no tokens (or no channels): the empty result, still attached to x's graph
+        return x.clone()
     batch, length, channels = x.shape
     heads = offset_left.shape[2]
     head_size = channels // heads

@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from talk_hf.ops import dynamic_conv, light_conv
+from talk_hf.ops import dynamic_conv, light_conv, talk_conv
 
 from .helpers import assert_close_to_reference
 from .naive import naive_dynamic_conv
@@ -104,3 +104,10 @@ def test_property_random_shapes(kind, batch, length, heads, head_size, kernel_si
     out = OPS[kind](x, weight, padding_l)
     assert out.shape == x.shape and out.dtype == dtype
     assert_close_to_reference(out, naive_dynamic_conv(x, weight, padding_l), dtype)
+
+
+def test_empty_sequences_give_empty_outputs():
+    x = torch.randn(2, 0, 8)
+    assert dynamic_conv(x, torch.rand(2, 0, 2, 3), 1).shape == (2, 0, 8)
+    assert light_conv(x, torch.rand(2, 3), 1).shape == (2, 0, 8)
+    assert talk_conv(x, torch.rand(2, 0, 2), torch.rand(2, 0, 2), 3, 3).shape == (2, 0, 8)
