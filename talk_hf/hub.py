@@ -1,0 +1,105 @@
+"""Export a saved checkpoint so that it loads with ``trust_remote_code=True`` without talk_hf.
+
+transformers copies a checkpoint's code files into one flat module folder and resolves only
+single-dot relative imports there.  The package is nested (``models/talk/modeling_talk.py``
+imports ``...layers``, ``...ops``), so :func:`export_for_remote_code` copies every module the
+modeling and configuration files need, flat, rewrites their package-relative imports to
+``from .<module> import``, and writes a full ``auto_map`` (AutoConfig, AutoModel and the
+generative head's Auto class) into ``config.json``.  The copies run the PyTorch path of the ops.
+
+    model.save_pretrained("ckpt")
+    export_for_remote_code("ckpt")
+    # optional: huggingface_hub.upload_folder(repo_id=..., folder_path="ckpt")
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+from .models.families import family_of
+
+_FROM_RELATIVE = re.compile(r"^(\s*)from\s+\.+[\w.]*\s+import\b")
+
+
+def _module_file(module_name: str) -> Path:
+    return Path(sys.modules[module_name].__file__)
+
+
+def _flat_name(module_name: str) -> str:
+    """``talk_hf.layers.talk_mixer`` -> ``talk_mixer``; a package's ``__init__`` takes the package's name."""
+    return module_name.rsplit(".", 1)[-1]
+
+
+def _relative_imports(module_name: str) -> list[tuple[ast.ImportFrom, str]]:
+    """Each relative ``from ... import`` of the module with the absolute module it names."""
+    path = _module_file(module_name)
+    package = module_name if path.name == "__init__.py" else module_name.rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level > 0:
+            if node.module is None:
+                raise ValueError(
+                    f"{path}: `from {'.' * node.level} import ...` cannot be flattened; import from a module"
+                )
+            found.append((node, importlib.util.resolve_name("." * node.level + node.module, package)))
+    return found
+
+
+def _collect(entry_modules: list[str]) -> list[str]:
+    """The entry modules and every talk_hf module they import, transitively."""
+    ordered, pending = [], list(entry_modules)
+    while pending:
+        name = pending.pop()
+        if name in ordered:
+            continue
+        ordered.append(name)
+        importlib.import_module(name)
+        pending.extend(target for _, target in _relative_imports(name))
+    return ordered
+
+
+def _flattened_source(module_name: str) -> str:
+    """The module's source with each relative import rewritten to ``from .<flat name> import``."""
+    lines = _module_file(module_name).read_text(encoding="utf-8").splitlines(keepends=True)
+    for node, target in _relative_imports(module_name):
+        index = node.lineno - 1
+        lines[index] = _FROM_RELATIVE.sub(rf"\1from .{_flat_name(target)} import", lines[index], count=1)
+    return "".join(lines)
+
+
+def export_for_remote_code(save_directory: str | Path) -> dict[str, str]:
+    """Make a ``save_pretrained`` folder of a talk_hf model loadable with ``trust_remote_code=True``.
+
+    Args:
+        save_directory: a folder holding the ``config.json`` of a talk_hf model.
+
+    Returns:
+        The ``auto_map`` written into ``config.json``.
+    """
+    save_directory = Path(save_directory)
+    config_path = save_directory / "config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config_class, base_class, head_class, head_auto_class = family_of(config.get("model_type"))
+
+    modules = _collect([config_class.__module__, head_class.__module__])
+    flat_names = [_flat_name(name) for name in modules]
+    clashes = {name for name in flat_names if flat_names.count(name) > 1}
+    if clashes:
+        raise RuntimeError(f"talk_hf modules with the same file name cannot be flattened: {sorted(clashes)}")
+    for module_name in modules:
+        (save_directory / f"{_flat_name(module_name)}.py").write_text(_flattened_source(module_name), encoding="utf-8")
+
+    config_module, modeling_module = _flat_name(config_class.__module__), _flat_name(head_class.__module__)
+    auto_map = {
+        "AutoConfig": f"{config_module}.{config_class.__name__}",
+        "AutoModel": f"{modeling_module}.{base_class.__name__}",
+        head_auto_class: f"{modeling_module}.{head_class.__name__}",
+    }
+    config["auto_map"] = auto_map
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return auto_map

@@ -1,0 +1,73 @@
+"""Encoder and decoder layers: a mixer block, [cross-attention,] a feed-forward block.
+
+The layers are `GradientCheckpointingLayer`s: with gradient checkpointing on, transformers
+recomputes them in the backward pass (and drops the generation cache, which training never uses).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.modeling_layers import GradientCheckpointingLayer
+
+from .cross_attention import CrossAttentionBlock
+from .feed_forward import FeedForwardBlock
+from .mixer_block import MixerBlock
+
+
+class ConvEncoderLayer(GradientCheckpointingLayer):
+    """Mixer block then FFN; (B, T, d) -> (B, T, d)."""
+
+    def __init__(self, mixer: MixerBlock, ffn: FeedForwardBlock):
+        super().__init__()
+        self.mixer = mixer
+        self.ffn = ffn
+
+    def forward(self, hidden: torch.Tensor, padding_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+        """hidden: (B, T, d); padding_mask: (B, T) bool, True at real tokens, or None."""
+        return self.ffn(self.mixer(hidden, padding_mask))
+
+
+class ConvDecoderLayer(GradientCheckpointingLayer):
+    """Causal mixer block, cross-attention (seq2seq only), FFN; (B, T, d) -> (B, T, d)."""
+
+    def __init__(self, layer_idx: int, mixer: MixerBlock, ffn: FeedForwardBlock,
+                 cross_attention: CrossAttentionBlock | None = None):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.mixer = mixer
+        self.cross_attention = cross_attention
+        self.ffn = ffn
+
+    def forward(self, hidden: torch.Tensor, padding_mask: torch.Tensor | None = None,
+                encoder_hidden: torch.Tensor | None = None, encoder_mask: torch.Tensor | None = None,
+                past_key_values=None, output_attentions: bool = False, **kwargs):
+        """
+        Args:
+            hidden: (B, T, d) decoder states.
+            padding_mask: (B, T) bool, True at real target tokens, or None.
+            encoder_hidden / encoder_mask: (B, S, d) encoder output and its (B, S) mask (seq2seq).
+            past_key_values: the generation cache (`ConvCache`, or `EncoderDecoderCache` around
+                one), or None.
+            output_attentions: also return the cross-attention weights.
+
+        Returns:
+            ``(hidden, cross_attention_weights or None)``.
+        """
+        conv_cache, cross_cache = split_cache(past_key_values)
+        state = conv_cache.layers[self.layer_idx] if conv_cache is not None else None
+        hidden = self.mixer(hidden, padding_mask, state)
+        weights = None
+        if self.cross_attention is not None:
+            hidden, weights = self.cross_attention(
+                hidden, encoder_hidden, encoder_mask, cross_cache, self.layer_idx, output_attentions
+            )
+        return self.ffn(hidden), weights
+
+
+def split_cache(past_key_values):
+    """``(conv_cache, cross_attention_cache)`` of an `EncoderDecoderCache`, a `ConvCache`, or None."""
+    if past_key_values is None:
+        return None, None
+    if hasattr(past_key_values, "self_attention_cache"):
+        return past_key_values.self_attention_cache, past_key_values.cross_attention_cache
+    return past_key_values, None

@@ -1,0 +1,74 @@
+"""Multi-head cross-attention from decoder tokens to the encoder output (SDPA).
+
+Keys and values of the encoder output are computed once per generation and kept in the
+cross-attention part of the ``EncoderDecoderCache``.  With ``output_attentions`` the block takes
+a plain softmax path so that it can return the attention weights.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .residual import NormedResidual
+
+
+class CrossAttentionBlock(nn.Module):
+    """Cross-attention sublayer with its residual connection; (B, T, d) -> (B, T, d)."""
+
+    def __init__(self, d_model: int, heads: int, attention_dropout: float, dropout: float, normalize_before: bool):
+        super().__init__()
+        self.heads = heads
+        self.head_dim = d_model // heads
+        self.attention_dropout = attention_dropout
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        self.residual = NormedResidual(d_model, normalize_before, dropout)
+
+    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, L, d) -> (B, heads, L, head_dim)."""
+        return x.view(x.shape[0], x.shape[1], self.heads, self.head_dim).transpose(1, 2)
+
+    def _keys_values(self, encoder_hidden: torch.Tensor, cache, layer_idx: int):
+        """(B, heads, S, head_dim) keys and values, from the cache when it already holds them."""
+        if cache is not None and cache.get_seq_length(layer_idx) > 0:
+            return cache.layers[layer_idx].keys, cache.layers[layer_idx].values
+        keys = self._split_heads(self.k_proj(encoder_hidden))
+        values = self._split_heads(self.v_proj(encoder_hidden))
+        if cache is not None:
+            cache.update(keys, values, layer_idx)
+        return keys, values
+
+    def forward(self, hidden: torch.Tensor, encoder_hidden: torch.Tensor, encoder_mask: torch.Tensor | None,
+                cache=None, layer_idx: int = 0, output_attentions: bool = False):
+        """
+        Args:
+            hidden: (B, T, d) decoder states.
+            encoder_hidden: (B, S, d) encoder output.
+            encoder_mask: (B, S) bool, True at real source tokens, or None.
+            cache: the cross-attention `DynamicCache` of an `EncoderDecoderCache`, or None.
+            layer_idx: this layer's index in that cache.
+            output_attentions: also return the (B, heads, T, S) attention weights.
+
+        Returns:
+            ``(hidden, weights)``: (B, T, d) block output and the weights or None.
+        """
+        queries = self._split_heads(self.q_proj(self.residual.pre(hidden)))
+        keys, values = self._keys_values(encoder_hidden, cache, layer_idx)
+        mask = None if encoder_mask is None else encoder_mask[:, None, None, :].to(torch.bool)
+        dropout = self.attention_dropout if self.training else 0.0
+        weights = None
+        if output_attentions:
+            scores = queries @ keys.transpose(-1, -2) / math.sqrt(self.head_dim)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+            weights = torch.softmax(scores.float(), dim=-1).to(queries.dtype)
+            attended = nn.functional.dropout(weights, p=dropout, training=self.training) @ values
+        else:
+            attended = nn.functional.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, dropout_p=dropout)
+        attended = attended.transpose(1, 2).reshape(hidden.shape)
+        return self.residual.post(self.out_proj(attended), hidden), weights

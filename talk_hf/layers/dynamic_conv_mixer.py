@@ -1,0 +1,63 @@
+"""DynamicConv and LightConv cores (Wu et al., 2019) around ``talk_hf.ops``.
+
+DynamicConv: kernel = softmax_K(Linear(conv_dim -> H*K, no bias)(u)) per token; LightConv: one
+learned (H, K) kernel per layer, softmax over K.  Both get DropConnect (``weight_dropout``).
+Causal (decoder) cores look K - 1 tokens back; encoder cores are centred (K // 2 to the left).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..ops import dynamic_conv, light_conv
+from .mixer_block import prepend_past
+
+
+class _ConvCore(nn.Module):
+    """Kernel geometry shared by both cores: size, heads, left padding, cache window."""
+
+    def __init__(self, heads: int, kernel_size: int, causal: bool, weight_dropout: float):
+        super().__init__()
+        self.heads = heads
+        self.kernel_size = kernel_size
+        self.padding_l = kernel_size - 1 if causal else kernel_size // 2
+        self.weight_dropout = weight_dropout
+
+    @property
+    def window(self) -> int:
+        """Past mixer inputs a causal decoding step needs: K - 1."""
+        return self.kernel_size - 1
+
+    def normalize(self, logits: torch.Tensor) -> torch.Tensor:
+        """Softmax over the last (kernel) dim, then DropConnect."""
+        weight = torch.softmax(logits.float(), dim=-1).to(logits.dtype)
+        return nn.functional.dropout(weight, p=self.weight_dropout, training=self.training)
+
+
+class DynamicConvCore(_ConvCore):
+    """(B, T, C) -> (B, T, C) with a kernel predicted from each token (see module docstring)."""
+
+    def __init__(self, conv_dim: int, heads: int, kernel_size: int, causal: bool, weight_dropout: float):
+        super().__init__(heads, kernel_size, causal, weight_dropout)
+        self.weight_proj = nn.Linear(conv_dim, heads * kernel_size, bias=False)
+
+    def forward(self, u: torch.Tensor, past: torch.Tensor | None = None) -> torch.Tensor:
+        """u: (B, T, C) zeroed mixer input; past: (B, K - 1, C) previous inputs or None."""
+        batch, length, _ = u.shape
+        weight = self.normalize(self.weight_proj(u).view(batch, length, self.heads, self.kernel_size))
+        context, weight = prepend_past(u, weight, past)
+        return dynamic_conv(context, weight, self.padding_l)[:, -length:]
+
+
+class LightConvCore(_ConvCore):
+    """(B, T, C) -> (B, T, C) with one learned kernel per head, shared over time."""
+
+    def __init__(self, conv_dim: int, heads: int, kernel_size: int, causal: bool, weight_dropout: float):
+        super().__init__(heads, kernel_size, causal, weight_dropout)
+        self.weight = nn.Parameter(torch.empty(heads, kernel_size))
+
+    def forward(self, u: torch.Tensor, past: torch.Tensor | None = None) -> torch.Tensor:
+        """u: (B, T, C) zeroed mixer input; past: (B, K - 1, C) previous inputs or None."""
+        context = u if past is None else torch.cat([past, u], dim=1)
+        return light_conv(context, self.normalize(self.weight), self.padding_l)[:, -u.shape[1]:]

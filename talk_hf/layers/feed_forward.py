@@ -1,0 +1,27 @@
+"""Position-wise feed-forward block: Linear(d -> ffn) -> activation -> dropout -> Linear(ffn -> d)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers.activations import ACT2FN
+
+from .residual import NormedResidual
+
+
+class FeedForwardBlock(nn.Module):
+    """The FFN sublayer with its residual connection; (B, T, d) -> (B, T, d)."""
+
+    def __init__(self, d_model: int, ffn_dim: int, activation: str, activation_dropout: float,
+                 dropout: float, normalize_before: bool):
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, ffn_dim)
+        self.fc2 = nn.Linear(ffn_dim, d_model)
+        self.activation = ACT2FN[activation]
+        self.activation_dropout = activation_dropout
+        self.residual = NormedResidual(d_model, normalize_before, dropout)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        x = self.activation(self.fc1(self.residual.pre(hidden)))
+        x = nn.functional.dropout(x, p=self.activation_dropout, training=self.training)
+        return self.residual.post(self.fc2(x), hidden)

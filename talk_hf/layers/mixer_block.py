@@ -1,0 +1,68 @@
+"""The mixer block around a sequence-mixing core (TaLK, DynamicConv or LightConv).
+
+    [pre-LN] -> input dropout -> Linear(d -> 2*conv_dim) + GLU  (or Linear(d -> conv_dim))
+             -> zero padded positions -> core -> Linear(conv_dim -> d) -> dropout -> + residual -> [post-LN]
+
+A core maps the zeroed mixer input u (B, T, C) to (B, T, C).  In the decoder it may also get
+``past``: the last ``core.window`` mixer inputs before u (B, S, C), kept by the generation cache,
+so a decoding step only sees a bounded window of the past.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .residual import NormedResidual
+
+
+def prepend_past(u: torch.Tensor, per_token: torch.Tensor, past: torch.Tensor | None):
+    """Put the cached window in front of the new inputs.
+
+    Args:
+        u: (B, T, C) new mixer inputs.
+        per_token: (B, T, H, ...) per-token parameters of u (offsets or kernels).
+        past: (B, S, C) previous mixer inputs, or None.
+
+    Returns:
+        ``(context, per_token)``: (B, S + T, C) and per_token zero-padded to S + T in time.  The
+        past rows' outputs are not needed (the caller keeps the last T), so zeros do for them.
+    """
+    if past is None:
+        return u, per_token
+    padding = per_token.new_zeros((per_token.shape[0], past.shape[1]) + per_token.shape[2:])
+    return torch.cat([past, u], dim=1), torch.cat([padding, per_token], dim=1)
+
+
+class MixerBlock(nn.Module):
+    """Input projection (+GLU), padding zeroing, the core, output projection, residual."""
+
+    def __init__(self, d_model: int, conv_dim: int, core: nn.Module, use_glu: bool, input_dropout: float,
+                 dropout: float, normalize_before: bool):
+        super().__init__()
+        self.use_glu = use_glu
+        self.input_dropout = input_dropout
+        self.in_proj = nn.Linear(d_model, 2 * conv_dim if use_glu else conv_dim)
+        self.core = core
+        self.out_proj = nn.Linear(conv_dim, d_model)
+        self.residual = NormedResidual(d_model, normalize_before, dropout)
+
+    def forward(self, hidden: torch.Tensor, padding_mask: torch.Tensor | None, state=None) -> torch.Tensor:
+        """
+        Args:
+            hidden: (B, T, d) block input.
+            padding_mask: (B, T) bool, True at real tokens, or None.
+            state: the layer's `ConvWindowLayer` of the generation cache, or None.
+
+        Returns:
+            (B, T, d) block output.
+        """
+        x = self.residual.pre(hidden)
+        x = nn.functional.dropout(x, p=self.input_dropout, training=self.training)
+        u = self.in_proj(x)
+        if self.use_glu:
+            u = nn.functional.glu(u, dim=-1)
+        if padding_mask is not None:
+            u = u * padding_mask.unsqueeze(-1).to(u.dtype)
+        past = state.update_window(u) if state is not None else None
+        return self.residual.post(self.out_proj(self.core(u, past)), hidden)

@@ -1,0 +1,1 @@
+"""The model families: TaLK (``models.talk``) and DynamicConv/LightConv (``models.dynamic_conv``)."""

@@ -1,0 +1,195 @@
+"""Fields and checks shared by the four model configurations (TaLK / DynamicConv, seq2seq / LM).
+
+The family configurations (``configuration_talk.py``, ``configuration_dynamic_conv.py``) add their
+mixer's per-layer sizes and dropout; everything else lives here, checked once in
+``__post_init__`` with errors that name the offending field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from transformers import PretrainedConfig
+
+ACTIVATIONS = ("relu", "gelu", "swish", "silu", "gelu_new", "tanh")
+
+
+def check_int(name: str, value: Any, minimum: int) -> None:
+    """Require a Python int (not a bool) >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+def check_probability(name: str, value: Any) -> None:
+    """Require a float in [0, 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be a probability in [0, 1), got {value!r}")
+
+
+def check_per_layer(name: str, values: Any, layers_name: str, layers: int, minimum: int) -> None:
+    """Require a list of ``layers`` ints, each >= ``minimum``."""
+    if not isinstance(values, (list, tuple)):
+        raise TypeError(f"{name} must be a list of {layers} ints (one per layer), got {type(values).__name__}")
+    if len(values) != layers:
+        raise ValueError(f"{name} must have one entry per layer: {layers_name}={layers}, got {len(values)} entries")
+    for index, value in enumerate(values):
+        check_int(f"{name}[{index}]", value, minimum)
+
+
+def check_divisible(name: str, value: int, heads_name: str, heads: int) -> None:
+    """Require ``heads >= 1`` dividing ``value``."""
+    check_int(heads_name, heads, 1)
+    if value % heads != 0:
+        raise ValueError(f"{name}={value} must be divisible by {heads_name}={heads}")
+
+
+def doubling_schedule(layers: int, first: int, largest: int) -> list[int]:
+    """Per-layer sizes that grow like the papers' (first, 2*first+1, ...) and stop at ``largest``."""
+    sizes, size = [], first
+    for _ in range(layers):
+        sizes.append(size)
+        size = min(2 * size + 1, largest)
+    return sizes
+
+
+class ConvLMConfigBase(PretrainedConfig):
+    r"""Fields common to every model of the package (the decoder side and the embeddings).
+
+    Args:
+        vocab_size (`int`): number of tokens; the first dimension of the embedding matrices.
+        d_model (`int`): width of the residual stream (embeddings and block outputs).
+        conv_dim (`int`, *optional*): width inside the mixer blocks (after the input projection);
+            defaults to `d_model`. Must be divisible by the mixer's head count.
+        decoder_layers (`int`): number of decoder blocks.
+        decoder_ffn_dim (`int`): hidden width of the decoder's feed-forward blocks.
+        decoder_conv_heads (`int`): heads of the decoder's mixer (TaLK offsets or conv kernels).
+        use_glu (`bool`): input projection `Linear(d_model, 2*conv_dim)` + GLU when True,
+            `Linear(d_model, conv_dim)` otherwise.
+        activation_function (`str`): FFN activation, one of `relu`, `gelu`, `swish`, `silu`,
+            `gelu_new`, `tanh`.
+        decoder_normalize_before (`bool`): pre-norm decoder blocks (plus a final LayerNorm) when
+            True, post-norm otherwise.
+        dropout (`float`): dropout after embeddings and on every block's output.
+        activation_dropout (`float`): dropout after the FFN activation.
+        input_dropout (`float`): dropout on a mixer block's input (before its projection).
+        scale_embedding (`bool`): multiply token embeddings by sqrt(d_model).
+        init_std (`float`): standard deviation of the normal weight initialisation.
+        tie_word_embeddings (`bool`): share the output projection with the (decoder) input embeddings.
+        pad_token_id / bos_token_id / eos_token_id (`int`): special token ids.
+        use_cache (`bool`): return the fixed-size generation state (`past_key_values`).
+    """
+
+    attribute_map: ClassVar[dict[str, str]] = {"hidden_size": "d_model", "num_hidden_layers": "decoder_layers"}
+    # Named presets {name: field overrides}; each family configuration fills its own.
+    presets: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    vocab_size: int = 1000
+    d_model: int = 256
+    conv_dim: int | None = None
+    decoder_layers: int = 3
+    decoder_ffn_dim: int = 1024
+    decoder_conv_heads: int = 4
+    use_glu: bool = True
+    activation_function: str = "relu"
+    decoder_normalize_before: bool = False
+    dropout: float = 0.1
+    activation_dropout: float = 0.0
+    input_dropout: float = 0.0
+    scale_embedding: bool = True
+    init_std: float = 0.02
+    tie_word_embeddings: bool = True
+    pad_token_id: int | None = 1
+    bos_token_id: int | None = 0
+    eos_token_id: int | None = 2
+    use_cache: bool = True
+
+    def __post_init__(self, **kwargs):
+        if self.conv_dim is None:
+            self.conv_dim = self.d_model
+        self.validate_fields()
+        super().__post_init__(**kwargs)
+
+    def validate_fields(self) -> None:
+        """Check every shared field; family configurations extend this with their own."""
+        check_int("vocab_size", self.vocab_size, 1)
+        check_int("d_model", self.d_model, 1)
+        check_int("conv_dim", self.conv_dim, 1)
+        check_int("decoder_layers", self.decoder_layers, 1)
+        check_int("decoder_ffn_dim", self.decoder_ffn_dim, 1)
+        check_divisible("conv_dim", self.conv_dim, "decoder_conv_heads", self.decoder_conv_heads)
+        if self.activation_function not in ACTIVATIONS:
+            raise ValueError(f"activation_function must be one of {ACTIVATIONS}, got {self.activation_function!r}")
+        for name in ("dropout", "activation_dropout", "input_dropout"):
+            check_probability(name, getattr(self, name))
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            value = getattr(self, name)
+            if value is not None:
+                check_int(name, value, 0)
+                if value >= self.vocab_size:
+                    raise ValueError(f"{name}={value} must be < vocab_size={self.vocab_size}")
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides):
+        """Build a named configuration from the papers (see ``cls.presets``), with field overrides."""
+        if name not in cls.presets:
+            raise ValueError(f"unknown preset {name!r} for {cls.__name__}; choose one of {sorted(cls.presets)}")
+        return cls(**{**cls.presets[name], **overrides})
+
+
+class ConvSeq2SeqConfigBase(ConvLMConfigBase):
+    r"""Fields common to the encoder-decoder models, on top of [`ConvLMConfigBase`]'s.
+
+    Args:
+        encoder_layers (`int`): number of encoder blocks.
+        encoder_ffn_dim (`int`): hidden width of the encoder's feed-forward blocks.
+        encoder_conv_heads (`int`): heads of the encoder's mixer.
+        decoder_attention_heads (`int`): heads of the decoder's cross-attention (must divide d_model).
+        encoder_normalize_before (`bool`): pre-norm encoder blocks (plus a final LayerNorm).
+        attention_dropout (`float`): dropout on the cross-attention probabilities.
+        share_encoder_decoder_embeddings (`bool`): one token embedding for source and target
+            (a joint vocabulary).
+        decoder_start_token_id (`int`): first decoder input; labels are shifted right behind it.
+    """
+
+    attribute_map: ClassVar[dict[str, str]] = {
+        "hidden_size": "d_model",
+        "num_hidden_layers": "encoder_layers",
+        "num_attention_heads": "decoder_attention_heads",
+    }
+
+    encoder_layers: int = 3
+    encoder_ffn_dim: int = 1024
+    encoder_conv_heads: int = 4
+    decoder_attention_heads: int = 4
+    encoder_normalize_before: bool = False
+    attention_dropout: float = 0.0
+    share_encoder_decoder_embeddings: bool = True
+    decoder_start_token_id: int | None = 2
+    is_encoder_decoder: bool = True
+
+    def validate_fields(self) -> None:
+        super().validate_fields()
+        check_int("encoder_layers", self.encoder_layers, 1)
+        check_int("encoder_ffn_dim", self.encoder_ffn_dim, 1)
+        check_divisible("conv_dim", self.conv_dim, "encoder_conv_heads", self.encoder_conv_heads)
+        check_divisible("d_model", self.d_model, "decoder_attention_heads", self.decoder_attention_heads)
+        check_probability("attention_dropout", self.attention_dropout)
+        if self.decoder_start_token_id is None:
+            raise ValueError("decoder_start_token_id must be set for an encoder-decoder model")
+        check_int("decoder_start_token_id", self.decoder_start_token_id, 0)
+        if self.decoder_start_token_id >= self.vocab_size:
+            raise ValueError(
+                f"decoder_start_token_id={self.decoder_start_token_id} must be < vocab_size={self.vocab_size}"
+            )
+
+
+def preset_shape(d_model: int, ffn_dim: int, heads: int, use_glu: bool, decoder_layers: int, encoder_layers: int = 0) -> dict:
+    """The size fields of a preset (encoder fields only when ``encoder_layers`` > 0)."""
+    shape = dict(d_model=d_model, decoder_ffn_dim=ffn_dim, decoder_conv_heads=heads, use_glu=use_glu,
+                 decoder_layers=decoder_layers)
+    if encoder_layers:
+        shape.update(encoder_ffn_dim=ffn_dim, encoder_conv_heads=heads, decoder_attention_heads=heads,
+                     encoder_layers=encoder_layers)
+    return shape

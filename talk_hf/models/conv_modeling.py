@@ -1,0 +1,388 @@
+"""The generic convolutional models; the TaLK and DynamicConv families differ only in their core.
+
+A family plugs in by subclassing these classes with its ``config_class`` and ``make_core``:
+``make_core(config, layer_idx, causal) -> nn.Module`` builds a layer's mixer core (see
+``talk_hf.layers``).  Data flows tokens -> embeddings (scaled) + sinusoidal positions -> layers
+(mixer -> [cross-attention] -> FFN) -> [final LayerNorm when pre-norm] -> LM head.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPast,
+    CausalLMOutputWithPast,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
+from transformers.utils.generic import can_return_tuple
+
+from ..cache import ConvCache
+from ..layers.conv_layers import ConvDecoderLayer, ConvEncoderLayer
+from ..layers.cross_attention import CrossAttentionBlock
+from ..layers.dynamic_conv_mixer import LightConvCore
+from ..layers.feed_forward import FeedForwardBlock
+from ..layers.mixer_block import MixerBlock
+from ..layers.sinusoidal_positions import SinusoidalPositions, positions_from_mask
+
+CoreFactory = Callable[..., nn.Module]
+
+
+def shift_tokens_right(input_ids: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """(B, T) labels -> (B, T) decoder inputs: start token, then labels[:, :-1]; -100 becomes pad."""
+    shifted = input_ids.new_zeros(input_ids.shape)
+    shifted[:, 1:] = input_ids[:, :-1].clone()
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+def check_token_ids(name: str, input_ids: torch.Tensor, vocab_size: int) -> None:
+    """Raise a ValueError naming ``name`` when a token id is outside [0, vocab_size)."""
+    if input_ids.numel() == 0:
+        return
+    low, high = int(input_ids.min()), int(input_ids.max())
+    if low < 0 or high >= vocab_size:
+        raise ValueError(f"{name} must hold token ids in [0, {vocab_size}), got values from {low} to {high}")
+
+
+def _mixer_and_ffn(config, core: nn.Module, ffn_dim: int, normalize_before: bool):
+    """The mixer block around ``core`` and the FFN block of one layer."""
+    mixer = MixerBlock(config.d_model, config.conv_dim, core, config.use_glu, config.input_dropout,
+                       config.dropout, normalize_before)
+    ffn = FeedForwardBlock(config.d_model, ffn_dim, config.activation_function, config.activation_dropout,
+                           config.dropout, normalize_before)
+    return mixer, ffn
+
+
+class _ConvStack(nn.Module):
+    """Token embedding, positions, input dropout and optional final LayerNorm of a layer stack."""
+
+    def __init__(self, config, normalize_before: bool):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_positions = SinusoidalPositions(config.d_model)
+        self.dropout = config.dropout
+        self.final_layer_norm = nn.LayerNorm(config.d_model) if normalize_before else None
+
+    def embed(self, name: str, input_ids, inputs_embeds, attention_mask, past_length: int) -> torch.Tensor:
+        """(B, T) ids or (B, T, d) embeddings -> (B, T, d) scaled embeddings + positions, dropped out."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError(f"pass exactly one of {name} and the matching inputs_embeds")
+        if inputs_embeds is None:
+            check_token_ids(name, input_ids, self.embed_tokens.num_embeddings)
+            inputs_embeds = self.embed_tokens(input_ids)
+        positions = positions_from_mask(attention_mask, inputs_embeds.shape[1], past_length, inputs_embeds.device)
+        hidden = inputs_embeds * self.embed_scale + self.embed_positions(positions).to(inputs_embeds.dtype)
+        return nn.functional.dropout(hidden, p=self.dropout, training=self.training)
+
+    def finish(self, hidden: torch.Tensor) -> torch.Tensor:
+        return hidden if self.final_layer_norm is None else self.final_layer_norm(hidden)
+
+
+class ConvEncoder(_ConvStack):
+    """Bidirectional mixer layers over the source; (B, S) ids -> `BaseModelOutput` (B, S, d)."""
+
+    def __init__(self, config, make_core: CoreFactory):
+        super().__init__(config, config.encoder_normalize_before)
+        self.layers = nn.ModuleList(
+            ConvEncoderLayer(*_mixer_and_ffn(config, make_core(config, index, causal=False), config.encoder_ffn_dim,
+                                             config.encoder_normalize_before))
+            for index in range(config.encoder_layers)
+        )
+
+    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_hidden_states=None,
+                **kwargs) -> BaseModelOutput:
+        """input_ids (B, S) or inputs_embeds (B, S, d); attention_mask (B, S) with 1 at real tokens."""
+        hidden = self.embed("input_ids", input_ids, inputs_embeds, attention_mask, past_length=0)
+        padding_mask = None if attention_mask is None else attention_mask.bool()
+        all_hidden = []
+        for layer in self.layers:
+            all_hidden.append(hidden)
+            hidden = layer(hidden, padding_mask)
+        hidden = self.finish(hidden)
+        all_hidden.append(hidden)
+        return BaseModelOutput(last_hidden_state=hidden, hidden_states=tuple(all_hidden) if output_hidden_states else None)
+
+
+class ConvDecoder(_ConvStack):
+    """Causal mixer layers (with cross-attention for seq2seq); keeps its state in a `ConvCache`."""
+
+    def __init__(self, config, make_core: CoreFactory, cross_attention: bool):
+        super().__init__(config, config.decoder_normalize_before)
+        self.layers = nn.ModuleList(
+            ConvDecoderLayer(
+                index,
+                *_mixer_and_ffn(config, make_core(config, index, causal=True), config.decoder_ffn_dim,
+                                config.decoder_normalize_before),
+                CrossAttentionBlock(config.d_model, config.decoder_attention_heads, config.attention_dropout,
+                                    config.dropout, config.decoder_normalize_before) if cross_attention else None,
+            )
+            for index in range(config.decoder_layers)
+        )
+
+    def new_cache(self) -> ConvCache:
+        """An empty generation state sized for these layers."""
+        return ConvCache([layer.mixer.core.window for layer in self.layers])
+
+    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, encoder_hidden=None,
+                encoder_mask=None, past_key_values=None, output_attentions=False, output_hidden_states=False):
+        """
+        Args:
+            input_ids: (B, T) new target tokens (or inputs_embeds (B, T, d)).
+            attention_mask: (B, past + T) with 1 at real tokens, or None.
+            encoder_hidden / encoder_mask: (B, S, d) and (B, S) for seq2seq, else None.
+            past_key_values: `ConvCache` / `EncoderDecoderCache` updated in place, or None.
+
+        Returns:
+            ``(hidden (B, T, d), all hidden states or None, cross-attention weights or None)``.
+        """
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        hidden = self.embed("input_ids", input_ids, inputs_embeds, attention_mask, past_length)
+        padding_mask = None if attention_mask is None else attention_mask[:, -hidden.shape[1]:].bool()
+        all_hidden, all_weights = [], []
+        for layer in self.layers:
+            all_hidden.append(hidden)
+            hidden, weights = layer(hidden, padding_mask, encoder_hidden, encoder_mask,
+                                    past_key_values=past_key_values, output_attentions=output_attentions)
+            all_weights.append(weights)
+        hidden = self.finish(hidden)
+        all_hidden.append(hidden)
+        return (
+            hidden,
+            tuple(all_hidden) if output_hidden_states else None,
+            tuple(all_weights) if output_attentions and encoder_hidden is not None else None,
+        )
+
+
+class ConvPreTrainedModel(PreTrainedModel):
+    """Weight init, cache policy and HF switches shared by every model of the package.
+
+    Subclasses set ``config_class`` and ``make_core`` (a staticmethod building a mixer core).
+    """
+
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["ConvEncoderLayer", "ConvDecoderLayer"]
+    _skip_keys_device_placement = ["past_key_values"]
+    make_core: CoreFactory
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if isinstance(module, SinusoidalPositions):
+            init.copy_(module.inv_freq, module.compute_inv_freq())
+        elif isinstance(module, LightConvCore):
+            init.xavier_uniform_(module.weight)
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # the model builds its own fixed-size ConvCache in forward
+
+    def _cache_for_forward(self, use_cache: bool | None, past_key_values, new_cache: Callable):
+        """The cache this forward fills: the given one, a new one, or None when caching is off
+        (``use_cache`` False, or training with gradient checkpointing)."""
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if not use_cache or (self.training and self.is_gradient_checkpointing):
+            return None
+        cache = new_cache() if past_key_values is None else past_key_values
+        conv_cache = getattr(cache, "self_attention_cache", cache)
+        if not isinstance(conv_cache, ConvCache):
+            raise TypeError(
+                f"past_key_values must be the ConvCache (or EncoderDecoderCache around one) that this model "
+                f"returned, got {type(conv_cache).__name__}"
+            )
+        return cache
+
+
+class ConvSeq2SeqModel(ConvPreTrainedModel):
+    """Encoder + decoder with cross-attention; returns `Seq2SeqModelOutput` (decoder states)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.encoder = ConvEncoder(config, self.make_core)
+        self.decoder = ConvDecoder(config, self.make_core, cross_attention=True)
+        if config.share_encoder_decoder_embeddings:
+            self._tied_weights_keys = {"encoder.embed_tokens.weight": "decoder.embed_tokens.weight"}
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.decoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.decoder.embed_tokens = value
+        if self.config.share_encoder_decoder_embeddings:
+            self.encoder.embed_tokens = value
+
+    def new_cache(self) -> EncoderDecoderCache:
+        return EncoderDecoderCache(self.decoder.new_cache(), DynamicCache())
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
+                encoder_outputs=None, past_key_values=None, inputs_embeds=None, decoder_inputs_embeds=None,
+                use_cache=None, output_attentions=None, output_hidden_states=None, return_dict=None,
+                **kwargs) -> Seq2SeqModelOutput:
+        """Source (B, S) and target (B, T) ids with their masks; see `Seq2SeqModelOutput`."""
+        output_hidden_states = output_hidden_states or self.config.output_hidden_states
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(input_ids, attention_mask, inputs_embeds, output_hidden_states)
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
+            raise ValueError("pass decoder_input_ids (or labels, which are shifted into decoder_input_ids)")
+        cache = self._cache_for_forward(use_cache, past_key_values, self.new_cache)
+        hidden, all_hidden, cross_attentions = self.decoder(
+            decoder_input_ids, decoder_attention_mask, decoder_inputs_embeds, encoder_outputs.last_hidden_state,
+            attention_mask, cache, bool(output_attentions), output_hidden_states,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=hidden,
+            past_key_values=cache,
+            decoder_hidden_states=all_hidden,
+            cross_attentions=cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+        )
+
+
+class ConvForConditionalGeneration(ConvPreTrainedModel, GenerationMixin):
+    """Seq2seq model + LM head (tied to the target embeddings when ``tie_word_embeddings``).
+
+    Subclasses set ``base_model_class`` (the family's `ConvSeq2SeqModel`).
+    """
+
+    _tied_weights_keys = {"lm_head.weight": "model.decoder.embed_tokens.weight"}
+    base_model_class: type[ConvSeq2SeqModel]
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.model = self.base_model_class(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.set_input_embeddings(value)
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
+                encoder_outputs=None, past_key_values=None, inputs_embeds=None, decoder_inputs_embeds=None,
+                labels=None, use_cache=None, output_attentions=None, output_hidden_states=None, return_dict=None,
+                logits_to_keep: int = 0, **kwargs) -> Seq2SeqLMOutput:
+        """As the base model, plus ``labels`` (B, T) (-100 = ignored; decoder inputs are made from them
+        when not given) and ``logits_to_keep`` (compute logits for the last N positions only; 0 = all)."""
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs = self.model(
+            input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs, past_key_values,
+            inputs_embeds, decoder_inputs_embeds, use_cache, output_attentions, output_hidden_states,
+        )
+        logits = self.lm_head(outputs.last_hidden_state[:, -logits_to_keep:])
+        loss = None
+        if labels is not None:
+            # Labels are already aligned with the logits: pass them as shift_labels (no second shift).
+            loss = self.loss_function(logits, None, logits.shape[-1], shift_labels=labels,
+                                      num_items_in_batch=kwargs.get("num_items_in_batch"))
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+        )
+
+
+class ConvLMModel(ConvPreTrainedModel):
+    """Decoder-only stack; returns `BaseModelOutputWithPast`."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.decoder = ConvDecoder(config, self.make_core, cross_attention=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.decoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.decoder.embed_tokens = value
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, past_key_values=None, inputs_embeds=None,
+                use_cache=None, output_hidden_states=None, return_dict=None, **kwargs) -> BaseModelOutputWithPast:
+        """input_ids (B, T); attention_mask (B, past + T) with 1 at real tokens (left padding allowed)."""
+        cache = self._cache_for_forward(use_cache, past_key_values, self.decoder.new_cache)
+        hidden, all_hidden, _ = self.decoder(
+            input_ids, attention_mask, inputs_embeds, past_key_values=cache,
+            output_hidden_states=output_hidden_states or self.config.output_hidden_states,
+        )
+        return BaseModelOutputWithPast(last_hidden_state=hidden, past_key_values=cache, hidden_states=all_hidden)
+
+
+class ConvForCausalLM(ConvPreTrainedModel, GenerationMixin):
+    """Decoder-only LM with a head tied to the embeddings when ``tie_word_embeddings``.
+
+    Subclasses set ``base_model_class`` (the family's `ConvLMModel`).
+    """
+
+    _tied_weights_keys = {"lm_head.weight": "model.decoder.embed_tokens.weight"}
+    base_model_class: type[ConvLMModel]
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.model = self.base_model_class(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.set_input_embeddings(value)
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, past_key_values=None, inputs_embeds=None, labels=None,
+                use_cache=None, output_hidden_states=None, return_dict=None, logits_to_keep: int = 0,
+                **kwargs) -> CausalLMOutputWithPast:
+        """As the base model, plus ``labels`` (B, T) (shifted inside the loss; -100 = ignored) and
+        ``logits_to_keep`` (logits for the last N positions only; 0 = all)."""
+        if labels is not None:
+            use_cache = False
+        outputs = self.model(input_ids, attention_mask, past_key_values, inputs_embeds, use_cache,
+                             output_hidden_states)
+        logits = self.lm_head(outputs.last_hidden_state[:, -logits_to_keep:])
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits, labels, logits.shape[-1],
+                                      num_items_in_batch=kwargs.get("num_items_in_batch"))
+        return CausalLMOutputWithPast(
+            loss=loss, logits=logits, past_key_values=outputs.past_key_values, hidden_states=outputs.hidden_states
+        )
