@@ -1,22 +1,57 @@
 """Choice of the implementation ("backend") that runs an operator.
 
-Only the pure-PyTorch path exists so far; the CUDA extension plugs in here.
+* ``"torch"``: the pure-PyTorch reference, on any device;
+* ``"cpu"``: the compiled C++ kernels (``csrc/cpu_ops.cpp``), CPU tensors only;
+* ``"cuda"``: the compiled CUDA kernels (``csrc/cuda_ops.cu``), CUDA tensors only;
+* ``"auto"``: the compiled backend of the tensors' device when it builds and loads, otherwise the
+  PyTorch path with one warning per process saying why (see :mod:`._extension`).
+
+An op's ``backend=None`` (the default) reads ``$TALK_HF_BACKEND`` (default ``"auto"``); an
+explicit ``backend=`` argument wins over the variable.  Asking for ``"cpu"`` or ``"cuda"`` where
+that extension cannot load raises :class:`._extension.ExtensionUnavailable`.
 """
 
 from __future__ import annotations
 
-KNOWN_BACKENDS = ("auto", "torch")
+import os
+
+import torch
+
+from . import _extension
+
+KNOWN_BACKENDS = ("auto", "torch", "cpu", "cuda")
+BACKEND_ENV = "TALK_HF_BACKEND"
 
 
-def resolve_backend(requested: str) -> str:
-    """Map the user's ``backend=`` argument to the backend that will run.
+def requested_backend(backend: str | None) -> str:
+    """The backend asked for: ``backend`` itself, or ``$TALK_HF_BACKEND`` when it is ``None``."""
+    source = "backend"
+    if backend is None:
+        backend, source = os.environ.get(BACKEND_ENV) or "auto", f"${BACKEND_ENV}"
+    if backend not in KNOWN_BACKENDS:
+        raise ValueError(f"{source} must be one of {KNOWN_BACKENDS}, got {backend!r}")
+    return backend
 
-    Args:
-        requested: ``"auto"`` (the fastest available) or ``"torch"`` (the PyTorch reference).
+
+def resolve_backend(backend: str | None, device: torch.device) -> str:
+    """Map the user's choice to the backend that runs on tensors of ``device``.
 
     Returns:
-        The name of the backend to run, currently always ``"torch"``.
+        ``"torch"``, ``"cpu"`` or ``"cuda"``; the compiled module of the last two is loaded.
     """
-    if requested not in KNOWN_BACKENDS:
-        raise ValueError(f"backend must be one of {KNOWN_BACKENDS}, got {requested!r}")
-    return "torch"
+    requested = requested_backend(backend)
+    if requested == "torch":
+        return "torch"
+    if requested == "auto":
+        if device.type not in ("cpu", "cuda"):
+            return "torch"
+        try:
+            _extension.load(device.type)
+        except _extension.ExtensionUnavailable as error:
+            _extension.warn_fallback(error)
+            return "torch"
+        return device.type
+    _extension.load(requested)
+    if device.type != requested:
+        raise ValueError(f"backend {requested!r} runs on {requested} tensors, but x is on {device}")
+    return requested

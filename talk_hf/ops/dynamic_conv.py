@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from . import _compiled
 from ._backend import resolve_backend
 from ._precision import accumulation_dtype
 from ._validation import (
@@ -24,14 +25,14 @@ from ._validation import (
 )
 
 
-def dynamic_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int, *, backend: str = "auto") -> torch.Tensor:
+def dynamic_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int, *, backend: str | None = None) -> torch.Tensor:
     """Convolution whose kernel is predicted per token.
 
     Args:
         x: (B, T, C) input.
         weight: (B, T, H, K) kernels, already normalised; H must divide C.
         padding_l: how many of the K taps look into the past, in [0, K - 1].
-        backend: ``"auto"`` or ``"torch"``.
+        backend: ``"auto"``, ``"torch"``, ``"cpu"`` or ``"cuda"``; ``None`` reads ``$TALK_HF_BACKEND``.
 
     Returns:
         (B, T, C) tensor of x's dtype, accumulated in float32 (float64 for float64 input).
@@ -40,18 +41,19 @@ def dynamic_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int, *, backe
     check_tensor("weight", weight, 4, "(B, T, H, K)")
     check_leading_dims("weight", weight, x, 2)
     _check_kernel(x, weight, padding_l)
-    resolve_backend(backend)
-    return dynamic_conv_torch(x, weight, padding_l)
+    if resolve_backend(backend, x.device) == "torch":
+        return dynamic_conv_torch(x, weight, padding_l)
+    return _compiled.dynamic_conv(x, weight, padding_l)
 
 
-def light_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int, *, backend: str = "auto") -> torch.Tensor:
+def light_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int, *, backend: str | None = None) -> torch.Tensor:
     """Convolution with one kernel per head, shared by every token.
 
     Args:
         x: (B, T, C) input.
         weight: (H, K) kernels, already normalised; H must divide C.
         padding_l: how many of the K taps look into the past, in [0, K - 1].
-        backend: ``"auto"`` or ``"torch"``.
+        backend: ``"auto"``, ``"torch"``, ``"cpu"`` or ``"cuda"``; ``None`` reads ``$TALK_HF_BACKEND``.
 
     Returns:
         (B, T, C) tensor of x's dtype, accumulated in float32 (float64 for float64 input).
@@ -59,8 +61,9 @@ def light_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int, *, backend
     check_tensor("x", x, 3, "(B, T, C)")
     check_tensor("weight", weight, 2, "(H, K)")
     _check_kernel(x, weight, padding_l)
-    resolve_backend(backend)
-    return light_conv_torch(x, weight, padding_l)
+    if resolve_backend(backend, x.device) == "torch":
+        return light_conv_torch(x, weight, padding_l)
+    return _compiled.light_conv(x, weight, padding_l)
 
 
 def _check_kernel(x: torch.Tensor, weight: torch.Tensor, padding_l: int) -> None:

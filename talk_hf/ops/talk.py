@@ -25,6 +25,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from . import _compiled
 from ._backend import resolve_backend
 from ._precision import accumulation_dtype
 from ._validation import (
@@ -47,7 +48,7 @@ def talk_conv(
     max_left: int,
     max_right: int,
     *,
-    backend: str = "auto",
+    backend: str | None = None,
 ) -> torch.Tensor:
     """Time-aware large-kernel convolution.
 
@@ -60,14 +61,17 @@ def talk_conv(
             (required exactly when ``max_right > 0``).
         max_left: maximum left reach in tokens (int >= 0).
         max_right: maximum right reach in tokens (int >= 0; 0 means causal).
-        backend: ``"auto"`` or ``"torch"``.
+        backend: ``"auto"``, ``"torch"``, ``"cpu"`` or ``"cuda"`` (see :mod:`._backend`); ``None``
+            reads ``$TALK_HF_BACKEND``.  Only the ``"torch"`` path rejects negative or NaN offsets;
+            the compiled kernels read any value safely (see ``csrc/talk_math.h``).
 
     Returns:
         (B, T, C) tensor of x's dtype.  Gradients flow to x and both offsets.
     """
     _check_talk_args(x, offset_left, offset_right, max_left, max_right)
-    resolve_backend(backend)
-    return talk_conv_torch(x, offset_left, offset_right, max_left, max_right)
+    if resolve_backend(backend, x.device) == "torch":
+        return talk_conv_torch(x, offset_left, offset_right, max_left, max_right)
+    return _compiled.talk_conv(x, offset_left, offset_right, max_left, max_right)
 
 
 def _check_talk_args(x, offset_left, offset_right, max_left, max_right) -> None:

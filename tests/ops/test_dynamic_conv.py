@@ -10,6 +10,8 @@ from talk_hf.ops import dynamic_conv, light_conv, talk_conv
 from .helpers import assert_close_to_reference
 from .naive import naive_dynamic_conv
 
+pytestmark = pytest.mark.usefixtures("each_backend")
+
 OPS = {"dynamic": dynamic_conv, "light": light_conv}
 
 

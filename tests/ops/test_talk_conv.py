@@ -11,6 +11,8 @@ from talk_hf.ops.talk import MIN_BLOCK
 from .helpers import assert_close_to_reference, offsets_off_the_grid
 from .naive import naive_talk_conv
 
+pytestmark = pytest.mark.usefixtures("each_backend")
+
 
 def make_inputs(batch, length, channels, heads, max_left, max_right, dtype=torch.float64):
     x = torch.randn(batch, length, channels, dtype=dtype)

@@ -1,0 +1,17 @@
+// The Python module of a compiled backend: the same four functions for the CPU and CUDA builds.
+#pragma once
+
+#include <torch/extension.h>
+
+#include "ops.h"
+
+namespace talk_hf {
+
+inline void bind_operators(pybind11::module_& module) {
+  module.def("talk_forward", &talk_forward, "TaLK convolution, forward");
+  module.def("talk_backward", &talk_backward, "TaLK convolution, backward (grad x, offsets)");
+  module.def("conv_forward", &conv_forward, "DynamicConv/LightConv, forward");
+  module.def("conv_backward", &conv_backward, "DynamicConv/LightConv, backward (grad x, per-token weight)");
+}
+
+}  // namespace talk_hf

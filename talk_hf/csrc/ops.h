@@ -1,0 +1,34 @@
+// The four entry points every compiled backend (cpu_ops.cpp, cuda_ops.cu) implements.
+// Shapes: x, grad_out, out (B, T, C); offsets (B, T, H); weight (B, T, H, K) with any strides
+// (LightConv passes its (H, K) kernel expanded with zero batch and time strides).
+// Inputs are checked by talk_hf.ops._validation before they get here.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <tuple>
+
+namespace talk_hf {
+
+// TaLK forward: (B, T, C) output of x's dtype.  offset_right is empty for the causal form.
+at::Tensor talk_forward(const at::Tensor& x, const at::Tensor& offset_left,
+                        const std::optional<at::Tensor>& offset_right, int64_t max_left, int64_t max_right);
+
+// TaLK backward: gradients for x (B, T, C), offset_left (B, T, H) and offset_right (B, T, H;
+// an empty tensor in the causal form), each of its input's dtype.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward(const at::Tensor& grad_out, const at::Tensor& x,
+                                                             const at::Tensor& offset_left,
+                                                             const std::optional<at::Tensor>& offset_right,
+                                                             int64_t max_left, int64_t max_right);
+
+// DynamicConv forward: out[b, t, c] = sum_k weight[b, t, h(c), k] * x[b, t + k - padding_l, c].
+at::Tensor conv_forward(const at::Tensor& x, const at::Tensor& weight, int64_t padding_l);
+
+// DynamicConv backward: the gradient for x (x's dtype) and the per-token gradient for the
+// weight, (B, T, H, K) in the accumulation dtype (float32, float64 for float64): LightConv sums
+// it over batch and time before rounding.
+std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out, const at::Tensor& x,
+                                                 const at::Tensor& weight, int64_t padding_l);
+
+}  // namespace talk_hf

@@ -1,0 +1,128 @@
+// Per-element math of the operators, shared by the C++ CPU kernels (cpu_ops.cpp) and the CUDA
+// kernels (cuda_ops.cu): every function here is `__host__ __device__` under nvcc and a plain
+// inline function under a C++ compiler, so the CPU tests exercise the arithmetic the GPU runs.
+//
+// Notation (talk_conv, DESIGN section 3): a token's window is [u_a, u_b) in token units with
+//   u_a = clamp(t - offset_left * max_left, 0, T - 1)
+//   u_b = clamp(t + offset_right * max_right, 0, T - 1) + 1          (u_b = t + 1 when causal)
+// and out[t] = (F(u_b) - F(u_a)) / K, K = max_left + max_right + 1, where
+//   F(u) = P[floor u] + frac(u) * x[floor u],   P[i] = x[0] + ... + x[i - 1],   x[T] = 0,
+// is the integral of the step signal x[floor(.)] from 0 to u.  Kernels evaluate P only as a local
+// prefix sum over the rows a tile of tokens reaches (never one global prefix sum).
+//
+// Offsets are not checked by the kernels (no host synchronisation): any value is safe.  Edges are
+// clamped into [0, T - 1] and a NaN edge becomes 0, so no index ever leaves [0, T]; a negative
+// offset gives the signed integral F(u_b) - F(u_a) of a reversed window.  The PyTorch path
+// rejects negative and NaN offsets instead.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define TALK_HD __host__ __device__ __forceinline__
+#else
+#define TALK_HD inline
+#endif
+
+namespace talk_hf {
+
+// One end of a window: u = index + frac with 0 <= frac < 1.  `free` is false where the edge was
+// clamped (or is fixed, as the causal right edge): no gradient flows to its offset there.
+template <typename acc_t>
+struct Edge {
+  int64_t index;
+  acc_t frac;
+  bool free;
+};
+
+// Splits a position already computed in acc_t into an Edge after clamping it into [0, T - 1].
+// torch.clamp passes gradients at the bounds themselves, so `free` includes them.
+template <typename acc_t>
+TALK_HD Edge<acc_t> clamped_edge(acc_t position, int64_t length) {
+  const acc_t last = static_cast<acc_t>(length - 1);
+  const bool free = position >= acc_t(0) && position <= last;
+  if (!(position >= acc_t(0))) position = acc_t(0);  // also catches NaN
+  if (position > last) position = last;
+  const acc_t whole = floor(position);
+  return Edge<acc_t>{static_cast<int64_t>(whole), position - whole, free};
+}
+
+// u_a of token t: clamp(t - offset * max_left, 0, T - 1).
+template <typename acc_t>
+TALK_HD Edge<acc_t> left_edge(int64_t t, int64_t length, acc_t offset, int64_t max_left) {
+  return clamped_edge<acc_t>(static_cast<acc_t>(t) - offset * static_cast<acc_t>(max_left), length);
+}
+
+// u_b of token t: clamp(t + offset * max_right, 0, T - 1) + 1.
+template <typename acc_t>
+TALK_HD Edge<acc_t> right_edge(int64_t t, int64_t length, acc_t offset, int64_t max_right) {
+  Edge<acc_t> edge = clamped_edge<acc_t>(static_cast<acc_t>(t) + offset * static_cast<acc_t>(max_right), length);
+  edge.index += 1;
+  return edge;
+}
+
+// u_b of token t in the causal form: exactly t + 1, no offset.
+template <typename acc_t>
+TALK_HD Edge<acc_t> causal_right_edge(int64_t t) {
+  return Edge<acc_t>{t + 1, acc_t(0), false};
+}
+
+// F(u) from the prefix sum at floor(u) and the token x[floor(u)] (0 when floor(u) == T).
+template <typename acc_t>
+TALK_HD acc_t integral_to(const Edge<acc_t>& edge, acc_t prefix_at_index, acc_t x_at_index) {
+  return prefix_at_index + edge.frac * x_at_index;
+}
+
+// The normaliser K = max_left + max_right + 1 (the constant maximum window).
+template <typename acc_t>
+TALK_HD acc_t window_normalizer(int64_t max_left, int64_t max_right) {
+  return static_cast<acc_t>(max_left + max_right + 1);
+}
+
+// d out[t] / d offset = max_offset * x[edge.index] / K; this is the factor in front of x.
+template <typename acc_t>
+TALK_HD acc_t offset_gradient_factor(const Edge<acc_t>& edge, int64_t max_offset, acc_t normalizer) {
+  return edge.free ? static_cast<acc_t>(max_offset) / normalizer : acc_t(0);
+}
+
+// The gradient of out[t] with respect to x, as a difference array: out[t] = sum_j w_j x[j] with
+// w = cumsum(D) and D holding `weight` at `position` for the four entries below.  The step
+// signal's integral over [u_a, u_b) puts 1 - frac and frac on the two cells at each edge.
+template <typename acc_t>
+struct ScatterEntry {
+  int64_t position;
+  acc_t weight;
+};
+
+template <typename acc_t>
+TALK_HD ScatterEntry<acc_t> scatter_entry(const Edge<acc_t>& left, const Edge<acc_t>& right, int which) {
+  switch (which) {
+    case 0: return ScatterEntry<acc_t>{left.index, acc_t(1) - left.frac};
+    case 1: return ScatterEntry<acc_t>{left.index + 1, left.frac};
+    case 2: return ScatterEntry<acc_t>{right.index, right.frac - acc_t(1)};
+    default: return ScatterEntry<acc_t>{right.index + 1, -right.frac};
+  }
+}
+
+// How far a token's window reaches, for the backward pass: the contributors to a target row j
+// are the tokens t with j - reach.after <= t <= j + reach.before.
+struct Reach {
+  int64_t before;  // max over tokens of t - (lowest scatter position)
+  int64_t after;   // max over tokens of (highest scatter position) - t
+};
+
+template <typename acc_t>
+TALK_HD void widen_reach(Reach& reach, int64_t t, const Edge<acc_t>& left, const Edge<acc_t>& right) {
+  const int64_t lowest = left.index < right.index ? left.index : right.index;
+  const int64_t highest = (left.index > right.index ? left.index : right.index) + 1;
+  if (t - lowest > reach.before) reach.before = t - lowest;
+  if (highest - t > reach.after) reach.after = highest - t;
+}
+
+// DynamicConv/LightConv: tap k of output t reads x[t + k - padding_l], zero outside [0, T).
+TALK_HD int64_t conv_source(int64_t t, int64_t tap, int64_t padding_l) { return t + tap - padding_l; }
+
+TALK_HD bool in_sequence(int64_t index, int64_t length) { return index >= 0 && index < length; }
+
+}  // namespace talk_hf

@@ -1,0 +1,138 @@
+"""The compiled kernels behind the ops, registered as ``torch.library`` custom ops.
+
+Each op runs the extension of its tensors' device (``_extension.load("cpu" | "cuda")``) and has a
+fake (meta) implementation and an autograd formula, so ``torch.compile`` traces through it as one
+opaque node.  Arguments are checked by the public functions before they get here.
+
+Ops (all tensors batch-first; ``K`` taps, ``H`` heads):
+
+* ``talk_hf::talk_conv(x (B,T,C), offset_left (B,T,H), offset_right (B,T,H) | None, max_left,
+  max_right) -> (B,T,C)`` and its ``talk_hf::talk_conv_backward``;
+* ``talk_hf::dynamic_conv(x, weight (B,T,H,K), padding_l)``, ``talk_hf::light_conv(x, weight
+  (H,K), padding_l)`` and their shared ``talk_hf::conv_backward``, which returns the gradient for
+  x and the per-token weight gradient (B,T,H,K) in float32 (float64 for float64 input).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _extension
+from ._precision import accumulation_dtype
+
+
+def _module(tensor: torch.Tensor):
+    return _extension.load(tensor.device.type)
+
+
+def _per_token(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """LightConv's (H, K) kernel as a (B, T, H, K) view with zero batch and time strides."""
+    return weight.expand(x.shape[0], x.shape[1], *weight.shape)
+
+
+# --- TaLK ------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("talk_hf::talk_conv", mutates_args=())
+def talk_conv(
+    x: torch.Tensor, offset_left: torch.Tensor, offset_right: torch.Tensor | None, max_left: int, max_right: int
+) -> torch.Tensor:
+    return _module(x).talk_forward(x, offset_left, offset_right, max_left, max_right)
+
+
+@talk_conv.register_fake
+def _(x, offset_left, offset_right, max_left, max_right):
+    return x.new_empty(x.shape)
+
+
+@torch.library.custom_op("talk_hf::talk_conv_backward", mutates_args=())
+def talk_conv_backward(
+    grad_out: torch.Tensor,
+    x: torch.Tensor,
+    offset_left: torch.Tensor,
+    offset_right: torch.Tensor | None,
+    max_left: int,
+    max_right: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients for x, offset_left and offset_right (an empty tensor in the causal form)."""
+    return tuple(_module(x).talk_backward(grad_out, x, offset_left, offset_right, max_left, max_right))
+
+
+@talk_conv_backward.register_fake
+def _(grad_out, x, offset_left, offset_right, max_left, max_right):
+    right_shape = (0,) if offset_right is None else offset_right.shape
+    return x.new_empty(x.shape), x.new_empty(offset_left.shape), x.new_empty(right_shape)
+
+
+def _talk_setup(ctx, inputs, output):
+    x, offset_left, offset_right, ctx.max_left, ctx.max_right = inputs
+    ctx.save_for_backward(x, offset_left, offset_right)
+
+
+def _talk_backward(ctx, grad_out):
+    x, offset_left, offset_right = ctx.saved_tensors
+    grad_x, grad_left, grad_right = talk_conv_backward(
+        grad_out, x, offset_left, offset_right, ctx.max_left, ctx.max_right
+    )
+    return grad_x, grad_left, None if offset_right is None else grad_right, None, None
+
+
+talk_conv.register_autograd(_talk_backward, setup_context=_talk_setup)
+
+
+# --- DynamicConv / LightConv -----------------------------------------------------------------
+
+
+@torch.library.custom_op("talk_hf::dynamic_conv", mutates_args=())
+def dynamic_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int) -> torch.Tensor:
+    return _module(x).conv_forward(x, weight, padding_l)
+
+
+@torch.library.custom_op("talk_hf::light_conv", mutates_args=())
+def light_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int) -> torch.Tensor:
+    return _module(x).conv_forward(x, _per_token(weight, x), padding_l)
+
+
+@torch.library.custom_op("talk_hf::conv_backward", mutates_args=())
+def conv_backward(
+    grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, padding_l: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gradient for x and the per-token weight gradient (B, T, H, K) in the accumulation dtype."""
+    return tuple(_module(x).conv_backward(grad_out, x, weight, padding_l))
+
+
+@dynamic_conv.register_fake
+def _(x, weight, padding_l):
+    return x.new_empty(x.shape)
+
+
+@light_conv.register_fake
+def _(x, weight, padding_l):
+    return x.new_empty(x.shape)
+
+
+@conv_backward.register_fake
+def _(grad_out, x, weight, padding_l):
+    per_token = x.new_empty((*x.shape[:2], *weight.shape[-2:]), dtype=accumulation_dtype(x.dtype))
+    return x.new_empty(x.shape), per_token
+
+
+def _conv_setup(ctx, inputs, output):
+    x, weight, ctx.padding_l = inputs
+    ctx.save_for_backward(x, weight)
+
+
+def _dynamic_backward(ctx, grad_out):
+    x, weight = ctx.saved_tensors
+    grad_x, grad_weight = conv_backward(grad_out, x, weight, ctx.padding_l)
+    return grad_x, grad_weight.to(weight.dtype), None
+
+
+def _light_backward(ctx, grad_out):
+    x, weight = ctx.saved_tensors
+    grad_x, grad_weight = conv_backward(grad_out, x, _per_token(weight, x), ctx.padding_l)
+    return grad_x, grad_weight.sum((0, 1)).to(weight.dtype), None
+
+
+dynamic_conv.register_autograd(_dynamic_backward, setup_context=_conv_setup)
+light_conv.register_autograd(_light_backward, setup_context=_conv_setup)

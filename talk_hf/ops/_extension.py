@@ -1,0 +1,206 @@
+"""Just-in-time build and loading of the compiled backends in ``talk_hf/csrc``, with a safe fallback.
+
+Two extensions share the per-element math of ``csrc/talk_math.h``:
+
+* ``"cpu"``: ``csrc/cpu_ops.cpp``, C++ only (-O3, OpenMP), for CPU tensors;
+* ``"cuda"``: ``csrc/cuda_ops.cu`` + ``csrc/cuda_bindings.cpp``, for CUDA tensors.
+
+Nothing is built at import.  :func:`load` builds an extension on first use with
+``torch.utils.cpp_extension.load`` (ninja) into :func:`build_directory`, a folder named by the
+package version, torch version, CUDA version (or ``cpu``) and architecture, under
+``$TALK_HF_BUILD_DIR`` (default ``~/.cache/talk_hf/extensions``).  A :func:`preflight` check runs
+first and every failure, of the check or of the build, becomes an :class:`ExtensionUnavailable`
+that says why and how to fix it; :func:`warn_fallback` turns it into one warning per process.
+
+Builds are serialised by an OS-level file lock (``filelock``) with a timeout of
+``$TALK_HF_BUILD_LOCK_TIMEOUT`` seconds (default 600).  The OS drops that lock when its holder
+dies, so a killed build never blocks later runs; torch's own "lock" file, which it leaves behind
+when killed and would otherwise wait on forever, is removed while we hold ours.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import subprocess
+import threading
+import warnings
+from pathlib import Path
+from types import ModuleType
+
+import filelock
+import torch
+import torch.utils.cpp_extension as cpp_extension
+
+from ..version import __version__
+
+CSRC = Path(__file__).resolve().parent.parent / "csrc"
+SOURCES = {"cpu": ("cpu_ops.cpp",), "cuda": ("cuda_ops.cu", "cuda_bindings.cpp")}
+BUILD_DIR_ENV = "TALK_HF_BUILD_DIR"
+LOCK_TIMEOUT_ENV = "TALK_HF_BUILD_LOCK_TIMEOUT"
+DEFAULT_LOCK_TIMEOUT_S = 600.0
+TORCH_BATON = "lock"  # the file torch.utils.cpp_extension waits on while another build runs
+
+_results: dict[str, ModuleType | ExtensionUnavailable] = {}
+_results_guard = threading.Lock()
+_warned: set[str] = set()
+
+
+class ExtensionUnavailable(RuntimeError):
+    """A compiled backend cannot be used here; ``reason`` says why, ``fix`` what to do."""
+
+    def __init__(self, kind: str, reason: str, fix: str):
+        self.kind, self.reason, self.fix = kind, reason, fix
+        super().__init__(f"the talk_hf {kind} extension is unavailable: {reason}. Fix: {fix}")
+
+
+class BackendFallbackWarning(UserWarning):
+    """Issued once per process and extension when "auto" falls back to the PyTorch path."""
+
+
+def _check_compilers(kind: str) -> None:
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        raise ExtensionUnavailable(kind, f"no C++ compiler: {compiler!r} (from $CXX, default c++) was not found",
+                           "install one (e.g. apt-get install g++) or point $CXX at it")
+    if not cpp_extension.is_ninja_available():
+        raise ExtensionUnavailable(kind, "ninja is not installed", "pip install ninja")
+
+
+def _nvcc_major() -> tuple[str, int]:
+    """Path and major version of the nvcc that torch would use (raises on failure)."""
+    home = cpp_extension.CUDA_HOME
+    nvcc = os.path.join(home, "bin", "nvcc") if home else shutil.which("nvcc")
+    if not nvcc or not os.path.exists(nvcc):
+        raise FileNotFoundError("nvcc")
+    banner = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
+    match = re.search(r"release (\d+)\.", banner)
+    if match is None:
+        raise ValueError(f"cannot read the version from {nvcc} --version")
+    return nvcc, int(match.group(1))
+
+
+def preflight(kind: str) -> None:
+    """Check what building ``kind`` ("cpu" or "cuda") needs; raise :class:`ExtensionUnavailable`."""
+    if kind == "cuda":
+        if torch.version.cuda is None:
+            raise ExtensionUnavailable(kind, f"torch {torch.__version__} is a CPU-only build",
+                               "install a CUDA build of torch (https://pytorch.org/get-started/locally/)")
+        if not torch.cuda.is_available():
+            raise ExtensionUnavailable(kind, "no CUDA GPU is visible",
+                               "check nvidia-smi, the driver and CUDA_VISIBLE_DEVICES")
+        try:
+            nvcc, major = _nvcc_major()
+        except (OSError, ValueError, subprocess.CalledProcessError) as error:
+            raise ExtensionUnavailable(kind, f"nvcc was not found or does not run ({error})",
+                               f"install the CUDA {torch.version.cuda} toolkit and set $CUDA_HOME") from error
+        if major != int(torch.version.cuda.split(".")[0]):
+            raise ExtensionUnavailable(kind, f"{nvcc} is CUDA {major} but torch was built with CUDA {torch.version.cuda}",
+                               f"point $CUDA_HOME at a CUDA {torch.version.cuda.split('.')[0]}.x toolkit")
+    _check_compilers(kind)
+
+
+def architecture(kind: str) -> str:
+    """``sm_XY`` of the current GPU for "cuda" (or of ``$TORCH_CUDA_ARCH_LIST``), else the CPU's."""
+    if kind != "cuda":
+        return platform.machine() or "unknown"
+    listed = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if listed:
+        return "sm_" + "_".join(arch.replace(".", "") for arch in re.split(r"[;\s]+", listed.strip()))
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm_{major}{minor}"
+
+
+def build_directory(kind: str) -> Path:
+    """Where ``kind`` is built: one folder per package, torch, CUDA version and architecture."""
+    root = Path(os.environ.get(BUILD_DIR_ENV) or Path.home() / ".cache" / "talk_hf" / "extensions")
+    cuda = f"cu{torch.version.cuda}" if kind == "cuda" else "cpu"
+    name = f"talk_hf-{__version__}_torch-{torch.__version__}_{cuda}_{architecture(kind)}"
+    return root / re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+def _lock_timeout() -> float:
+    value = os.environ.get(LOCK_TIMEOUT_ENV, "")
+    try:
+        return float(value) if value else DEFAULT_LOCK_TIMEOUT_S
+    except ValueError:
+        raise ValueError(f"${LOCK_TIMEOUT_ENV} must be a number of seconds, got {value!r}") from None
+
+
+def _compile(kind: str, directory: Path) -> ModuleType:
+    """Build (or reuse) ``kind`` in ``directory``; the caller holds the build lock."""
+    (directory / TORCH_BATON).unlink(missing_ok=True)  # stale: no other talk_hf build can hold it now
+    flags = ["-O3"]
+    ldflags = []
+    if platform.system() == "Linux":
+        flags.append("-fopenmp")
+        ldflags.append("-fopenmp")
+    options = {}
+    if kind == "cuda":
+        if not os.environ.get("TORCH_CUDA_ARCH_LIST"):  # build for this GPU only, as the folder says
+            os.environ["TORCH_CUDA_ARCH_LIST"] = "{}.{}".format(*torch.cuda.get_device_capability())
+        options["extra_cuda_cflags"] = ["-O3", "-lineinfo"]
+    return cpp_extension.load(
+        name=f"talk_hf_{kind}",
+        sources=[str(CSRC / source) for source in SOURCES[kind]],
+        extra_cflags=flags,
+        extra_ldflags=ldflags,
+        extra_include_paths=[str(CSRC)],
+        build_directory=str(directory),
+        verbose=os.environ.get("TALK_HF_BUILD_VERBOSE") == "1",
+        **options,
+    )
+
+
+def _build(kind: str) -> ModuleType:
+    preflight(kind)
+    directory = build_directory(kind)
+    directory.mkdir(parents=True, exist_ok=True)
+    lock_path = directory / "talk_hf_build.lock"
+    timeout = _lock_timeout()
+    try:
+        with filelock.FileLock(str(lock_path), timeout=timeout):
+            return _compile(kind, directory)
+    except filelock.Timeout:
+        raise ExtensionUnavailable(kind, f"another process held the build lock {lock_path} for more than {timeout:g} s",
+                           f"wait for that build to finish, or raise ${LOCK_TIMEOUT_ENV}") from None
+    except (RuntimeError, OSError, subprocess.SubprocessError) as error:
+        if isinstance(error, ExtensionUnavailable):
+            raise
+        summary = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+        raise ExtensionUnavailable(kind, f"the build in {directory} failed ({summary})",
+                           "rerun with TALK_HF_BUILD_VERBOSE=1 to see the compiler output, "
+                           "or set TALK_HF_BACKEND=torch") from error
+
+
+def load(kind: str) -> ModuleType:
+    """The compiled module for ``kind`` ("cpu" or "cuda"), built on first use.
+
+    The outcome, module or :class:`ExtensionUnavailable`, is remembered for the process: a failed
+    build is not retried on every call.
+    """
+    with _results_guard:
+        if kind not in _results:
+            try:
+                _results[kind] = _build(kind)
+            except ExtensionUnavailable as error:
+                _results[kind] = error
+        result = _results[kind]
+    if isinstance(result, ExtensionUnavailable):
+        raise result
+    return result
+
+
+def warn_fallback(error: ExtensionUnavailable) -> None:
+    """Warn, once per process and extension kind, that "auto" runs the PyTorch path instead."""
+    if error.kind in _warned:
+        return
+    _warned.add(error.kind)
+    warnings.warn(
+        f"talk_hf runs its PyTorch path on {error.kind} tensors: {error}. "
+        "Set TALK_HF_BACKEND=torch to choose it explicitly and silence this warning.",
+        BackendFallbackWarning,
+        stacklevel=4,
+    )
