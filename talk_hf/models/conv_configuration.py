@@ -176,6 +176,11 @@ class ConvSeq2SeqConfigBase(ConvLMConfigBase):
         check_divisible("conv_dim", self.conv_dim, "encoder_conv_heads", self.encoder_conv_heads)
         check_divisible("d_model", self.d_model, "decoder_attention_heads", self.decoder_attention_heads)
         check_probability("attention_dropout", self.attention_dropout)
+        if self.share_encoder_decoder_embeddings and not self.tie_word_embeddings:
+            raise ValueError(
+                "share_encoder_decoder_embeddings=True needs tie_word_embeddings=True (one embedding for source, "
+                "target and output, like fairseq's --share-all-embeddings); set share_encoder_decoder_embeddings=False"
+            )
         if self.decoder_start_token_id is None:
             raise ValueError("decoder_start_token_id must be set for an encoder-decoder model")
         check_int("decoder_start_token_id", self.decoder_start_token_id, 0)

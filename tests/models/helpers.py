@@ -1,0 +1,71 @@
+"""Tiny configurations of every generative head, shared by the model tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+import talk_hf
+
+VOCAB = 40
+PAD, BOS, EOS = 1, 0, 2
+SIZES = dict(vocab_size=VOCAB, d_model=16, decoder_layers=2, decoder_ffn_dim=32, decoder_conv_heads=2,
+             dropout=0.0, init_std=0.5, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS)
+SEQ2SEQ_SIZES = dict(SIZES, encoder_layers=2, encoder_ffn_dim=32, encoder_conv_heads=2, decoder_attention_heads=2,
+                     decoder_start_token_id=EOS)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One model under test: how to build its config and which head to instantiate."""
+
+    name: str
+    head: type
+    base: type
+    config_class: type
+    config_kwargs: dict
+
+    @property
+    def is_seq2seq(self) -> bool:
+        return self.config_class.model_type in ("talk", "dynamic_conv")
+
+    def config(self, **overrides):
+        return self.config_class(**{**self.config_kwargs, **overrides})
+
+    def model(self, **overrides):
+        torch.manual_seed(0)
+        return self.head(self.config(**overrides)).eval()
+
+
+CASES = [
+    Case("talk-seq2seq", talk_hf.TaLKForConditionalGeneration, talk_hf.TaLKModel, talk_hf.TaLKConfig,
+         dict(SEQ2SEQ_SIZES, encoder_max_offsets=[1, 3], decoder_max_offsets=[2, 3])),
+    Case("talk-lm", talk_hf.TaLKForCausalLM, talk_hf.TaLKLMModel, talk_hf.TaLKLMConfig,
+         dict(SIZES, decoder_max_offsets=[2, 3])),
+    Case("dynamic-seq2seq", talk_hf.DynamicConvForConditionalGeneration, talk_hf.DynamicConvModel,
+         talk_hf.DynamicConvConfig, dict(SEQ2SEQ_SIZES, encoder_kernel_sizes=[3, 4], decoder_kernel_sizes=[3, 4])),
+    Case("dynamic-lm", talk_hf.DynamicConvForCausalLM, talk_hf.DynamicConvLMModel, talk_hf.DynamicConvLMConfig,
+         dict(SIZES, decoder_kernel_sizes=[3, 4])),
+    Case("lightweight-lm", talk_hf.DynamicConvForCausalLM, talk_hf.DynamicConvLMModel, talk_hf.DynamicConvLMConfig,
+         dict(SIZES, decoder_kernel_sizes=[2, 5], conv_type="lightweight")),
+]
+CASE_IDS = [case.name for case in CASES]
+
+
+def random_tokens(batch: int, length: int, seed: int = 1) -> torch.Tensor:
+    """(B, T) ids avoiding the special tokens 0..2."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(3, VOCAB, (batch, length), generator=generator)
+
+
+def model_inputs(case: Case, batch: int = 2, source_length: int = 7, target_length: int = 6) -> dict:
+    """Forward inputs for ``case``: source + decoder ids for seq2seq, ids for an LM."""
+    if case.is_seq2seq:
+        return dict(input_ids=random_tokens(batch, source_length), decoder_input_ids=random_tokens(batch, target_length, 2))
+    return dict(input_ids=random_tokens(batch, target_length))
+
+
+def generation_prompt(case: Case, batch: int = 2) -> dict:
+    """Prompt for generate(): a source sentence (seq2seq) or a few LM tokens."""
+    return dict(input_ids=random_tokens(batch, 7 if case.is_seq2seq else 5, seed=3))

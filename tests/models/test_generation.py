@@ -1,0 +1,146 @@
+"""Generation with the fixed-size ConvCache: equivalence with full recomputation, beam reordering,
+left padding, continuation, and a state that does not grow."""
+
+import pytest
+import torch
+from transformers import GenerationConfig
+
+from talk_hf import ConvCache
+
+from .helpers import CASE_IDS, CASES, PAD, generation_prompt, random_tokens
+
+MODES = {
+    "greedy": dict(do_sample=False, num_beams=1),
+    "sample": dict(do_sample=True, num_beams=1, top_k=0),
+    "beam": dict(do_sample=False, num_beams=3, num_return_sequences=2),
+    "beam_sample": dict(do_sample=True, num_beams=3, top_k=0),
+}
+
+
+def _generate(model, inputs, seed=0, **kwargs):
+    torch.manual_seed(seed)
+    settings = dict(max_new_tokens=8, min_new_tokens=8, return_dict_in_generate=True, output_scores=True,
+                    pad_token_id=PAD)
+    return model.generate(**inputs, **{**settings, **kwargs})
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_cached_forward_equals_full_forward(case):
+    """Prefill on a prefix, then one token at a time, gives the logits of one full forward."""
+    model = case.model()
+    tokens = random_tokens(2, 9, seed=4)
+    source = {"input_ids": random_tokens(2, 7)} if case.is_seq2seq else {}
+    key = "decoder_input_ids" if case.is_seq2seq else "input_ids"
+    full = model(**source, **{key: tokens}, use_cache=False).logits
+    outputs = model(**source, **{key: tokens[:, :4]}, use_cache=True)
+    steps = [outputs.logits]
+    for position in range(4, 9):
+        extra = {"encoder_outputs": (outputs.encoder_last_hidden_state,)} if case.is_seq2seq else {}
+        outputs = model(**source, **extra, **{key: tokens[:, position:position + 1]},
+                        past_key_values=outputs.past_key_values, use_cache=True)
+        steps.append(outputs.logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=list(MODES))
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_generate_is_identical_with_and_without_cache(case, mode):
+    model = case.model()
+    inputs = generation_prompt(case)
+    cached = _generate(model, inputs, use_cache=True, **MODES[mode])
+    uncached = _generate(model, inputs, use_cache=False, **MODES[mode])
+    assert torch.equal(cached.sequences, uncached.sequences)
+    for step_cached, step_uncached in zip(cached.scores, uncached.scores, strict=True):
+        finite = torch.isfinite(step_uncached)
+        assert torch.equal(finite, torch.isfinite(step_cached))
+        torch.testing.assert_close(step_cached[finite], step_uncached[finite], rtol=1e-4, atol=1e-4)
+    assert isinstance(getattr(cached.past_key_values, "self_attention_cache", cached.past_key_values), ConvCache)
+
+
+class _NoReorderCache(ConvCache):
+    """A cache that ignores beam reordering: the negative control."""
+
+    def reorder_cache(self, beam_idx):
+        pass
+
+
+@pytest.mark.parametrize("case", CASES[:2], ids=CASE_IDS[:2])
+def test_beam_search_needs_cache_reordering(case, monkeypatch):
+    """With reordering disabled, beam search gives other beams: reordering is really exercised."""
+    model = case.model()
+    inputs = generation_prompt(case)
+    settings = dict(num_beams=4, num_return_sequences=4, max_new_tokens=10, min_new_tokens=10)
+    reference = _generate(model, inputs, use_cache=False, **settings).sequences
+    assert torch.equal(_generate(model, inputs, **settings).sequences, reference)
+    decoder = model.model.decoder
+    monkeypatch.setattr(decoder, "new_cache", lambda: _NoReorderCache([layer.mixer.core.window for layer in decoder.layers]))
+    assert not torch.equal(_generate(model, inputs, **settings).sequences, reference)
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_left_padded_batch_generates_like_single_rows(case):
+    model = case.model()
+    rows = [random_tokens(1, 6, seed=7), random_tokens(1, 3, seed=8)]
+    width = max(row.shape[1] for row in rows)
+    batch = torch.cat([torch.cat([torch.full((1, width - row.shape[1]), PAD), row], 1) for row in rows])
+    mask = torch.cat([torch.cat([torch.zeros(1, width - row.shape[1]), torch.ones_like(row)], 1) for row in rows]).long()
+    settings = dict(do_sample=False, max_new_tokens=7, min_new_tokens=7)
+    batched = _generate(model, {"input_ids": batch, "attention_mask": mask}, **settings).sequences
+    for index, row in enumerate(rows):
+        single = _generate(model, {"input_ids": row}, **settings).sequences[0]
+        new_tokens = single if case.is_seq2seq else single[row.shape[1]:]
+        assert torch.equal(batched[index, -new_tokens.shape[0]:], new_tokens)
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_generation_continues_from_a_returned_cache(case):
+    model = case.model()
+    inputs = generation_prompt(case, batch=1)
+    settings = dict(do_sample=False)
+    whole = _generate(model, inputs, max_new_tokens=10, min_new_tokens=10, **settings).sequences
+    first = _generate(model, inputs, max_new_tokens=4, min_new_tokens=4, **settings)
+    key = "decoder_input_ids" if case.is_seq2seq else "input_ids"
+    continued_inputs = dict(inputs) if case.is_seq2seq else {}
+    continued_inputs[key] = first.sequences
+    if case.is_seq2seq:  # the decoder mask tells generate() which decoder tokens the cache has not seen yet
+        continued_inputs["decoder_attention_mask"] = torch.ones_like(first.sequences)
+    rest = _generate(model, continued_inputs, past_key_values=first.past_key_values,
+                     max_new_tokens=6, min_new_tokens=6, **settings).sequences
+    assert torch.equal(rest, whole)
+
+
+@pytest.mark.parametrize("case", CASES[:2], ids=CASE_IDS[:2])
+def test_cache_tensors_keep_their_size_from_step_10_to_step_500(case):
+    model = case.model()
+    inputs = generation_prompt(case, batch=1)
+    sizes = {}
+
+    def record(step_outputs, step):
+        cache = step_outputs.past_key_values
+        conv = getattr(cache, "self_attention_cache", cache)
+        sizes[step] = [tuple(layer.window.shape) for layer in conv.layers] + [conv.nbytes]
+        if case.is_seq2seq:
+            sizes[step] += [tuple(layer.keys.shape) for layer in cache.cross_attention_cache.layers]
+
+    source = {"input_ids": inputs["input_ids"]} if case.is_seq2seq else {}
+    tokens = random_tokens(1, 501, seed=9)
+    key = "decoder_input_ids" if case.is_seq2seq else "input_ids"
+    outputs = model(**source, **{key: tokens[:, :1]}, use_cache=True)
+    with torch.no_grad():
+        for step in range(1, 501):
+            extra = {"encoder_outputs": (outputs.encoder_last_hidden_state,)} if case.is_seq2seq else {}
+            outputs = model(**extra, **{key: tokens[:, step:step + 1]}, past_key_values=outputs.past_key_values)
+            if step in (10, 500):
+                record(outputs, step)
+    assert sizes[10] == sizes[500]
+    cache = outputs.past_key_values
+    assert cache.get_seq_length() == 501
+    expected_windows = [layer.mixer.core.window for layer in model.model.decoder.layers]
+    assert [shape[1] for shape in sizes[500][:len(expected_windows)]] == expected_windows
+
+
+def test_generation_config_defaults_come_from_the_config():
+    case = CASES[0]
+    model = case.model()
+    assert isinstance(model.generation_config, GenerationConfig)
+    assert model.generation_config.decoder_start_token_id == model.config.decoder_start_token_id

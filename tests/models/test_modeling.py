@@ -1,0 +1,171 @@
+"""The HF model checks: Auto round trip, meta init, tying, resizing, training, outputs, errors."""
+
+import pytest
+import torch
+from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+import talk_hf
+
+from .helpers import CASE_IDS, CASES, PAD, model_inputs, random_tokens
+
+
+def _auto_head(case):
+    return AutoModelForSeq2SeqLM if case.is_seq2seq else AutoModelForCausalLM
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_save_load_round_trip_through_auto_classes(case, tmp_path):
+    model = case.model()
+    inputs = model_inputs(case)
+    model.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors").exists()
+    loaded = _auto_head(case).from_pretrained(tmp_path).eval()
+    assert type(loaded) is case.head
+    torch.testing.assert_close(loaded(**inputs).logits, model(**inputs).logits, rtol=0, atol=0)
+    base = AutoModel.from_pretrained(tmp_path).eval()
+    assert type(base) is case.base
+    torch.testing.assert_close(base(**inputs).last_hidden_state, model.model(**inputs).last_hidden_state, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_meta_device_init_rebuilds_every_parameter_and_buffer(case):
+    with torch.device("meta"):
+        model = case.head(case.config())
+    model.to_empty(device="cpu")
+    model.init_weights()
+    for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
+        assert torch.isfinite(tensor).all(), name
+    reference = case.model()
+    for (name, buffer), (_, expected) in zip(model.named_buffers(), reference.named_buffers()):
+        torch.testing.assert_close(buffer, expected, msg=name)
+    assert model.get_input_embeddings().weight[PAD].abs().sum() == 0
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_output_embeddings_are_tied_to_the_input_embeddings(case, tmp_path):
+    model = case.model()
+    assert model.lm_head.weight is model.get_input_embeddings().weight
+    if case.is_seq2seq:
+        assert model.model.encoder.embed_tokens.weight is model.model.decoder.embed_tokens.weight
+    model.save_pretrained(tmp_path)
+    loaded = case.head.from_pretrained(tmp_path)
+    assert loaded.lm_head.weight is loaded.get_input_embeddings().weight
+    untied = case.model(tie_word_embeddings=False, **({"share_encoder_decoder_embeddings": False} if case.is_seq2seq else {}))
+    assert untied.lm_head.weight is not untied.get_input_embeddings().weight
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_resize_token_embeddings(case):
+    model = case.model()
+    model.resize_token_embeddings(52)
+    assert model.config.vocab_size == 52
+    assert model.get_input_embeddings().weight.shape[0] == 52
+    assert model.lm_head.weight is model.get_input_embeddings().weight
+    inputs = model_inputs(case)
+    inputs["input_ids"][0, 0] = 51
+    assert model(**inputs).logits.shape[-1] == 52
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients(case):
+    inputs = model_inputs(case)
+    labels = random_tokens(2, 6, seed=5)
+    results = []
+    for checkpointing in (False, True):
+        model = case.model().train()
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+            assert all(layer.gradient_checkpointing for layer in model.model.decoder.layers)
+        loss = model(**inputs, labels=labels).loss
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    (loss, grads), (loss_ckpt, grads_ckpt) = results
+    torch.testing.assert_close(loss, loss_ckpt)
+    assert grads.keys() == grads_ckpt.keys() and len(grads) > 10
+    for name in grads:
+        torch.testing.assert_close(grads[name], grads_ckpt[name], msg=name)
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_loss_honours_num_items_in_batch(case):
+    model = case.model()
+    inputs = model_inputs(case)
+    labels = random_tokens(2, 6, seed=5)
+    labels[0, :2] = -100
+    mean_loss = model(**inputs, labels=labels).loss
+    summed = model(**inputs, labels=labels, num_items_in_batch=torch.tensor(5)).loss
+    scored = labels if case.is_seq2seq else labels[:, 1:]  # an LM shifts its labels inside the loss
+    torch.testing.assert_close(summed, mean_loss * (scored != -100).sum() / 5)
+
+
+def test_seq2seq_labels_are_shifted_once():
+    case = CASES[0]
+    model = case.model()
+    source, labels = random_tokens(2, 7), random_tokens(2, 6, seed=5)
+    decoder_input_ids = model.prepare_decoder_input_ids_from_labels(labels)
+    assert (decoder_input_ids[:, 0] == model.config.decoder_start_token_id).all()
+    assert torch.equal(decoder_input_ids[:, 1:], labels[:, :-1])
+    logits = model(input_ids=source, decoder_input_ids=decoder_input_ids).logits
+    expected = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+    torch.testing.assert_close(model(input_ids=source, labels=labels).loss, expected)
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_hidden_states_and_cross_attentions_are_returned_when_asked(case):
+    model = case.model()
+    outputs = model(**model_inputs(case), output_hidden_states=True, output_attentions=True)
+    layers = model.config.decoder_layers
+    if case.is_seq2seq:
+        assert len(outputs.decoder_hidden_states) == layers + 1
+        assert len(outputs.encoder_hidden_states) == model.config.encoder_layers + 1
+        weights = outputs.cross_attentions
+        assert len(weights) == layers and weights[0].shape == (2, 2, 6, 7)
+        torch.testing.assert_close(weights[0].sum(-1), torch.ones(2, 2, 6))
+    else:
+        assert len(outputs.hidden_states) == layers + 1
+    torch.testing.assert_close(
+        model(**model_inputs(case)).logits, model(**model_inputs(case), output_attentions=True).logits
+    )
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_padding_is_ignored(case):
+    """Right padding of a shorter row (source for seq2seq) leaves its real outputs unchanged."""
+    model = case.model()
+    inputs = model_inputs(case, batch=1)
+    padded = {key: torch.cat([value, torch.full((1, 3), PAD)], dim=1) for key, value in inputs.items()}
+    masks = {"attention_mask": torch.cat([torch.ones(1, 7 if case.is_seq2seq else 6), torch.zeros(1, 3)], 1).long()}
+    if case.is_seq2seq:
+        padded["decoder_input_ids"] = inputs["decoder_input_ids"]
+    logits = model(**inputs).logits
+    padded_logits = model(**padded, **masks).logits[:, : logits.shape[1]]
+    torch.testing.assert_close(padded_logits, logits, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", CASES[:2], ids=CASE_IDS[:2])
+def test_out_of_range_token_ids_raise_a_clear_error(case):
+    model = case.model()
+    inputs = model_inputs(case)
+    inputs["input_ids"][0, 1] = 40
+    with pytest.raises(ValueError, match=r"input_ids must hold token ids in \[0, 40\)"):
+        model(**inputs)
+
+
+def test_a_foreign_cache_is_rejected():
+    from transformers import DynamicCache
+
+    case = CASES[1]
+    with pytest.raises(TypeError, match="past_key_values must be the ConvCache"):
+        case.model()(**model_inputs(case), past_key_values=DynamicCache(), use_cache=True)
+
+
+def test_lightweight_seq2seq_forward_and_padding():
+    case = CASES[2]
+    model = case.model(conv_type="lightweight")
+    assert isinstance(model.model.encoder.layers[0].mixer.core, talk_hf.layers.LightConvCore)
+    source, target = random_tokens(1, 5), random_tokens(1, 4, seed=2)
+    logits = model(input_ids=source, decoder_input_ids=target).logits
+    padded = torch.cat([torch.full((1, 2), PAD), source], dim=1)
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1, 1]])
+    torch.testing.assert_close(model(input_ids=padded, attention_mask=mask, decoder_input_ids=target).logits, logits,
+                               rtol=1e-5, atol=1e-5)
