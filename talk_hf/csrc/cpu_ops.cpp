@@ -10,14 +10,12 @@
 #include <vector>
 
 #include "bindings.h"
-#include "talk_math.h"
+#include "tensors.h"
 
 namespace talk_hf {
 namespace {
 
 constexpr int64_t kTile = 64;
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Runs body(batch, first, end) for every tile [first, end) of every batch row, in parallel.
 template <typename Body>
@@ -29,31 +27,6 @@ void for_each_tile(int64_t batch, int64_t length, const Body& body) {
       body(task / tiles, first, std::min(first + kTile, length));
     }
   });
-}
-
-// Reads the window edges of token (b, t) of head h; strides are those of contiguous tensors.
-template <typename scalar_t, typename acc_t>
-struct TalkWindows {
-  const scalar_t* offset_left;
-  const scalar_t* offset_right;  // nullptr in the causal form
-  int64_t length, heads, max_left, max_right;
-
-  Edge<acc_t> left(int64_t b, int64_t t, int64_t h) const {
-    return left_edge<acc_t>(t, length, static_cast<acc_t>(offset_left[(b * length + t) * heads + h]), max_left);
-  }
-  Edge<acc_t> right(int64_t b, int64_t t, int64_t h) const {
-    if (offset_right == nullptr) return causal_right_edge<acc_t>(t);
-    return right_edge<acc_t>(t, length, static_cast<acc_t>(offset_right[(b * length + t) * heads + h]), max_right);
-  }
-};
-
-template <typename scalar_t>
-const scalar_t* optional_data(const at::Tensor& tensor) {
-  return tensor.defined() ? tensor.const_data_ptr<scalar_t>() : nullptr;
-}
-
-at::Tensor contiguous_or_undefined(const std::optional<at::Tensor>& tensor) {
-  return tensor.has_value() ? tensor->contiguous() : at::Tensor();
 }
 
 }  // namespace
@@ -69,9 +42,7 @@ at::Tensor talk_forward(const at::Tensor& x_in, const at::Tensor& offset_left_in
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "talk_forward_cpu", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    const TalkWindows<scalar_t, acc_t> windows{offset_left.const_data_ptr<scalar_t>(),
-                                               optional_data<scalar_t>(offset_right), length, heads,
-                                               max_left, max_right};
+    const auto windows = talk_windows<scalar_t, acc_t>(offset_left, offset_right, max_left, max_right);
     const scalar_t* x_data = x.const_data_ptr<scalar_t>();
     scalar_t* out_data = out.mutable_data_ptr<scalar_t>();
     const acc_t normalizer = window_normalizer<acc_t>(max_left, max_right);
@@ -131,9 +102,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward(const at::Tensor& g
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "talk_backward_cpu", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    const TalkWindows<scalar_t, acc_t> windows{offset_left.const_data_ptr<scalar_t>(),
-                                               optional_data<scalar_t>(offset_right), length, heads,
-                                               max_left, max_right};
+    const auto windows = talk_windows<scalar_t, acc_t>(offset_left, offset_right, max_left, max_right);
     const scalar_t* x_data = x.const_data_ptr<scalar_t>();
     const scalar_t* grad_data = grad_out.const_data_ptr<scalar_t>();
     scalar_t* grad_x_data = grad_x.mutable_data_ptr<scalar_t>();
@@ -202,25 +171,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward(const at::Tensor& g
   });
   return {grad_x, grad_left, grad_right};
 }
-
-namespace {
-
-// Reads weight[b, t, h, k] through its strides (zero batch/time strides for LightConv).
-template <typename scalar_t>
-struct StridedWeight {
-  const scalar_t* data;
-  int64_t stride_b, stride_t, stride_h, stride_k;
-  scalar_t operator()(int64_t b, int64_t t, int64_t h, int64_t k) const {
-    return data[b * stride_b + t * stride_t + h * stride_h + k * stride_k];
-  }
-};
-
-template <typename scalar_t>
-StridedWeight<scalar_t> strided_weight(const at::Tensor& weight) {
-  return {weight.const_data_ptr<scalar_t>(), weight.stride(0), weight.stride(1), weight.stride(2), weight.stride(3)};
-}
-
-}  // namespace
 
 at::Tensor conv_forward(const at::Tensor& x_in, const at::Tensor& weight, int64_t padding_l) {
   const at::Tensor x = x_in.contiguous();

@@ -44,7 +44,7 @@ TALK_HD Edge<acc_t> clamped_edge(acc_t position, int64_t length) {
   const bool free = position >= acc_t(0) && position <= last;
   if (!(position >= acc_t(0))) position = acc_t(0);  // also catches NaN
   if (position > last) position = last;
-  const acc_t whole = floor(position);
+  const acc_t whole = std::floor(position);
   return Edge<acc_t>{static_cast<int64_t>(whole), position - whole, free};
 }
 
@@ -105,6 +105,22 @@ TALK_HD ScatterEntry<acc_t> scatter_entry(const Edge<acc_t>& left, const Edge<ac
   }
 }
 
+// Reads the window edges of token (b, t) of head h from contiguous (B, T, H) offsets.
+template <typename scalar_t, typename acc_t>
+struct TalkWindows {
+  const scalar_t* offset_left;
+  const scalar_t* offset_right;  // nullptr in the causal form
+  int64_t length, heads, max_left, max_right;
+
+  TALK_HD Edge<acc_t> left(int64_t b, int64_t t, int64_t h) const {
+    return left_edge<acc_t>(t, length, static_cast<acc_t>(offset_left[(b * length + t) * heads + h]), max_left);
+  }
+  TALK_HD Edge<acc_t> right(int64_t b, int64_t t, int64_t h) const {
+    if (offset_right == nullptr) return causal_right_edge<acc_t>(t);
+    return right_edge<acc_t>(t, length, static_cast<acc_t>(offset_right[(b * length + t) * heads + h]), max_right);
+  }
+};
+
 // How far a token's window reaches, for the backward pass: the contributors to a target row j
 // are the tokens t with j - reach.after <= t <= j + reach.before.
 struct Reach {
@@ -120,9 +136,22 @@ TALK_HD void widen_reach(Reach& reach, int64_t t, const Edge<acc_t>& left, const
   if (highest - t > reach.after) reach.after = highest - t;
 }
 
+TALK_HD int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 // DynamicConv/LightConv: tap k of output t reads x[t + k - padding_l], zero outside [0, T).
 TALK_HD int64_t conv_source(int64_t t, int64_t tap, int64_t padding_l) { return t + tap - padding_l; }
 
 TALK_HD bool in_sequence(int64_t index, int64_t length) { return index >= 0 && index < length; }
+
+// Reads weight[b, t, h, k] through its strides (zero batch and time strides for LightConv).
+template <typename scalar_t>
+struct StridedWeight {
+  const scalar_t* data;
+  int64_t stride_b, stride_t, stride_h, stride_k;
+
+  TALK_HD scalar_t operator()(int64_t b, int64_t t, int64_t h, int64_t k) const {
+    return data[b * stride_b + t * stride_t + h * stride_h + k * stride_k];
+  }
+};
 
 }  // namespace talk_hf

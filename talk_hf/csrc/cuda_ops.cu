@@ -1,0 +1,425 @@
+// CUDA kernels of talk_conv and dynamic_conv/light_conv, built just in time by
+// talk_hf.ops._extension.  The per-element math comes from talk_math.h, shared with the C++ CPU
+// kernels that the CPU test suite runs.
+//
+// Layout: a thread block covers one batch row, a tile of time steps and kChannels consecutive
+// channels (threadIdx.x = channel, so every row access of a warp is coalesced); threadIdx.y
+// splits the tile's rows.  Indices are 64-bit.  Accumulation is float32 (float64 for float64).
+//
+// talk_conv forward: one pass over the rows the tile's windows reach, kept in shared memory as a
+// local prefix sum (in chunks, so any reach works), then the interpolation at both edges.
+// talk_conv backward: grad_x of a tile as the running sum of a difference array in shared memory
+// (one private copy per threadIdx.y, reduced without atomics), fed by every token whose window
+// reaches the tile (the reach comes from a reduction kernel, not from the host); the offset
+// gradients are one warp per (b, t, h) dot product.
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/ops/amax.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "ops.h"
+#include "tensors.h"
+
+namespace talk_hf {
+namespace {
+
+constexpr int kChannels = 32;  // channels per block: blockDim.x
+constexpr int kRows = 8;       // blockDim.y of the forward kernels
+constexpr int kTile = 64;      // time steps per block of the forward kernels
+constexpr int kBackwardTile = 32;
+constexpr int kSharedBytes = 40 * 1024;  // stays under the 48 KiB default
+
+// Rows of the forward's shared prefix sum: row 0 carries the sum of the previous chunk.
+template <typename acc_t>
+constexpr int prefix_rows() {
+  return kSharedBytes / (kChannels * static_cast<int>(sizeof(acc_t)));
+}
+
+// Row-splitting of the backward: one private difference array per threadIdx.y.
+template <typename acc_t>
+constexpr int backward_rows() {
+  return kSharedBytes / ((kBackwardTile + 1) * kChannels * static_cast<int>(sizeof(acc_t)));
+}
+
+struct Layout {
+  int64_t length, channels, head_size;
+};
+
+// Block coordinates shared by the tile kernels: batch row, tile [first, end), channel, head.
+struct TileCoordinates {
+  int64_t b, first, end, channel, head;
+  bool active;  // the channel exists (the last chunk of channels may be partial)
+
+  __device__ TileCoordinates(const Layout& layout, int64_t tile) {
+    b = blockIdx.z;
+    first = static_cast<int64_t>(blockIdx.x) * tile;
+    end = first + tile < layout.length ? first + tile : layout.length;
+    channel = static_cast<int64_t>(blockIdx.y) * kChannels + threadIdx.x;
+    active = channel < layout.channels;
+    head = active ? channel / layout.head_size : 0;
+  }
+  __device__ int64_t offset(int64_t t, const Layout& layout) const {
+    return (b * layout.length + t) * layout.channels + channel;
+  }
+};
+
+dim3 tile_grid(int64_t batch, const Layout& layout, int64_t tile) {
+  TORCH_CHECK(batch <= 65535, "the CUDA kernels take at most 65535 batch rows, got ", batch);
+  return dim3(static_cast<unsigned>(ceil_div(layout.length, tile)),
+              static_cast<unsigned>(ceil_div(layout.channels, kChannels)), static_cast<unsigned>(batch));
+}
+
+template <typename acc_t>
+__device__ acc_t warp_sum(acc_t value) {
+  for (int lanes = 16; lanes > 0; lanes /= 2) value += __shfl_down_sync(0xffffffffu, value, lanes);
+  return value;
+}
+
+// In-place inclusive scan of rows [1, rows] of each channel's column of prefix (plus the carry in
+// row 0): threadIdx.y scans a segment, then adds the totals of the segments before it.
+template <typename acc_t>
+__device__ void scan_columns(acc_t (*prefix)[kChannels], acc_t (*totals)[kChannels], int rows) {
+  const int segment = (rows + kRows - 1) / kRows;
+  const int begin = 1 + threadIdx.y * segment;
+  const int stop = begin + segment < rows + 1 ? begin + segment : rows + 1;
+  acc_t running = 0;
+  for (int k = begin; k < stop; ++k) {
+    running += prefix[k][threadIdx.x];
+    prefix[k][threadIdx.x] = running;
+  }
+  totals[threadIdx.y][threadIdx.x] = running;
+  __syncthreads();
+  acc_t before = prefix[0][threadIdx.x];
+  for (int y = 0; y < static_cast<int>(threadIdx.y); ++y) before += totals[y][threadIdx.x];
+  for (int k = begin; k < stop; ++k) prefix[k][threadIdx.x] += before;
+  __syncthreads();
+}
+
+template <typename scalar_t, typename acc_t>
+__global__ void __launch_bounds__(kChannels* kRows)
+    talk_forward_kernel(TalkWindows<scalar_t, acc_t> windows, Layout layout, const scalar_t* __restrict__ x,
+                        scalar_t* __restrict__ out) {
+  constexpr int kPerThread = kTile / kRows;
+  constexpr int kPrefixRows = prefix_rows<acc_t>() - kRows;  // leave room for the segment totals
+  __shared__ acc_t prefix[kPrefixRows][kChannels];
+  __shared__ acc_t totals[kRows][kChannels];
+  __shared__ unsigned long long lowest_row, highest_row;
+
+  const TileCoordinates tile(layout, kTile);
+  const acc_t normalizer = window_normalizer<acc_t>(windows.max_left, windows.max_right);
+  if (threadIdx.x == 0 && threadIdx.y == 0) {
+    lowest_row = static_cast<unsigned long long>(layout.length);
+    highest_row = 0;
+  }
+  if (threadIdx.y == 0) prefix[0][threadIdx.x] = 0;
+  __syncthreads();
+
+  // The rows [lowest, highest] of the prefix sum that the tile's windows need.
+  for (int i = 0; i < kPerThread; ++i) {
+    const int64_t t = tile.first + threadIdx.y + kRows * i;
+    if (!tile.active || t >= tile.end) continue;
+    const Edge<acc_t> left = windows.left(tile.b, t, tile.head), right = windows.right(tile.b, t, tile.head);
+    atomicMin(&lowest_row, static_cast<unsigned long long>(left.index < right.index ? left.index : right.index));
+    atomicMax(&highest_row, static_cast<unsigned long long>(left.index > right.index ? left.index : right.index));
+  }
+  __syncthreads();
+  const int64_t lowest = static_cast<int64_t>(lowest_row), highest = static_cast<int64_t>(highest_row);
+
+  acc_t result[kPerThread];
+  for (int i = 0; i < kPerThread; ++i) result[i] = 0;
+  // Chunks of rows: prefix[k] = x[lowest] + ... + x[row0 + k - 1] covers indices [row0, row0 + rows].
+  for (int64_t row0 = lowest;;) {
+    const int rows = static_cast<int>(highest - row0 < kPrefixRows - 1 ? highest - row0 : kPrefixRows - 1);
+    for (int k = threadIdx.y; k < rows; k += kRows) {
+      prefix[k + 1][threadIdx.x] = tile.active ? static_cast<acc_t>(x[tile.offset(row0 + k, layout)]) : acc_t(0);
+    }
+    __syncthreads();
+    scan_columns<acc_t>(prefix, totals, rows);
+    const bool last_chunk = row0 + rows == highest;
+    for (int i = 0; i < kPerThread; ++i) {
+      const int64_t t = tile.first + threadIdx.y + kRows * i;
+      if (!tile.active || t >= tile.end) continue;
+      const Edge<acc_t> edges[2] = {windows.left(tile.b, t, tile.head), windows.right(tile.b, t, tile.head)};
+      for (int side = 0; side < 2; ++side) {
+        const Edge<acc_t>& edge = edges[side];
+        if (edge.index < row0 || (edge.index >= row0 + rows && !last_chunk)) continue;
+        const acc_t x_at = edge.index < layout.length ? static_cast<acc_t>(x[tile.offset(edge.index, layout)]) : acc_t(0);
+        const acc_t value = integral_to(edge, prefix[edge.index - row0][threadIdx.x], x_at);
+        result[i] += side == 0 ? -value : value;
+      }
+    }
+    if (last_chunk) break;
+    row0 += rows;
+    __syncthreads();  // every thread has read this chunk before row 0 takes the carry
+    if (threadIdx.y == 0) prefix[0][threadIdx.x] = prefix[rows][threadIdx.x];
+    __syncthreads();
+  }
+  for (int i = 0; i < kPerThread; ++i) {
+    const int64_t t = tile.first + threadIdx.y + kRows * i;
+    if (tile.active && t < tile.end) out[tile.offset(t, layout)] = static_cast<scalar_t>(result[i] / normalizer);
+  }
+}
+
+// Per-block maxima of the reach over (b, t, h); the caller reduces the (blocks, 2) partials.
+template <typename scalar_t, typename acc_t>
+__global__ void talk_reach_kernel(TalkWindows<scalar_t, acc_t> windows, int64_t count, int64_t* partials) {
+  __shared__ int64_t before[256], after[256];
+  Reach reach{0, 0};
+  for (int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; index < count;
+       index += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t h = index % windows.heads, t = (index / windows.heads) % windows.length;
+    const int64_t b = index / (windows.heads * windows.length);
+    widen_reach(reach, t, windows.left(b, t, h), windows.right(b, t, h));
+  }
+  before[threadIdx.x] = reach.before;
+  after[threadIdx.x] = reach.after;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (static_cast<int>(threadIdx.x) < stride) {
+      const int other = threadIdx.x + stride;
+      if (before[other] > before[threadIdx.x]) before[threadIdx.x] = before[other];
+      if (after[other] > after[threadIdx.x]) after[threadIdx.x] = after[other];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    partials[2 * blockIdx.x] = before[0];
+    partials[2 * blockIdx.x + 1] = after[0];
+  }
+}
+
+template <typename scalar_t, typename acc_t>
+__global__ void __launch_bounds__(kChannels* backward_rows<acc_t>())
+    talk_grad_x_kernel(TalkWindows<scalar_t, acc_t> windows, Layout layout, const scalar_t* __restrict__ grad_out,
+                       const int64_t* __restrict__ reach, scalar_t* __restrict__ grad_x) {
+  constexpr int kCopies = backward_rows<acc_t>();
+  __shared__ acc_t difference[kCopies][kBackwardTile + 1][kChannels];
+  const TileCoordinates tile(layout, kBackwardTile);
+  const acc_t normalizer = window_normalizer<acc_t>(windows.max_left, windows.max_right);
+  for (int k = 0; k <= kBackwardTile; ++k) difference[threadIdx.y][k][threadIdx.x] = 0;
+
+  // Every token whose window reaches the tile adds its four difference-array entries; entries
+  // below the tile land on its first row, entries past it are dropped.
+  const int64_t first_contributor = tile.first - reach[1] > 0 ? tile.first - reach[1] : 0;
+  const int64_t last_contributor = tile.end - 1 + reach[0] < layout.length - 1 ? tile.end - 1 + reach[0] : layout.length - 1;
+  if (tile.active) {
+    for (int64_t t = first_contributor + threadIdx.y; t <= last_contributor; t += kCopies) {
+      const Edge<acc_t> left = windows.left(tile.b, t, tile.head), right = windows.right(tile.b, t, tile.head);
+      const acc_t grad = static_cast<acc_t>(grad_out[tile.offset(t, layout)]);
+      for (int which = 0; which < 4; ++which) {
+        const ScatterEntry<acc_t> entry = scatter_entry(left, right, which);
+        if (entry.position >= tile.end || entry.weight == acc_t(0)) continue;
+        const int64_t row = (entry.position > tile.first ? entry.position : tile.first) - tile.first;
+        difference[threadIdx.y][row][threadIdx.x] += entry.weight * grad;
+      }
+    }
+  }
+  __syncthreads();
+  for (int k = threadIdx.y; k < kBackwardTile; k += kCopies) {
+    for (int copy = 1; copy < kCopies; ++copy) difference[0][k][threadIdx.x] += difference[copy][k][threadIdx.x];
+  }
+  __syncthreads();
+  if (threadIdx.y == 0) {
+    acc_t running = 0;
+    for (int k = 0; k < kBackwardTile; ++k) {
+      running += difference[0][k][threadIdx.x];
+      difference[0][k][threadIdx.x] = running;
+    }
+  }
+  __syncthreads();
+  for (int64_t t = tile.first + threadIdx.y; t < tile.end; t += kCopies) {
+    if (tile.active) grad_x[tile.offset(t, layout)] = static_cast<scalar_t>(difference[0][t - tile.first][threadIdx.x] / normalizer);
+  }
+}
+
+// One warp per (b, t, h): factor * <grad_out[b, t, head h], x[b, edge, head h]> for both edges.
+template <typename scalar_t, typename acc_t>
+__global__ void talk_grad_offsets_kernel(TalkWindows<scalar_t, acc_t> windows, Layout layout, int64_t count,
+                                         const scalar_t* __restrict__ x, const scalar_t* __restrict__ grad_out,
+                                         scalar_t* __restrict__ grad_left, scalar_t* __restrict__ grad_right) {
+  const int64_t index = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (index >= count) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t h = index % windows.heads, t = (index / windows.heads) % layout.length;
+  const int64_t b = index / (windows.heads * layout.length);
+  const Edge<acc_t> left = windows.left(b, t, h), right = windows.right(b, t, h);
+  const bool right_inside = right.index < layout.length;
+  const scalar_t* grad_row = grad_out + (b * layout.length + t) * layout.channels + h * layout.head_size;
+  const scalar_t* x_left = x + (b * layout.length + left.index) * layout.channels + h * layout.head_size;
+  const scalar_t* x_right = x + (b * layout.length + (right_inside ? right.index : 0)) * layout.channels + h * layout.head_size;
+  acc_t dot_left = 0, dot_right = 0;
+  for (int64_t c = lane; c < layout.head_size; c += 32) {
+    const acc_t grad = static_cast<acc_t>(grad_row[c]);
+    dot_left += grad * static_cast<acc_t>(x_left[c]);
+    if (right_inside) dot_right += grad * static_cast<acc_t>(x_right[c]);
+  }
+  dot_left = warp_sum(dot_left);
+  dot_right = warp_sum(dot_right);
+  if (lane != 0) return;
+  const acc_t normalizer = window_normalizer<acc_t>(windows.max_left, windows.max_right);
+  grad_left[index] = static_cast<scalar_t>(offset_gradient_factor(left, windows.max_left, normalizer) * dot_left);
+  if (grad_right != nullptr) {
+    grad_right[index] = static_cast<scalar_t>(offset_gradient_factor(right, windows.max_right, normalizer) * dot_right);
+  }
+}
+
+// DynamicConv forward (transpose = false): out[t] = sum_k w[t, k] * x[t + k - padding_l];
+// grad_x (transpose = true): grad_x[j] = sum_k w[j - k + padding_l, k] * grad_out[j - k + padding_l].
+template <typename scalar_t, typename acc_t, bool transpose>
+__global__ void __launch_bounds__(kChannels* kRows)
+    conv_kernel(StridedWeight<scalar_t> weight, Layout layout, int64_t taps, int64_t padding_l,
+                const scalar_t* __restrict__ input, scalar_t* __restrict__ output) {
+  const TileCoordinates tile(layout, kTile);
+  if (!tile.active) return;
+  for (int64_t t = tile.first + threadIdx.y; t < tile.end; t += kRows) {
+    acc_t sum = 0;
+    for (int64_t k = 0; k < taps; ++k) {
+      const int64_t other = transpose ? t - k + padding_l : conv_source(t, k, padding_l);
+      if (!in_sequence(other, layout.length)) continue;
+      const acc_t tap = static_cast<acc_t>(weight(tile.b, transpose ? other : t, tile.head, k));
+      sum += tap * static_cast<acc_t>(input[tile.offset(other, layout)]);
+    }
+    output[tile.offset(t, layout)] = static_cast<scalar_t>(sum);
+  }
+}
+
+// One warp per (b, t, h): grad_weight[b, t, h, k] = <grad_out[t], x[t + k - padding_l]> over the head.
+template <typename scalar_t, typename acc_t>
+__global__ void conv_grad_weight_kernel(Layout layout, int64_t heads, int64_t taps, int64_t padding_l, int64_t count,
+                                        const scalar_t* __restrict__ x, const scalar_t* __restrict__ grad_out,
+                                        acc_t* __restrict__ grad_weight) {
+  const int64_t index = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (index >= count) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t h = index % heads, t = (index / heads) % layout.length, b = index / (heads * layout.length);
+  const scalar_t* grad_row = grad_out + (b * layout.length + t) * layout.channels + h * layout.head_size;
+  for (int64_t k = 0; k < taps; ++k) {
+    const int64_t source = conv_source(t, k, padding_l);
+    acc_t dot = 0;
+    if (in_sequence(source, layout.length)) {
+      const scalar_t* x_row = x + (b * layout.length + source) * layout.channels + h * layout.head_size;
+      for (int64_t c = lane; c < layout.head_size; c += 32) dot += static_cast<acc_t>(grad_row[c]) * static_cast<acc_t>(x_row[c]);
+    }
+    dot = warp_sum(dot);
+    if (lane == 0) grad_weight[index * taps + k] = dot;
+  }
+}
+
+constexpr int kWarpsPerBlock = 8;
+
+unsigned warp_blocks(int64_t warps) { return static_cast<unsigned>(ceil_div(warps, kWarpsPerBlock)); }
+
+Layout layout_of(const at::Tensor& x, int64_t heads) {
+  return Layout{x.size(1), x.size(2), x.size(2) / heads};
+}
+
+}  // namespace
+
+at::Tensor talk_forward(const at::Tensor& x_in, const at::Tensor& offset_left_in,
+                        const std::optional<at::Tensor>& offset_right_in, int64_t max_left, int64_t max_right) {
+  const c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor x = x_in.contiguous();
+  const at::Tensor offset_left = offset_left_in.contiguous();
+  const at::Tensor offset_right = contiguous_or_undefined(offset_right_in);
+  at::Tensor out = at::empty_like(x);
+  if (x.numel() == 0) return out;
+  const Layout layout = layout_of(x, offset_left.size(2));
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "talk_forward_cuda", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    talk_forward_kernel<scalar_t, acc_t><<<tile_grid(x.size(0), layout, kTile), dim3(kChannels, kRows), 0, stream>>>(
+        talk_windows<scalar_t, acc_t>(offset_left, offset_right, max_left, max_right), layout,
+        x.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward(const at::Tensor& grad_out_in, const at::Tensor& x_in,
+                                                             const at::Tensor& offset_left_in,
+                                                             const std::optional<at::Tensor>& offset_right_in,
+                                                             int64_t max_left, int64_t max_right) {
+  const c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor grad_out = grad_out_in.contiguous();
+  const at::Tensor x = x_in.contiguous();
+  const at::Tensor offset_left = offset_left_in.contiguous();
+  const at::Tensor offset_right = contiguous_or_undefined(offset_right_in);
+  at::Tensor grad_x = at::empty_like(x);
+  at::Tensor grad_left = at::empty_like(offset_left);
+  at::Tensor grad_right = offset_right.defined() ? at::empty_like(offset_right) : at::empty({0}, x.options());
+  if (x.numel() == 0) return {grad_x, grad_left, grad_right};
+  const Layout layout = layout_of(x, offset_left.size(2));
+  const int64_t pairs = offset_left.numel();  // (b, t, h) triples
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "talk_backward_cuda", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const auto windows = talk_windows<scalar_t, acc_t>(offset_left, offset_right, max_left, max_right);
+    const unsigned reach_blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(pairs, 256), 1024));
+    at::Tensor partials = at::empty({reach_blocks, 2}, x.options().dtype(at::kLong));
+    talk_reach_kernel<scalar_t, acc_t><<<reach_blocks, 256, 0, stream>>>(windows, pairs, partials.mutable_data_ptr<int64_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    const at::Tensor reach = at::amax(partials, 0);  // stays on the device: no host sync
+
+    talk_grad_x_kernel<scalar_t, acc_t>
+        <<<tile_grid(x.size(0), layout, kBackwardTile), dim3(kChannels, backward_rows<acc_t>()), 0, stream>>>(
+            windows, layout, grad_out.const_data_ptr<scalar_t>(), reach.const_data_ptr<int64_t>(),
+            grad_x.mutable_data_ptr<scalar_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    talk_grad_offsets_kernel<scalar_t, acc_t><<<warp_blocks(pairs), 32 * kWarpsPerBlock, 0, stream>>>(
+        windows, layout, pairs, x.const_data_ptr<scalar_t>(), grad_out.const_data_ptr<scalar_t>(),
+        grad_left.mutable_data_ptr<scalar_t>(),
+        offset_right.defined() ? grad_right.mutable_data_ptr<scalar_t>() : nullptr);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return {grad_x, grad_left, grad_right};
+}
+
+at::Tensor conv_forward(const at::Tensor& x_in, const at::Tensor& weight, int64_t padding_l) {
+  const c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor x = x_in.contiguous();
+  at::Tensor out = at::empty_like(x);
+  if (x.numel() == 0) return out;
+  const Layout layout = layout_of(x, weight.size(2));
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "conv_forward_cuda", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    conv_kernel<scalar_t, acc_t, false><<<tile_grid(x.size(0), layout, kTile), dim3(kChannels, kRows), 0, stream>>>(
+        strided_weight<scalar_t>(weight), layout, weight.size(3), padding_l, x.const_data_ptr<scalar_t>(),
+        out.mutable_data_ptr<scalar_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out_in, const at::Tensor& x_in,
+                                                 const at::Tensor& weight, int64_t padding_l) {
+  const c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor grad_out = grad_out_in.contiguous();
+  const at::Tensor x = x_in.contiguous();
+  const int64_t heads = weight.size(2), taps = weight.size(3);
+  at::Tensor grad_x = at::empty_like(x);
+  at::Tensor grad_weight =
+      at::empty({x.size(0), x.size(1), heads, taps}, x.options().dtype(at::toOpMathType(x.scalar_type())));
+  if (x.numel() == 0) return {grad_x, grad_weight};
+  const Layout layout = layout_of(x, heads);
+  const int64_t pairs = x.size(0) * x.size(1) * heads;
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "conv_backward_cuda", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    conv_kernel<scalar_t, acc_t, true><<<tile_grid(x.size(0), layout, kTile), dim3(kChannels, kRows), 0, stream>>>(
+        strided_weight<scalar_t>(weight), layout, taps, padding_l, grad_out.const_data_ptr<scalar_t>(),
+        grad_x.mutable_data_ptr<scalar_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    conv_grad_weight_kernel<scalar_t, acc_t><<<warp_blocks(pairs), 32 * kWarpsPerBlock, 0, stream>>>(
+        layout, heads, taps, padding_l, pairs, x.const_data_ptr<scalar_t>(), grad_out.const_data_ptr<scalar_t>(),
+        grad_weight.mutable_data_ptr<acc_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return {grad_x, grad_weight};
+}
+
+}  // namespace talk_hf

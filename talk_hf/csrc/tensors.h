@@ -1,0 +1,37 @@
+// Host-side helpers that turn ATen tensors into the raw views the kernels of talk_math.h read.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+
+#include "talk_math.h"
+
+namespace talk_hf {
+
+// The optional tensor made contiguous, or an undefined tensor when absent.
+inline at::Tensor contiguous_or_undefined(const std::optional<at::Tensor>& tensor) {
+  return tensor.has_value() ? tensor->contiguous() : at::Tensor();
+}
+
+// The data pointer of a tensor that may be undefined (then nullptr).
+template <typename scalar_t>
+const scalar_t* optional_data(const at::Tensor& tensor) {
+  return tensor.defined() ? tensor.const_data_ptr<scalar_t>() : nullptr;
+}
+
+// The window reader of contiguous (B, T, H) offsets; offset_right may be undefined (causal).
+template <typename scalar_t, typename acc_t>
+TalkWindows<scalar_t, acc_t> talk_windows(const at::Tensor& offset_left, const at::Tensor& offset_right,
+                                          int64_t max_left, int64_t max_right) {
+  return {offset_left.const_data_ptr<scalar_t>(), optional_data<scalar_t>(offset_right), offset_left.size(1),
+          offset_left.size(2), max_left, max_right};
+}
+
+// A (B, T, H, K) weight read through its strides.
+template <typename scalar_t>
+StridedWeight<scalar_t> strided_weight(const at::Tensor& weight) {
+  return {weight.const_data_ptr<scalar_t>(), weight.stride(0), weight.stride(1), weight.stride(2), weight.stride(3)};
+}
+
+}  // namespace talk_hf
