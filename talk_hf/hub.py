@@ -35,18 +35,19 @@ def _flat_name(module_name: str) -> str:
     return module_name.rsplit(".", 1)[-1]
 
 
-def _relative_imports(module_name: str) -> list[tuple[ast.ImportFrom, str]]:
-    """Each relative ``from ... import`` of the module with the absolute module it names."""
+def _relative_imports(module_name: str) -> list[tuple[ast.ImportFrom, list[str]]]:
+    """Each relative ``from ... import`` of the module with the absolute module(s) it imports.
+
+    ``from .x import a`` imports module ``x``; ``from . import a, b`` imports modules ``a`` and ``b``.
+    """
     path = _module_file(module_name)
     package = module_name if path.name == "__init__.py" else module_name.rsplit(".", 1)[0]
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.level > 0:
-            if node.module is None:
-                raise ValueError(
-                    f"{path}: `from {'.' * node.level} import ...` cannot be flattened; import from a module"
-                )
-            found.append((node, importlib.util.resolve_name("." * node.level + node.module, package)))
+            base = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+            targets = [base] if node.module else [f"{base}.{alias.name}" for alias in node.names]
+            found.append((node, targets))
     return found
 
 
@@ -59,16 +60,30 @@ def _collect(entry_modules: list[str]) -> list[str]:
             continue
         ordered.append(name)
         importlib.import_module(name)
-        pending.extend(target for _, target in _relative_imports(name))
+        pending.extend(target for _, targets in _relative_imports(name) for target in targets)
     return ordered
 
 
 def _flattened_source(module_name: str) -> str:
-    """The module's source with each relative import rewritten to ``from .<flat name> import``."""
+    """The module's source with each relative import rewritten against the flat folder.
+
+    ``from ..x.y import a`` becomes ``from .y import a``.  ``from . import m`` stays valid, but
+    transformers copies only files named by ``from .<name> import`` lines, so such a line gets
+    ``from .m import __name__ as _m_module`` in front of it.
+    """
     lines = _module_file(module_name).read_text(encoding="utf-8").splitlines(keepends=True)
-    for node, target in _relative_imports(module_name):
+    for node, targets in _relative_imports(module_name):
         index = node.lineno - 1
-        lines[index] = _FROM_RELATIVE.sub(rf"\1from .{_flat_name(target)} import", lines[index], count=1)
+        if node.module:
+            lines[index] = _FROM_RELATIVE.sub(rf"\1from .{_flat_name(targets[0])} import", lines[index], count=1)
+        else:
+            indent = lines[index][: len(lines[index]) - len(lines[index].lstrip())]
+            names = ", ".join(_flat_name(target) for target in targets)
+            markers = "".join(
+                f"{indent}from .{_flat_name(target)} import __name__ as _{_flat_name(target)}_module\n"
+                for target in targets
+            )
+            lines[index] = f"{markers}{indent}from . import {names}\n"
     return "".join(lines)
 
 

@@ -1,0 +1,91 @@
+"""Exported checkpoints load with trust_remote_code=True in a process where talk_hf is not importable."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from transformers import AutoModel
+
+import talk_hf
+
+from .helpers import CASES, generation_prompt, model_inputs
+
+HEADS = CASES[:4]  # the four generative heads
+
+CHILD = textwrap.dedent(
+    """
+    import importlib.abc, json, sys
+
+    class HideTalkHf(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "talk_hf" or name.startswith("talk_hf."):
+                raise ModuleNotFoundError(f"No module named {name!r} (hidden by the test)")
+            return None
+
+    sys.meta_path.insert(0, HideTalkHf())
+    import torch
+    import transformers
+
+    jobs = json.loads(sys.argv[1])
+    for job in jobs:
+        auto_class = getattr(transformers, job["auto_class"])
+        model = auto_class.from_pretrained(job["path"], trust_remote_code=True).eval()
+        assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
+        inputs = torch.load(job["inputs"])
+        prompt = torch.load(job["prompt"])
+        with torch.no_grad():
+            logits = model(**inputs).logits
+        sequences = model.generate(**prompt, max_new_tokens=6, do_sample=False, num_beams=2, pad_token_id=1)
+        torch.save({"logits": logits, "sequences": sequences}, job["result"])
+    assert not any(name.startswith("talk_hf") for name in sys.modules)
+    print("ok")
+    """
+)
+
+
+def test_exported_checkpoints_load_without_talk_hf(tmp_path):
+    jobs, expected = [], {}
+    for case in HEADS:
+        folder = tmp_path / case.name
+        model = case.model()
+        model.save_pretrained(folder)
+        auto_map = talk_hf.export_for_remote_code(folder)
+        head_auto_class = "AutoModelForSeq2SeqLM" if case.is_seq2seq else "AutoModelForCausalLM"
+        assert set(auto_map) == {"AutoConfig", "AutoModel", head_auto_class}
+        assert json.loads((folder / "config.json").read_text())["auto_map"] == auto_map
+        inputs, prompt = model_inputs(case), generation_prompt(case)
+        torch.save(inputs, folder / "inputs.pt")
+        torch.save(prompt, folder / "prompt.pt")
+        with torch.no_grad():
+            expected[case.name] = (model(**inputs).logits,
+                                   model.generate(**prompt, max_new_tokens=6, do_sample=False, num_beams=2, pad_token_id=1))
+        jobs.append(dict(path=str(folder), auto_class=head_auto_class, inputs=str(folder / "inputs.pt"),
+                         prompt=str(folder / "prompt.pt"), result=str(folder / "result.pt"), name=case.name))
+
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
+    child = subprocess.run([sys.executable, "-c", CHILD, json.dumps(jobs)], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stderr[-3000:]
+    for job in jobs:
+        result = torch.load(job["result"])
+        logits, sequences = expected[job["name"]]
+        torch.testing.assert_close(result["logits"], logits, rtol=1e-5, atol=1e-5)
+        assert torch.equal(result["sequences"], sequences)
+
+
+def test_exported_checkpoint_still_loads_the_installed_classes(tmp_path):
+    case = HEADS[1]
+    case.model().save_pretrained(tmp_path)
+    talk_hf.export_for_remote_code(tmp_path)
+    assert type(AutoModel.from_pretrained(tmp_path)) is case.base
+
+
+def test_export_rejects_a_folder_of_another_model(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bart"}))
+    with pytest.raises(ValueError, match="not a talk_hf model type"):
+        talk_hf.export_for_remote_code(tmp_path)
