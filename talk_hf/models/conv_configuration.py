@@ -22,6 +22,13 @@ def check_int(name: str, value: Any, minimum: int) -> None:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
 
 
+def check_token_id(name: str, value: Any, vocab_size: int) -> None:
+    """Require an int in [0, vocab_size)."""
+    check_int(name, value, 0)
+    if value >= vocab_size:
+        raise ValueError(f"{name}={value} must be < vocab_size={vocab_size}")
+
+
 def check_probability(name: str, value: Any) -> None:
     """Require a float in [0, 1)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
@@ -82,8 +89,16 @@ class ConvLMConfigBase(PretrainedConfig):
     """
 
     attribute_map: ClassVar[dict[str, str]] = {"hidden_size": "d_model", "num_hidden_layers": "decoder_layers"}
-    # Named presets {name: field overrides}; each family configuration fills its own.
+    # Set by each family configuration:
+    # named presets {name: field overrides};
     presets: ClassVar[dict[str, dict[str, Any]]] = {}
+    # its per-layer size fields {field: the layer-count field it follows}, their smallest value
+    # and default schedule (first, largest) for `doubling_schedule`;
+    per_layer_fields: ClassVar[dict[str, str]] = {}
+    per_layer_minimum: ClassVar[int] = 0
+    per_layer_schedule: ClassVar[tuple[int, int]] = (1, 15)
+    # and the name of its mixer's dropout field (offsets or kernels).
+    mixer_dropout_field: ClassVar[str | None] = None
 
     vocab_size: int = 1000
     d_model: int = 256
@@ -109,10 +124,15 @@ class ConvLMConfigBase(PretrainedConfig):
         if self.conv_dim is None:
             self.conv_dim = self.d_model
         self.validate_fields()
+        self.validate_per_layer_fields()
         super().__post_init__(**kwargs)
 
     def validate_fields(self) -> None:
-        """Check every shared field; family configurations extend this with their own."""
+        """Fill the per-layer defaults and check every field; subclasses extend the checks."""
+        for field in self.per_layer_fields:
+            if getattr(self, field) is None:
+                layers = getattr(self, self.per_layer_fields[field])
+                setattr(self, field, doubling_schedule(layers, *self.per_layer_schedule) if isinstance(layers, int) else None)
         check_int("vocab_size", self.vocab_size, 1)
         check_int("d_model", self.d_model, 1)
         check_int("conv_dim", self.conv_dim, 1)
@@ -121,14 +141,19 @@ class ConvLMConfigBase(PretrainedConfig):
         check_divisible("conv_dim", self.conv_dim, "decoder_conv_heads", self.decoder_conv_heads)
         if self.activation_function not in ACTIVATIONS:
             raise ValueError(f"activation_function must be one of {ACTIVATIONS}, got {self.activation_function!r}")
-        for name in ("dropout", "activation_dropout", "input_dropout"):
+        probabilities = ["dropout", "activation_dropout", "input_dropout"]
+        if self.mixer_dropout_field is not None:
+            probabilities.append(self.mixer_dropout_field)
+        for name in probabilities:
             check_probability(name, getattr(self, name))
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
-            value = getattr(self, name)
-            if value is not None:
-                check_int(name, value, 0)
-                if value >= self.vocab_size:
-                    raise ValueError(f"{name}={value} must be < vocab_size={self.vocab_size}")
+            if getattr(self, name) is not None:
+                check_token_id(name, getattr(self, name), self.vocab_size)
+
+    def validate_per_layer_fields(self) -> None:
+        """Check the family's per-layer sizes against the layer counts (after all counts are checked)."""
+        for field, layers_field in self.per_layer_fields.items():
+            check_per_layer(field, getattr(self, field), layers_field, getattr(self, layers_field), self.per_layer_minimum)
 
     @classmethod
     def from_preset(cls, name: str, **overrides):
@@ -183,18 +208,46 @@ class ConvSeq2SeqConfigBase(ConvLMConfigBase):
             )
         if self.decoder_start_token_id is None:
             raise ValueError("decoder_start_token_id must be set for an encoder-decoder model")
-        check_int("decoder_start_token_id", self.decoder_start_token_id, 0)
-        if self.decoder_start_token_id >= self.vocab_size:
-            raise ValueError(
-                f"decoder_start_token_id={self.decoder_start_token_id} must be < vocab_size={self.vocab_size}"
-            )
+        check_token_id("decoder_start_token_id", self.decoder_start_token_id, self.vocab_size)
 
 
-def preset_shape(d_model: int, ffn_dim: int, heads: int, use_glu: bool, decoder_layers: int, encoder_layers: int = 0) -> dict:
-    """The size fields of a preset (encoder fields only when ``encoder_layers`` > 0)."""
-    shape = dict(d_model=d_model, decoder_ffn_dim=ffn_dim, decoder_conv_heads=heads, use_glu=use_glu,
-                 decoder_layers=decoder_layers)
-    if encoder_layers:
-        shape.update(encoder_ffn_dim=ffn_dim, encoder_conv_heads=heads, decoder_attention_heads=heads,
-                     encoder_layers=encoder_layers)
-    return shape
+def _preset(d_model: int, ffn_dim: int, heads: int, use_glu: bool, sizes_name: str, decoder_sizes: list[int],
+            encoder_sizes: list[int] | None = None, **extra) -> dict:
+    """A preset's fields; per-layer sizes go to ``decoder_<sizes_name>`` (and ``encoder_<sizes_name>``)."""
+    preset = dict(d_model=d_model, decoder_ffn_dim=ffn_dim, decoder_conv_heads=heads, use_glu=use_glu,
+                  decoder_layers=len(decoder_sizes), **{f"decoder_{sizes_name}": decoder_sizes}, **extra)
+    if encoder_sizes is not None:
+        preset.update(encoder_ffn_dim=ffn_dim, encoder_conv_heads=heads, decoder_attention_heads=heads,
+                      encoder_layers=len(encoder_sizes), **{f"encoder_{sizes_name}": encoder_sizes})
+    return preset
+
+
+def seq2seq_presets(sizes_name: str, mixer_dropout_field: str, iwslt_sizes: tuple[list[int], list[int]],
+                    small_sizes: list[int]) -> dict[str, dict[str, Any]]:
+    """The papers' encoder-decoder presets (DESIGN section 4) for one family.
+
+    Args:
+        sizes_name: the family's per-layer field suffix (``max_offsets`` or ``kernel_sizes``).
+        mixer_dropout_field: the family's offset/kernel dropout field.
+        iwslt_sizes: (encoder, decoder) sizes of the IWSLT14 De-En model (they differ by family).
+        small_sizes: per-layer sizes of the 3 + 3 layer CPU preset.
+    """
+    big = ([3, 7, 15, 31, 31, 31, 31], [3, 7, 15, 31, 31, 31])
+    regularised = dict(dropout=0.3, **{mixer_dropout_field: 0.1})
+    return {
+        "iwslt14-de-en": _preset(512, 1024, 4, False, sizes_name, iwslt_sizes[1], iwslt_sizes[0], **regularised,
+                                 share_encoder_decoder_embeddings=False),
+        "wmt-big": _preset(1024, 4096, 16, True, sizes_name, big[1], big[0], **regularised),
+        "cnn-dm": _preset(512, 2048, 8, True, sizes_name, big[1], big[0]),
+        "cnn-dm-deep": _preset(512, 2048, 8, True, sizes_name, [3, 7] + [31] * 8, [3, 7, 15] + [31] * 7),
+        "small": _preset(256, 1024, 4, True, sizes_name, small_sizes, small_sizes),
+    }
+
+
+def lm_presets(sizes_name: str, small_sizes: list[int]) -> dict[str, dict[str, Any]]:
+    """The decoder-only presets: WikiText-103 (the TaLK authors' per-layer sizes, r = 0) and a small one."""
+    return {
+        "wikitext-103": _preset(1024, 4096, 8, True, sizes_name, [3, 5, 7, 15, 31] + [63] * 12,
+                                vocab_size=267744, dropout=0.3),
+        "small": _preset(256, 1024, 4, True, sizes_name, small_sizes),
+    }

@@ -253,14 +253,12 @@ class ConvSeq2SeqModel(ConvPreTrainedModel):
         )
 
 
-class ConvForConditionalGeneration(ConvPreTrainedModel, GenerationMixin):
-    """Seq2seq model + LM head (tied to the target embeddings when ``tie_word_embeddings``).
-
-    Subclasses set ``base_model_class`` (the family's `ConvSeq2SeqModel`).
-    """
+class ConvHeadBase(ConvPreTrainedModel, GenerationMixin):
+    """A base model (``self.model``) plus an LM head, tied to the target embeddings when
+    ``tie_word_embeddings``.  Subclasses set ``base_model_class``."""
 
     _tied_weights_keys = {"lm_head.weight": "model.decoder.embed_tokens.weight"}
-    base_model_class: type[ConvSeq2SeqModel]
+    base_model_class: type[ConvPreTrainedModel]
 
     def __init__(self, config):
         super().__init__(config)
@@ -279,6 +277,10 @@ class ConvForConditionalGeneration(ConvPreTrainedModel, GenerationMixin):
 
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head = value
+
+
+class ConvForConditionalGeneration(ConvHeadBase):
+    """Seq2seq model + LM head; subclasses set ``base_model_class`` (the family's `ConvSeq2SeqModel`)."""
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
@@ -341,32 +343,8 @@ class ConvLMModel(ConvPreTrainedModel):
         return BaseModelOutputWithPast(last_hidden_state=hidden, past_key_values=cache, hidden_states=all_hidden)
 
 
-class ConvForCausalLM(ConvPreTrainedModel, GenerationMixin):
-    """Decoder-only LM with a head tied to the embeddings when ``tie_word_embeddings``.
-
-    Subclasses set ``base_model_class`` (the family's `ConvLMModel`).
-    """
-
-    _tied_weights_keys = {"lm_head.weight": "model.decoder.embed_tokens.weight"}
-    base_model_class: type[ConvLMModel]
-
-    def __init__(self, config):
-        super().__init__(config)
-        self.model = self.base_model_class(config)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        self.post_init()
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.model.get_input_embeddings()
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.model.set_input_embeddings(value)
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
-    def set_output_embeddings(self, value: nn.Linear) -> None:
-        self.lm_head = value
+class ConvForCausalLM(ConvHeadBase):
+    """Decoder-only LM; subclasses set ``base_model_class`` (the family's `ConvLMModel`)."""
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, past_key_values=None, inputs_embeds=None, labels=None,

@@ -5,26 +5,23 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from ..conv_configuration import (
-    ConvLMConfigBase,
-    ConvSeq2SeqConfigBase,
-    check_per_layer,
-    check_probability,
-    doubling_schedule,
-    preset_shape,
-)
+from ..conv_configuration import ConvLMConfigBase, ConvSeq2SeqConfigBase, lm_presets, seq2seq_presets
 
 CONV_TYPES = ("dynamic", "lightweight")
-# Kernel sizes grow 3, 7, 15, 31 and stop there (the papers' schedule).
-_KERNEL_SIZE_CAP = 31
+# Default kernel sizes: 3, 7, 15, 31, 31, ...
+_SCHEDULE = (3, 31)
 
 
-def _check_conv_type(conv_type: Any) -> None:
-    if conv_type not in CONV_TYPES:
-        raise ValueError(f"conv_type must be one of {CONV_TYPES}, got {conv_type!r}")
+class _ConvTypeMixin:
+    """The ``conv_type`` check both DynamicConv configurations share."""
+
+    def validate_fields(self) -> None:
+        super().validate_fields()
+        if self.conv_type not in CONV_TYPES:
+            raise ValueError(f"conv_type must be one of {CONV_TYPES}, got {self.conv_type!r}")
 
 
-class DynamicConvConfig(ConvSeq2SeqConfigBase):
+class DynamicConvConfig(_ConvTypeMixin, ConvSeq2SeqConfigBase):
     r"""Configuration of [`DynamicConvModel`] / [`DynamicConvForConditionalGeneration`] (Wu et al., 2019).
 
     All fields of [`ConvSeq2SeqConfigBase`] and [`ConvLMConfigBase`], plus:
@@ -37,54 +34,28 @@ class DynamicConvConfig(ConvSeq2SeqConfigBase):
         decoder_kernel_sizes (`list[int]`, *optional*): per decoder layer, the causal kernel size.
         weight_dropout (`float`): DropConnect on the softmax-normalised kernels.
 
-    Presets: `DynamicConvConfig.from_preset(name)` with name in `iwslt14-de-en`, `wmt-big`,
-    `cnn-dm`, `cnn-dm-deep`, `small`.
+    Presets: `DynamicConvConfig.from_preset(name, **overrides)` with name in `iwslt14-de-en`,
+    `wmt-big`, `cnn-dm`, `cnn-dm-deep`, `small`.
     """
 
     model_type = "dynamic_conv"
-    presets: ClassVar[dict[str, dict[str, Any]]] = {
-        "iwslt14-de-en": dict(
-            preset_shape(512, 1024, 4, False, decoder_layers=6, encoder_layers=7),
-            encoder_kernel_sizes=[3, 7, 15, 31, 31, 31, 31], decoder_kernel_sizes=[3, 7, 15, 31, 31, 31],
-            dropout=0.3, weight_dropout=0.1, share_encoder_decoder_embeddings=False,
-        ),
-        "wmt-big": dict(
-            preset_shape(1024, 4096, 16, True, decoder_layers=6, encoder_layers=7),
-            encoder_kernel_sizes=[3, 7, 15, 31, 31, 31, 31], decoder_kernel_sizes=[3, 7, 15, 31, 31, 31],
-            dropout=0.3, weight_dropout=0.1,
-        ),
-        "cnn-dm": dict(
-            preset_shape(512, 2048, 8, True, decoder_layers=6, encoder_layers=7),
-            encoder_kernel_sizes=[3, 7, 15, 31, 31, 31, 31], decoder_kernel_sizes=[3, 7, 15, 31, 31, 31],
-        ),
-        "cnn-dm-deep": dict(
-            preset_shape(512, 2048, 8, True, decoder_layers=10, encoder_layers=10),
-            encoder_kernel_sizes=[3, 7, 15] + [31] * 7, decoder_kernel_sizes=[3, 7] + [31] * 8,
-        ),
-        "small": dict(
-            preset_shape(256, 1024, 4, True, decoder_layers=3, encoder_layers=3),
-            encoder_kernel_sizes=[3, 7, 15], decoder_kernel_sizes=[3, 7, 15],
-        ),
+    presets: ClassVar[dict[str, dict[str, Any]]] = seq2seq_presets(
+        "kernel_sizes", "weight_dropout", ([3, 7, 15, 31, 31, 31, 31], [3, 7, 15, 31, 31, 31]), [3, 7, 15]
+    )
+    per_layer_fields: ClassVar[dict[str, str]] = {
+        "encoder_kernel_sizes": "encoder_layers", "decoder_kernel_sizes": "decoder_layers"
     }
+    per_layer_minimum: ClassVar[int] = 1
+    per_layer_schedule: ClassVar[tuple[int, int]] = _SCHEDULE
+    mixer_dropout_field: ClassVar[str] = "weight_dropout"
 
     conv_type: str = "dynamic"
     encoder_kernel_sizes: list[int] | None = None
     decoder_kernel_sizes: list[int] | None = None
     weight_dropout: float = 0.0
 
-    def validate_fields(self) -> None:
-        if self.encoder_kernel_sizes is None:
-            self.encoder_kernel_sizes = doubling_schedule(self.encoder_layers, 3, _KERNEL_SIZE_CAP)
-        if self.decoder_kernel_sizes is None:
-            self.decoder_kernel_sizes = doubling_schedule(self.decoder_layers, 3, _KERNEL_SIZE_CAP)
-        super().validate_fields()
-        _check_conv_type(self.conv_type)
-        check_per_layer("encoder_kernel_sizes", self.encoder_kernel_sizes, "encoder_layers", self.encoder_layers, 1)
-        check_per_layer("decoder_kernel_sizes", self.decoder_kernel_sizes, "decoder_layers", self.decoder_layers, 1)
-        check_probability("weight_dropout", self.weight_dropout)
 
-
-class DynamicConvLMConfig(ConvLMConfigBase):
+class DynamicConvLMConfig(_ConvTypeMixin, ConvLMConfigBase):
     r"""Configuration of [`DynamicConvLMModel`] / [`DynamicConvForCausalLM`]: a pre-norm decoder-only LM.
 
     All fields of [`ConvLMConfigBase`], plus:
@@ -95,27 +66,17 @@ class DynamicConvLMConfig(ConvLMConfigBase):
             Defaults to 3, 7, 15, 31, 31, ...
         weight_dropout (`float`): DropConnect on the softmax-normalised kernels.
 
-    Presets: `DynamicConvLMConfig.from_preset(name)` with name in `wikitext-103` and `small`.
+    Presets: `DynamicConvLMConfig.from_preset(name, **overrides)` with name in `wikitext-103` and `small`.
     """
 
     model_type = "dynamic_conv_lm"
-    presets: ClassVar[dict[str, dict[str, Any]]] = {
-        "wikitext-103": dict(
-            preset_shape(1024, 4096, 8, True, decoder_layers=17),
-            decoder_kernel_sizes=[3, 5, 7, 15, 31] + [63] * 12, vocab_size=267744, dropout=0.3,
-        ),
-        "small": dict(preset_shape(256, 1024, 4, True, decoder_layers=3), decoder_kernel_sizes=[3, 7, 15]),
-    }
+    presets: ClassVar[dict[str, dict[str, Any]]] = lm_presets("kernel_sizes", [3, 7, 15])
+    per_layer_fields: ClassVar[dict[str, str]] = {"decoder_kernel_sizes": "decoder_layers"}
+    per_layer_minimum: ClassVar[int] = 1
+    per_layer_schedule: ClassVar[tuple[int, int]] = _SCHEDULE
+    mixer_dropout_field: ClassVar[str] = "weight_dropout"
 
     conv_type: str = "dynamic"
     decoder_normalize_before: bool = True
     decoder_kernel_sizes: list[int] | None = None
     weight_dropout: float = 0.0
-
-    def validate_fields(self) -> None:
-        if self.decoder_kernel_sizes is None:
-            self.decoder_kernel_sizes = doubling_schedule(self.decoder_layers, 3, _KERNEL_SIZE_CAP)
-        super().validate_fields()
-        _check_conv_type(self.conv_type)
-        check_per_layer("decoder_kernel_sizes", self.decoder_kernel_sizes, "decoder_layers", self.decoder_layers, 1)
-        check_probability("weight_dropout", self.weight_dropout)

@@ -1,0 +1,213 @@
+"""Per-token decode latency of TaLK / DynamicConv models against Transformers of the same size.
+
+For every decoding setting and position P the script fills each model's cache with a P-token
+prefix in one forward, then times single-token decoding steps from position P on, in
+``--rounds`` rounds that interleave the models (so load from other processes hits them alike);
+it reports the median and the fastest step, and computes the ratios from the fastest (on a
+shared machine the median mostly measures other processes).  Beam settings reorder the cache after every step, as beam search does.
+
+    python benchmarks/bench_generate.py                  # CPU, default sizes, writes JSON
+    python benchmarks/bench_generate.py --device cuda    # on a GPU
+
+Models: TaLKForCausalLM and DynamicConvForCausalLM vs GPT-2 (SDPA, its own KV cache);
+TaLKForConditionalGeneration and DynamicConvForConditionalGeneration vs Marian (SDPA), all with
+the same width, depth, heads and FFN size.  Reported per setting: step time at each position,
+the ratio step(2048) / step(16) (goal: <= 1.2 for ours), ours / baseline at each position (goal:
+< 1 at 2048), and the decoder state's bytes (self-attention/conv part; the cross-attention
+keys/values of seq2seq models are the same for every model and reported apart).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import GPT2Config, GPT2LMHeadModel, MarianConfig, MarianMTModel
+
+import talk_hf
+
+SETTINGS = {"greedy-b1": (1, 1), "beam5-b8": (8, 5)}  # name: (batch, beams)
+
+
+def build_models(args) -> dict[str, tuple[torch.nn.Module, bool]]:
+    """name -> (model, is_seq2seq), all of width d, depth L, H heads, FFN f, vocab V."""
+    d, layers, heads, ffn, vocab = args.d_model, args.layers, args.heads, args.ffn, args.vocab
+    max_positions = max(args.positions) + args.steps * args.rounds + args.warmup + 8
+    offsets = talk_hf.models.conv_configuration.doubling_schedule(layers, 3, 31)
+    kernels = [size + 1 for size in offsets]  # the same reach: K - 1 = max offset
+    lm = dict(vocab_size=vocab, d_model=d, decoder_layers=layers, decoder_ffn_dim=ffn, decoder_conv_heads=heads)
+    s2s = dict(lm, encoder_layers=layers, encoder_ffn_dim=ffn, encoder_conv_heads=heads, decoder_attention_heads=heads)
+    models = {
+        "TaLKForCausalLM": (talk_hf.TaLKForCausalLM(talk_hf.TaLKLMConfig(**lm, decoder_max_offsets=offsets)), False),
+        "DynamicConvForCausalLM": (talk_hf.DynamicConvForCausalLM(
+            talk_hf.DynamicConvLMConfig(**lm, decoder_kernel_sizes=kernels)), False),
+        "GPT2 (baseline)": (GPT2LMHeadModel(GPT2Config(
+            vocab_size=vocab, n_embd=d, n_layer=layers, n_head=heads, n_inner=ffn, n_positions=max_positions,
+            attn_implementation="sdpa")), False),
+        "TaLKForConditionalGeneration": (talk_hf.TaLKForConditionalGeneration(talk_hf.TaLKConfig(
+            **s2s, encoder_max_offsets=offsets, decoder_max_offsets=offsets)), True),
+        "DynamicConvForConditionalGeneration": (talk_hf.DynamicConvForConditionalGeneration(talk_hf.DynamicConvConfig(
+            **s2s, encoder_kernel_sizes=kernels, decoder_kernel_sizes=kernels)), True),
+        "Marian (baseline)": (MarianMTModel(MarianConfig(
+            vocab_size=vocab, d_model=d, encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=heads,
+            decoder_attention_heads=heads, encoder_ffn_dim=ffn, decoder_ffn_dim=ffn, pad_token_id=1,
+            decoder_start_token_id=2, max_position_embeddings=max_positions, attn_implementation="sdpa")), True),
+    }
+    return {name: (model.to(args.device).eval(), is_seq2seq) for name, (model, is_seq2seq) in models.items()}
+
+
+def state_bytes(cache) -> tuple[int, int]:
+    """(decoder self/conv state bytes, cross-attention bytes) of a transformers Cache."""
+    def layer_bytes(cache_part):
+        total = 0
+        for layer in cache_part.layers:
+            for name in ("window", "keys", "values"):
+                tensor = getattr(layer, name, None)
+                total += tensor.nbytes if isinstance(tensor, torch.Tensor) else 0
+        return total
+
+    if hasattr(cache, "self_attention_cache"):
+        return layer_bytes(cache.self_attention_cache), layer_bytes(cache.cross_attention_cache)
+    return layer_bytes(cache), 0
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+class Decoder:
+    """One model decoding ``rows`` sequences from position ``position`` on, one token per step."""
+
+    @torch.no_grad()
+    def __init__(self, model, is_seq2seq: bool, rows: int, beams: int, position: int, args):
+        self.model, self.is_seq2seq, self.rows, self.position, self.device = model, is_seq2seq, rows, position, args.device
+        self.generator = torch.Generator().manual_seed(0)
+        self.vocab = args.vocab
+        self.inputs, self.key = {}, "input_ids"
+        if is_seq2seq:
+            encoder = model.get_encoder()
+            self.inputs["encoder_outputs"] = encoder(input_ids=self.tokens(args.source_length), return_dict=True)
+            self.key = "decoder_input_ids"
+        self.cache = model(**self.inputs, **{self.key: self.tokens(position)}, use_cache=True).past_key_values
+        self.beam_idx = torch.arange(rows, device=self.device).view(-1, beams).roll(1, dims=1).flatten() if beams > 1 else None
+        self.times: list[float] = []
+
+    def tokens(self, length: int) -> torch.Tensor:
+        return torch.randint(3, self.vocab, (self.rows, length), generator=self.generator).to(self.device)
+
+    @torch.no_grad()
+    def step(self, record: bool) -> None:
+        """One decoding step: forward of one token per row, argmax, beam reordering."""
+        self.position += 1
+        mask = {} if self.is_seq2seq else {
+            "attention_mask": torch.ones(self.rows, self.position, dtype=torch.long, device=self.device)}
+        token = self.tokens(1)
+        synchronize(self.device)
+        start = time.perf_counter()
+        outputs = self.model(**self.inputs, **mask, **{self.key: token}, past_key_values=self.cache, use_cache=True)
+        outputs.logits[:, -1].argmax(-1)
+        if self.beam_idx is not None:
+            outputs.past_key_values.reorder_cache(self.beam_idx)
+        synchronize(self.device)
+        if record:
+            self.times.append(time.perf_counter() - start)
+        self.cache = outputs.past_key_values
+
+    def result(self) -> dict:
+        self_bytes, cross_bytes = state_bytes(self.cache)
+        return {"step_s": statistics.median(self.times), "step_min_s": min(self.times), "steps": len(self.times),
+                "state_bytes": self_bytes, "cross_attention_bytes": cross_bytes}
+
+
+def measure_position(models: dict, rows: int, beams: int, position: int, args) -> dict:
+    """Step times of every model at ``position``, in interleaved rounds (shared-machine noise hits all)."""
+    decoders = {name: Decoder(model, is_seq2seq, rows, beams, position, args) for name, (model, is_seq2seq) in models.items()}
+    for decoder in decoders.values():
+        for _ in range(args.warmup):
+            decoder.step(record=False)
+    for _ in range(args.rounds):
+        for decoder in decoders.values():
+            for _ in range(args.steps):
+                decoder.step(record=True)
+    return {name: decoder.result() for name, decoder in decoders.items()}
+
+
+def summarise(results: dict, positions: list[int]) -> dict:
+    """Ratios of the fastest step (the least disturbed by other processes): each model's
+    step(last) / step(first), and ours / the baseline of its kind at each position."""
+    first, last = str(positions[0]), str(positions[-1])
+    summary = {}
+    for setting, per_model in results.items():
+        rows = {}
+        for name, per_position in per_model.items():
+            baseline = "Marian (baseline)" if "Conditional" in name or "Marian" in name else "GPT2 (baseline)"
+            rows[name] = {
+                f"step_{last}_over_step_{first}": per_position[last]["step_min_s"] / per_position[first]["step_min_s"],
+                **{f"over_baseline_at_{p}": per_position[str(p)]["step_min_s"] / per_model[baseline][str(p)]["step_min_s"]
+                   for p in positions},
+                f"state_bytes_at_{last}": per_position[last]["state_bytes"],
+            }
+        summary[setting] = rows
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--positions", type=int, nargs="+", default=[16, 256, 2048])
+    parser.add_argument("--d-model", type=int, default=512)
+    parser.add_argument("--layers", type=int, default=6)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--ffn", type=int, default=2048)
+    parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--source-length", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per model and round")
+    parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds over the models")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--out", type=Path, default=None, help="JSON path (default: benchmarks/results/...)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+
+    models = build_models(args)
+    results = {}
+    for setting, (batch, beams) in SETTINGS.items():
+        results[setting] = {name: {} for name in models}
+        for position in args.positions:
+            for name, measured in measure_position(models, batch * beams, beams, position, args).items():
+                results[setting][name][str(position)] = measured
+                print(f"{setting:10s} {name:38s} P={position:5d} step {measured['step_s'] * 1e3:8.2f} ms "
+                      f"(min {measured['step_min_s'] * 1e3:7.2f}) state {measured['state_bytes'] / 2**20:9.2f} MiB",
+                      flush=True)
+
+    device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or platform.machine()
+    report = {
+        "benchmark": "bench_generate",
+        "device": args.device,
+        "device_name": device_name,
+        "cpu_threads": torch.get_num_threads(),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "talk_hf": talk_hf.__version__},
+        "ops_backend": talk_hf.ops._backend.requested_backend(None),
+        "shapes": {key: getattr(args, key) for key in ("d_model", "layers", "heads", "ffn", "vocab", "source_length", "positions")},
+        "settings": {name: {"batch": batch, "beams": beams} for name, (batch, beams) in SETTINGS.items()},
+        "results": results,
+        "summary": summarise(results, args.positions),
+    }
+    out = args.out or Path(__file__).parent / "results" / f"bench_generate_{args.device.split(':')[0]}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report["summary"], indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
