@@ -33,8 +33,11 @@ def requested_backend(backend: str | None) -> str:
     return backend
 
 
+@torch.compiler.assume_constant_result
 def resolve_backend(backend: str | None, device: torch.device) -> str:
     """Map the user's choice to the backend that runs on tensors of ``device``.
+
+    Under ``torch.compile`` this runs once, while tracing, and its answer is baked into the graph.
 
     Returns:
         ``"torch"``, ``"cpu"`` or ``"cuda"``; the compiled module of the last two is loaded.

@@ -64,7 +64,7 @@ def _check_compilers(kind: str) -> None:
     compiler = os.environ.get("CXX", "c++")
     if shutil.which(compiler) is None:
         raise ExtensionUnavailable(kind, f"no C++ compiler: {compiler!r} (from $CXX, default c++) was not found",
-                           "install one (e.g. apt-get install g++) or point $CXX at it")
+                                   "install one (e.g. apt-get install g++) or point $CXX at it")
     if not cpp_extension.is_ninja_available():
         raise ExtensionUnavailable(kind, "ninja is not installed", "pip install ninja")
 
@@ -83,22 +83,27 @@ def _nvcc_major() -> tuple[str, int]:
 
 
 def preflight(kind: str) -> None:
-    """Check what building ``kind`` ("cpu" or "cuda") needs; raise :class:`ExtensionUnavailable`."""
+    """Check what building ``kind`` ("cpu" or "cuda") needs; raise :class:`ExtensionUnavailable`.
+
+    CUDA needs a CUDA build of torch, nvcc of the same major version, and a visible GPU unless
+    ``$TORCH_CUDA_ARCH_LIST`` names the architectures (ahead-of-time builds on GPU-less nodes).
+    """
     if kind == "cuda":
         if torch.version.cuda is None:
             raise ExtensionUnavailable(kind, f"torch {torch.__version__} is a CPU-only build",
-                               "install a CUDA build of torch (https://pytorch.org/get-started/locally/)")
-        if not torch.cuda.is_available():
+                                       "install a CUDA build of torch (https://pytorch.org/get-started/locally/)")
+        if not torch.cuda.is_available() and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
             raise ExtensionUnavailable(kind, "no CUDA GPU is visible",
-                               "check nvidia-smi, the driver and CUDA_VISIBLE_DEVICES")
+                                       "check nvidia-smi, the driver and CUDA_VISIBLE_DEVICES "
+                                       "(or name the architectures to build for in $TORCH_CUDA_ARCH_LIST)")
         try:
             nvcc, major = _nvcc_major()
         except (OSError, ValueError, subprocess.CalledProcessError) as error:
             raise ExtensionUnavailable(kind, f"nvcc was not found or does not run ({error})",
-                               f"install the CUDA {torch.version.cuda} toolkit and set $CUDA_HOME") from error
+                                       f"install the CUDA {torch.version.cuda} toolkit and set $CUDA_HOME") from error
         if major != int(torch.version.cuda.split(".")[0]):
             raise ExtensionUnavailable(kind, f"{nvcc} is CUDA {major} but torch was built with CUDA {torch.version.cuda}",
-                               f"point $CUDA_HOME at a CUDA {torch.version.cuda.split('.')[0]}.x toolkit")
+                                       f"point $CUDA_HOME at a CUDA {torch.version.cuda.split('.')[0]}.x toolkit")
     _check_compilers(kind)
 
 
@@ -165,14 +170,12 @@ def _build(kind: str) -> ModuleType:
             return _compile(kind, directory)
     except filelock.Timeout:
         raise ExtensionUnavailable(kind, f"another process held the build lock {lock_path} for more than {timeout:g} s",
-                           f"wait for that build to finish, or raise ${LOCK_TIMEOUT_ENV}") from None
+                                   f"wait for that build to finish, or raise ${LOCK_TIMEOUT_ENV}") from None
     except (RuntimeError, OSError, subprocess.SubprocessError) as error:
-        if isinstance(error, ExtensionUnavailable):
-            raise
         summary = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
         raise ExtensionUnavailable(kind, f"the build in {directory} failed ({summary})",
-                           "rerun with TALK_HF_BUILD_VERBOSE=1 to see the compiler output, "
-                           "or set TALK_HF_BACKEND=torch") from error
+                                   "rerun with TALK_HF_BUILD_VERBOSE=1 to see the compiler output, "
+                                   "or set TALK_HF_BACKEND=torch") from error
 
 
 def load(kind: str) -> ModuleType:

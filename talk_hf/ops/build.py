@@ -1,0 +1,43 @@
+"""Build the compiled backends ahead of time: ``python -m talk_hf.ops.build [--cpu] [--cuda]``.
+
+For cluster nodes and CI images: the build lands in the same folder that first use would pick
+(:func:`talk_hf.ops._extension.build_directory`; set ``$TALK_HF_BUILD_DIR`` to move it), so later
+processes load it at once.  ``--arch 8.0 9.0`` builds CUDA for those architectures instead of the
+visible GPU's, without needing one (it sets ``$TORCH_CUDA_ARCH_LIST``; export the same value
+where the build is used, since the folder is named by it).  Exits 1, with the reason and the fix, if a
+requested backend cannot be built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from . import _extension
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m talk_hf.ops.build", description=__doc__.splitlines()[0])
+    parser.add_argument("--cpu", action="store_true", help="build the C++ CPU backend")
+    parser.add_argument("--cuda", action="store_true", help="build the CUDA backend")
+    parser.add_argument("--arch", nargs="+", metavar="X.Y", help="CUDA architectures, e.g. 8.0 9.0")
+    args = parser.parse_args(argv)
+    kinds = [kind for kind in ("cpu", "cuda") if getattr(args, kind)] or ["cpu", "cuda"]
+    if args.arch:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(args.arch)
+
+    failed = False
+    for kind in kinds:
+        try:
+            _extension.load(kind)
+        except _extension.ExtensionUnavailable as error:
+            print(f"{kind}: FAILED: {error}", file=sys.stderr)
+            failed = True
+        else:
+            print(f"{kind}: built in {_extension.build_directory(kind)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

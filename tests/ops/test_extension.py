@@ -1,0 +1,233 @@
+"""The loader of the compiled backends: backend switch, preflight, one fallback warning, build lock."""
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import filelock
+import pytest
+import torch
+import torch.utils.cpp_extension as cpp_extension
+
+from talk_hf.ops import _extension, dynamic_conv, light_conv, talk_conv
+from talk_hf.ops._extension import ExtensionUnavailable
+from talk_hf.version import __version__
+
+x = torch.randn(1, 6, 4)
+offsets = torch.rand(1, 6, 2)
+
+
+def run_python(code: str, timeout: float = 180, **env: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter with extra environment variables."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **env},
+    )
+
+
+@pytest.fixture
+def fresh_loader(monkeypatch):
+    """Forget, for one test, which extensions were loaded and which fallbacks were announced."""
+    monkeypatch.setattr(_extension, "_results", {})
+    monkeypatch.setattr(_extension, "_warned", set())
+
+
+@pytest.fixture
+def built_copy(tmp_path, monkeypatch):
+    """A private copy of the built CPU extension under $TALK_HF_BUILD_DIR = tmp_path."""
+    _extension.load("cpu")
+    built = _extension.build_directory("cpu")
+    monkeypatch.setenv(_extension.BUILD_DIR_ENV, str(tmp_path))
+    copy = _extension.build_directory("cpu")
+    shutil.copytree(built, copy)  # keeps modification times: ninja sees it up to date
+    return copy
+
+
+def test_auto_never_builds_cuda_for_cpu_tensors(fresh_loader, monkeypatch):
+    built = []
+    build = _extension._build
+    monkeypatch.setattr(_extension, "_build", lambda kind: built.append(kind) or build(kind))
+    talk_conv(x, offsets, offsets, 2, 2, backend="auto")
+    dynamic_conv(x, torch.rand(1, 6, 2, 3), 1, backend="auto")
+    light_conv(x, torch.rand(2, 3), 1, backend="auto")
+    assert built == ["cpu"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("through", ["argument", "environment"])
+def test_forcing_cuda_without_cuda_raises_why(through, monkeypatch):
+    backend = "cuda" if through == "argument" else None
+    if through == "environment":
+        monkeypatch.setenv("TALK_HF_BACKEND", "cuda")
+    with pytest.raises(ExtensionUnavailable, match="cuda extension is unavailable: .*(CPU-only build|no CUDA GPU).*Fix:"):
+        talk_conv(x, offsets, offsets, 2, 2, backend=backend)
+    with pytest.raises(ExtensionUnavailable, match="cuda extension is unavailable"):
+        dynamic_conv(x, torch.rand(1, 6, 2, 3), 1, backend=backend)
+
+
+def test_backend_argument_wins_over_environment(monkeypatch):
+    monkeypatch.setenv("TALK_HF_BACKEND", "cuda")
+    out = talk_conv(x, offsets, offsets, 2, 2, backend="torch")
+    torch.testing.assert_close(out, talk_conv(x, offsets, offsets, 2, 2, backend="cpu"))
+
+
+def test_unknown_backend_in_environment_is_named(monkeypatch):
+    monkeypatch.setenv("TALK_HF_BACKEND", "gpu")
+    with pytest.raises(ValueError, match=r"\$TALK_HF_BACKEND must be one of .*'gpu'"):
+        light_conv(x, torch.rand(2, 3), 1)
+
+
+def test_forced_backend_on_tensors_of_another_device():
+    meta = torch.empty(1, 6, 4, device="meta")
+    with pytest.raises(ValueError, match="backend 'cpu' runs on cpu tensors, but x is on meta"):
+        light_conv(meta, torch.empty(2, 3, device="meta"), 1, backend="cpu")
+
+
+def test_fallback_warns_once_per_process(tmp_path):
+    """Without a C++ compiler, "auto" runs the PyTorch path and says so exactly once."""
+    result = run_python(
+        """
+        import json, warnings, torch
+        from talk_hf.ops import dynamic_conv, light_conv, talk_conv
+        from talk_hf.ops._extension import BackendFallbackWarning, ExtensionUnavailable
+        x, offsets = torch.randn(1, 6, 4), torch.rand(1, 6, 2)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            outs = [talk_conv(x, offsets, offsets, 2, 2) for _ in range(3)]
+            dynamic_conv(x, torch.rand(1, 6, 2, 3), 1)
+            light_conv(x, torch.rand(2, 3), 1)
+        reference = talk_conv(x, offsets, offsets, 2, 2, backend="torch")
+        try:
+            talk_conv(x, offsets, offsets, 2, 2, backend="cpu")
+            forced = None
+        except ExtensionUnavailable as error:
+            forced = str(error)
+        print(json.dumps({
+            "messages": [str(w.message) for w in caught if issubclass(w.category, BackendFallbackWarning)],
+            "others": [str(w.message) for w in caught if not issubclass(w.category, BackendFallbackWarning)],
+            "same": all(torch.equal(out, reference) for out in outs),
+            "forced": forced,
+        }))
+        """,
+        CXX="/nonexistent/c++",
+        TALK_HF_BUILD_DIR=str(tmp_path),
+        TALK_HF_BACKEND="",
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert len(report["messages"]) == 1, report
+    assert "no C++ compiler" in report["messages"][0] and "TALK_HF_BACKEND=torch" in report["messages"][0]
+    assert report["same"]
+    assert "no C++ compiler" in report["forced"] and "Fix:" in report["forced"]
+    assert not any(tmp_path.iterdir()), "a failed preflight must not start a build"
+
+
+def test_stale_locks_of_a_killed_build_do_not_hang(built_copy, tmp_path):
+    # A killed build leaves torch's "lock" baton and our (unheld) lock file behind.
+    (built_copy / _extension.TORCH_BATON).write_text("")
+    (built_copy / "talk_hf_build.lock").write_text("")
+    code = """
+        import torch
+        from talk_hf.ops import talk_conv
+        x, offsets = torch.randn(1, 6, 4), torch.rand(1, 6, 2)
+        talk_conv(x, offsets, offsets, 2, 2, backend="cpu")
+        print("loaded")
+        """
+    result = run_python(code, timeout=120, TALK_HF_BUILD_DIR=str(tmp_path))
+    assert result.returncode == 0 and "loaded" in result.stdout, result.stderr
+    assert not (built_copy / _extension.TORCH_BATON).exists()
+
+    # Negative control: torch's loader alone waits forever on the same stale baton.
+    (built_copy / _extension.TORCH_BATON).write_text("")
+    sources = [str(_extension.CSRC / source) for source in _extension.SOURCES["cpu"]]
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_python(
+            f"""
+            from torch.utils import cpp_extension
+            cpp_extension.load(name="talk_hf_cpu", sources={sources!r}, build_directory={str(built_copy)!r})
+            """,
+            timeout=8,
+        )
+
+
+def test_a_live_lock_times_out_with_a_clear_error(built_copy, tmp_path):
+    with filelock.FileLock(str(built_copy / "talk_hf_build.lock")):
+        result = run_python(
+            """
+            import torch
+            from talk_hf.ops import talk_conv
+            from talk_hf.ops._extension import ExtensionUnavailable
+            x, offsets = torch.randn(1, 6, 4), torch.rand(1, 6, 2)
+            try:
+                talk_conv(x, offsets, offsets, 2, 2, backend="cpu")
+            except ExtensionUnavailable as error:
+                print(error)
+            """,
+            timeout=60,
+            TALK_HF_BUILD_DIR=str(tmp_path),
+            TALK_HF_BUILD_LOCK_TIMEOUT="0.5",
+        )
+    assert "another process held the build lock" in result.stdout, result.stdout + result.stderr
+    assert "TALK_HF_BUILD_LOCK_TIMEOUT" in result.stdout
+
+
+def test_build_directory_names_versions_and_architecture(monkeypatch):
+    name = _extension.build_directory("cpu").name
+    torch_version = torch.__version__.replace("+", "_")
+    assert name == f"talk_hf-{__version__}_torch-{torch_version}_cpu_{platform.machine()}"
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    assert _extension.build_directory("cuda").name == f"talk_hf-{__version__}_torch-{torch_version}_cu12.8_sm_90"
+
+
+def fake_nvcc(tmp_path, release: str) -> str:
+    """A CUDA_HOME whose bin/nvcc reports ``release``."""
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.0'\n")
+    nvcc.chmod(0o755)
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "torch_cuda,gpu,release,compiler,message",
+    [
+        (None, False, "13.0", "c++", "CPU-only build"),
+        ("13.0", False, "13.0", "c++", "no CUDA GPU is visible"),
+        ("12.8", True, "13.0", "c++", "is CUDA 13 but torch was built with CUDA 12.8"),
+        ("13.0", True, "13.0", "/nonexistent/c++", r"no C\+\+ compiler"),
+        ("13.0", True, "13.0", "c++", None),
+    ],
+)
+def test_cuda_preflight_names_what_is_missing(torch_cuda, gpu, release, compiler, message, tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", torch_cuda)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", fake_nvcc(tmp_path, release))
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    monkeypatch.setenv("CXX", compiler)
+    if message is None:
+        _extension.preflight("cuda")
+    else:
+        with pytest.raises(ExtensionUnavailable, match=message):
+            _extension.preflight("cuda")
+
+
+def test_build_entry_point(built_copy, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "talk_hf.ops.build", "--cpu"],
+        capture_output=True, text=True, timeout=180, env={**os.environ, "TALK_HF_BUILD_DIR": str(tmp_path)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"cpu: built in {built_copy}" in result.stdout
+    if not torch.cuda.is_available():
+        failed = subprocess.run(
+            [sys.executable, "-m", "talk_hf.ops.build", "--cuda"], capture_output=True, text=True, timeout=60
+        )
+        assert failed.returncode == 1 and "cuda: FAILED" in failed.stderr and "Fix:" in failed.stderr

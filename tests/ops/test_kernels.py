@@ -1,0 +1,265 @@
+"""The compiled kernels: any offset value is safe, the custom ops are well formed, and (on a CUDA
+machine) the CUDA kernels match the reference in every dtype, forward and backward.
+
+The CPU tests run the C++ kernels (backend="cpu"), which share their per-element math with the
+CUDA kernels (talk_hf/csrc/talk_math.h); tests marked ``gpu`` run only where CUDA is available.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from talk_hf.ops import _compiled, dynamic_conv, light_conv, talk_conv
+
+from .helpers import TOLERANCES, assert_close_to_reference, offsets_off_the_grid
+from .naive import naive_dynamic_conv, naive_talk_conv
+
+
+def signed_window_talk_conv(x, offset_left, offset_right, max_left, max_right):
+    """float64 ``(F(u_b) - F(u_a)) / K`` from one global prefix sum, for any offset values.
+
+    The kernels' contract (csrc/talk_math.h): edges clamped into [0, T - 1], a NaN edge at 0, a
+    negative offset giving the signed integral of the reversed window.
+    """
+    x = x.double()
+    batch, length, channels = x.shape
+    heads = offset_left.shape[2]
+    time = torch.arange(length, dtype=torch.float64).view(1, length, 1)
+
+    def clamp(position):
+        return torch.nan_to_num(position, nan=0.0).clamp(0, length - 1)
+
+    left = clamp(time - offset_left.double() * max_left)
+    right = time + 1.0 if offset_right is None else clamp(time + offset_right.double() * max_right) + 1
+    right = right.expand(batch, length, heads)
+    prefix = F.pad(x.cumsum(1), (0, 0, 1, 1))  # P[0 .. T], then P[T + 1] = P[T] so x[T] = 0
+    steps = prefix[:, 1:] - prefix[:, :-1]  # x[0 .. T]
+
+    def integral(position):  # F(u), gathered per channel from the head's edge
+        index = position.floor().long().repeat_interleave(channels // heads, dim=2)
+        fraction = (position - position.floor()).repeat_interleave(channels // heads, dim=2)
+        return prefix.gather(1, index) + fraction * steps.gather(1, index)
+
+    return (integral(right) - integral(left)) / (max_left + max_right + 1)
+
+
+def test_signed_window_formula_is_the_definition_for_valid_offsets():
+    x = torch.randn(2, 15, 6, dtype=torch.float64)
+    offset_left, offset_right = torch.rand(2, 15, 3, dtype=torch.float64), torch.rand(2, 15, 3, dtype=torch.float64)
+    for right, max_right in ((offset_right, 4), (None, 0)):
+        torch.testing.assert_close(
+            signed_window_talk_conv(x, 1.3 * offset_left, right, 5, max_right),
+            naive_talk_conv(x, 1.3 * offset_left, right, 5, max_right),
+        )
+
+
+@pytest.mark.parametrize("values", ["negative", "huge", "infinite", "nan"])
+@pytest.mark.parametrize("max_right", [0, 3])
+def test_any_offset_value_is_safe(values, max_right):
+    """No value makes a kernel read out of bounds; the result follows the signed-window formula."""
+    x = torch.randn(2, 37, 6, dtype=torch.float64, requires_grad=True)
+    offsets = torch.randn(2, 37, 3, dtype=torch.float64) * 3
+    offsets = {
+        "negative": -offsets.abs(),
+        "huge": offsets.abs() * 1e6,
+        "infinite": torch.full_like(offsets, float("inf")).where(offsets > 0, -float("inf")),
+        "nan": torch.where(offsets > 0, float("nan"), offsets),
+    }[values].requires_grad_()
+    offset_right = offsets.flip(1) if max_right else None
+    out = talk_conv(x, offsets, offset_right, 4, max_right, backend="cpu")
+    expected = signed_window_talk_conv(x.detach(), offsets.detach(), offset_right, 4, max_right)
+    torch.testing.assert_close(out, expected)
+    out.sum().backward()
+    assert torch.isfinite(x.grad).all() and torch.isfinite(offsets.grad).all()
+
+
+@pytest.mark.parametrize("max_right", [0, 3])
+def test_reversed_windows_have_the_gradient_of_the_signed_formula(max_right):
+    x = torch.randn(1, 12, 4, dtype=torch.float64, requires_grad=True)
+    offsets = (-offsets_off_the_grid((1, 12, 2), 4)).requires_grad_()
+    offset_right = offsets_off_the_grid((1, 12, 2), 3).requires_grad_() if max_right else None
+    inputs = [x, offsets] + ([offset_right] if max_right else [])
+    assert torch.autograd.gradcheck(
+        lambda x, left, right=None: talk_conv(x, left, right, 4, max_right, backend="cpu"), inputs
+    )
+
+
+def small_inputs(dtype=torch.float64, requires_grad=False):
+    x = torch.randn(2, 9, 6, dtype=dtype, requires_grad=requires_grad)
+    offsets = torch.rand(2, 9, 3, dtype=dtype, requires_grad=requires_grad)
+    weight = torch.softmax(torch.randn(2, 9, 3, 4, dtype=dtype), -1).requires_grad_(requires_grad)
+    return x, offsets, weight
+
+
+@pytest.mark.parametrize("op", ["talk_bidirectional", "talk_causal", "dynamic", "light"])
+def test_custom_ops_pass_opcheck(op):
+    """Schema, fake (meta) kernel and autograd registration agree with the real kernels."""
+    x, offsets, weight = small_inputs(requires_grad=True)
+    args = {
+        "talk_bidirectional": (_compiled.talk_conv, (x, offsets, offsets.detach().flip(1).requires_grad_(), 3, 2)),
+        "talk_causal": (_compiled.talk_conv, (x, offsets, None, 3, 0)),
+        "dynamic": (_compiled.dynamic_conv, (x, weight, 2)),
+        "light": (_compiled.light_conv, (x, weight[0, 0].detach().requires_grad_(), 1)),
+    }[op]
+    torch.library.opcheck(*args)
+
+
+def test_torch_compile_traces_through_the_kernels():
+    x, offsets, weight = small_inputs(torch.float32, requires_grad=True)
+
+    def mix(x, offsets, weight):
+        return talk_conv(x, offsets, None, 3, 0, backend="cpu") + dynamic_conv(x, weight, 3, backend="cpu")
+
+    compiled = torch.compile(mix, backend="aot_eager", fullgraph=True)
+    out = compiled(x, offsets, weight)
+    torch.testing.assert_close(out, mix(x, offsets, weight))
+    grads = torch.autograd.grad(out.sum(), (x, offsets, weight))
+    expected = torch.autograd.grad(mix(x, offsets, weight).sum(), (x, offsets, weight))
+    for grad, reference in zip(grads, expected):
+        torch.testing.assert_close(grad, reference)
+
+
+# --- CUDA --------------------------------------------------------------------------------------
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+
+
+def cuda_inputs(shape_x, shape_offsets, dtype):
+    """Unit-scale inputs on the GPU in ``dtype`` and their float64 copies for the reference."""
+    x = torch.randn(shape_x, dtype=torch.float64)
+    offsets = 1.2 * torch.rand(shape_offsets, dtype=torch.float64)
+    return x.to("cuda", dtype), offsets.to("cuda", dtype)
+
+
+def compare_forward_backward(op_cuda, op_reference, inputs, dtype, grad_scales):
+    """Forward and backward of ``op_cuda`` against ``op_reference`` run in float64."""
+    low = [t.detach().clone().requires_grad_() for t in inputs]
+    high = [t.detach().double().requires_grad_() for t in inputs]
+    out_low, out_high = op_cuda(*low), op_reference(*high)
+    assert out_low.dtype == dtype and out_low.device.type == "cuda"
+    assert_close_to_reference(out_low, out_high, dtype)
+    grad_out = torch.randn_like(out_high)
+    out_low.backward(grad_out.to(dtype))
+    out_high.backward(grad_out)
+    for tensor_low, tensor_high, scale in zip(low, high, grad_scales):
+        assert tensor_low.grad.dtype == dtype
+        assert_close_to_reference(tensor_low.grad, tensor_high.grad, dtype, scale=scale)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "batch,length,heads,head_size,max_left,max_right",
+    [
+        (2, 1, 2, 4, 3, 3),  # T = 1
+        (2, 300, 4, 8, 7, 9),  # several tiles, bidirectional
+        (2, 300, 4, 8, 15, 0),  # causal
+        (1, 70_000, 1, 33, 31, 31),  # long, B*H = 1, a partial chunk of channels
+        (1, 50, 3, 1, 80, 80),  # head size 1, windows clipped at both ends
+        (2, 129, 2, 40, 400, 3),  # reach wider than one shared-memory pass
+    ],
+)
+def test_cuda_talk_conv_matches_reference(dtype, batch, length, heads, head_size, max_left, max_right):
+    x, offset_left = cuda_inputs((batch, length, heads * head_size), (batch, length, heads), dtype)
+    inputs = [x, offset_left]
+    if max_right:
+        inputs.append(cuda_inputs((1,), (batch, length, heads), dtype)[1])
+
+    def run(backend):
+        return lambda x, left, right=None: talk_conv(x, left, right, max_left, max_right, backend=backend)
+
+    # Sums of up to K tokens, offset gradients over the head's channels: scale tolerances.
+    window = min(max_left + max_right + 1, length)
+    compare_forward_backward(run("cuda"), run("torch"), inputs, dtype, [window / 4 + 1] + [head_size] * 2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", ["dynamic", "light"])
+@pytest.mark.parametrize(
+    "batch,length,heads,head_size,kernel_size,padding_l",
+    [
+        (2, 1, 2, 4, 3, 1),  # T = 1
+        (2, 200, 4, 8, 3, 2),  # odd K, causal
+        (2, 200, 4, 8, 4, 2),  # even K
+        (2, 200, 4, 8, 31, 15),  # K = 31, centred
+        (1, 70_000, 1, 33, 7, 0),  # long, B*H = 1, looks only ahead
+        (1, 40, 2, 3, 300, 150),  # K far beyond the fairseq set and longer than T
+    ],
+)
+def test_cuda_conv_matches_reference(dtype, kind, batch, length, heads, head_size, kernel_size, padding_l):
+    x, _ = cuda_inputs((batch, length, heads * head_size), (1,), dtype)
+    weight_shape = (batch, length, heads, kernel_size) if kind == "dynamic" else (heads, kernel_size)
+    weight = torch.softmax(torch.randn(weight_shape, dtype=torch.float64), -1).to("cuda", dtype)
+    op = dynamic_conv if kind == "dynamic" else light_conv
+
+    def run(backend):
+        return lambda x, weight: op(x, weight, padding_l, backend=backend)
+
+    weight_scale = head_size if kind == "dynamic" else head_size * batch * length
+    compare_forward_backward(run("cuda"), run("torch"), [x, weight], dtype, [1.0, weight_scale])
+
+
+def tolerance(dtype):
+    atol, rtol = TOLERANCES[dtype]
+    return {"atol": atol, "rtol": rtol}
+
+
+@pytest.mark.gpu
+def test_cuda_non_contiguous_inputs():
+    x = torch.randn(40, 3, 16, device="cuda").transpose(0, 1)  # (3, 40, 16), permuted strides
+    both = torch.rand(3, 40, 4, 2, device="cuda")  # offsets as strided slices
+    out = talk_conv(x, both[..., 0], both[..., 1], 5, 6, backend="cuda")
+    expected = talk_conv(x, both[..., 0], both[..., 1], 5, 6, backend="torch")
+    torch.testing.assert_close(out, expected, **tolerance(torch.float32))
+    weight = torch.softmax(torch.randn(3, 40, 5, 4, device="cuda"), -2).transpose(-1, -2)  # (3, 40, 4, 5) view
+    out = dynamic_conv(x, weight, 2, backend="cuda")
+    torch.testing.assert_close(out, dynamic_conv(x, weight, 2, backend="torch"), **tolerance(torch.float32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("values", ["negative", "huge", "nan"])
+def test_cuda_any_offset_value_is_safe_and_matches_the_cpu_kernel(values):
+    x = torch.randn(2, 500, 40, dtype=torch.float64)
+    offsets = torch.randn(2, 500, 4, dtype=torch.float64) * 3
+    offsets = {"negative": -offsets.abs(), "huge": offsets.abs() * 1e4, "nan": offsets.where(offsets > 0, float("nan"))}[values]
+    for offset_right, max_right in ((offsets.flip(1), 5), (None, 0)):
+        on_cpu = talk_conv(x, offsets, offset_right, 7, max_right, backend="cpu")
+        on_gpu = talk_conv(
+            x.cuda(), offsets.cuda(), None if offset_right is None else offset_right.cuda(), 7, max_right, backend="cuda"
+        )
+        torch.testing.assert_close(on_gpu.cpu(), on_cpu)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("max_left,max_right", [(3, 4), (4, 0)])
+def test_cuda_talk_conv_gradcheck_float64(max_left, max_right):
+    x = torch.randn(2, 11, 6, dtype=torch.float64, device="cuda", requires_grad=True)
+    inputs = [x, offsets_off_the_grid((2, 11, 3), max_left).cuda().requires_grad_()]
+    if max_right:
+        inputs.append(offsets_off_the_grid((2, 11, 3), max_right).cuda().requires_grad_())
+    assert torch.autograd.gradcheck(
+        lambda x, left, right=None: talk_conv(x, left, right, max_left, max_right, backend="cuda"), inputs, eps=1e-6, atol=1e-7
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["dynamic", "light"])
+@pytest.mark.parametrize("kernel_size,padding_l", [(3, 1), (4, 3)])
+def test_cuda_conv_gradcheck_float64(kind, kernel_size, padding_l):
+    x = torch.randn(2, 7, 6, dtype=torch.float64, device="cuda", requires_grad=True)
+    shape = (2, 7, 3, kernel_size) if kind == "dynamic" else (3, kernel_size)
+    weight = torch.softmax(torch.randn(shape, dtype=torch.float64, device="cuda"), -1).requires_grad_()
+    op = dynamic_conv if kind == "dynamic" else light_conv
+    assert torch.autograd.gradcheck(lambda x, w: op(x, w, padding_l, backend="cuda"), (x, weight))
+
+
+@pytest.mark.gpu
+def test_cuda_small_shapes_match_definition():
+    x = torch.randn(1, 9, 3, dtype=torch.float64)
+    offsets = torch.rand(1, 9, 1, dtype=torch.float64)
+    out = talk_conv(x.cuda(), offsets.cuda(), offsets.cuda(), 2, 2, backend="cuda")
+    assert_close_to_reference(out.cpu(), naive_talk_conv(x, offsets, offsets, 2, 2), torch.float64)
+    weight = torch.softmax(torch.randn(1, 9, 1, 4, dtype=torch.float64), -1)
+    out = dynamic_conv(x.cuda(), weight.cuda(), 1, backend="cuda")
+    assert_close_to_reference(out.cpu(), naive_dynamic_conv(x, weight, 1), torch.float64)
