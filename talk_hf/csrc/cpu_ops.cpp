@@ -33,9 +33,8 @@ void for_each_tile(int64_t batch, int64_t length, const Body& body) {
 
 at::Tensor talk_forward(const at::Tensor& x_in, const at::Tensor& offset_left_in,
                         const std::optional<at::Tensor>& offset_right_in, int64_t max_left, int64_t max_right) {
-  const at::Tensor x = x_in.contiguous();
-  const at::Tensor offset_left = offset_left_in.contiguous();
-  const at::Tensor offset_right = contiguous_or_undefined(offset_right_in);
+  const TalkInputs inputs(x_in, offset_left_in, offset_right_in);
+  const at::Tensor &x = inputs.x, &offset_left = inputs.offset_left, &offset_right = inputs.offset_right;
   at::Tensor out = at::empty_like(x);
   const int64_t batch = x.size(0), length = x.size(1), channels = x.size(2), heads = offset_left.size(2);
   const int64_t head_size = channels / heads;
@@ -91,12 +90,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward(const at::Tensor& g
                                                              const std::optional<at::Tensor>& offset_right_in,
                                                              int64_t max_left, int64_t max_right) {
   const at::Tensor grad_out = grad_out_in.contiguous();
-  const at::Tensor x = x_in.contiguous();
-  const at::Tensor offset_left = offset_left_in.contiguous();
-  const at::Tensor offset_right = contiguous_or_undefined(offset_right_in);
-  at::Tensor grad_x = at::empty_like(x);
-  at::Tensor grad_left = at::empty_like(offset_left);
-  at::Tensor grad_right = offset_right.defined() ? at::empty_like(offset_right) : at::empty({0}, x.options());
+  const TalkInputs inputs(x_in, offset_left_in, offset_right_in);
+  const at::Tensor &x = inputs.x, &offset_left = inputs.offset_left, &offset_right = inputs.offset_right;
+  at::Tensor grad_x, grad_left, grad_right;
+  std::tie(grad_x, grad_left, grad_right) = inputs.empty_gradients();
   const int64_t batch = x.size(0), length = x.size(1), channels = x.size(2), heads = offset_left.size(2);
   const int64_t head_size = channels / heads;
 

@@ -29,7 +29,7 @@ namespace {
 
 constexpr int kChannels = 32;  // channels per block: blockDim.x
 constexpr int kRows = 8;       // blockDim.y of the forward kernels
-constexpr int kTile = 64;      // time steps per block of the forward kernels
+constexpr int kTile = 128;     // time steps per block of the forward kernels
 constexpr int kBackwardTile = 32;
 constexpr int kSharedBytes = 40 * 1024;  // stays under the 48 KiB default
 
@@ -322,9 +322,8 @@ Layout layout_of(const at::Tensor& x, int64_t heads) {
 at::Tensor talk_forward(const at::Tensor& x_in, const at::Tensor& offset_left_in,
                         const std::optional<at::Tensor>& offset_right_in, int64_t max_left, int64_t max_right) {
   const c10::cuda::CUDAGuard guard(x_in.device());
-  const at::Tensor x = x_in.contiguous();
-  const at::Tensor offset_left = offset_left_in.contiguous();
-  const at::Tensor offset_right = contiguous_or_undefined(offset_right_in);
+  const TalkInputs inputs(x_in, offset_left_in, offset_right_in);
+  const at::Tensor &x = inputs.x, &offset_left = inputs.offset_left, &offset_right = inputs.offset_right;
   at::Tensor out = at::empty_like(x);
   if (x.numel() == 0) return out;
   const Layout layout = layout_of(x, offset_left.size(2));
@@ -345,12 +344,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward(const at::Tensor& g
                                                              int64_t max_left, int64_t max_right) {
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor grad_out = grad_out_in.contiguous();
-  const at::Tensor x = x_in.contiguous();
-  const at::Tensor offset_left = offset_left_in.contiguous();
-  const at::Tensor offset_right = contiguous_or_undefined(offset_right_in);
-  at::Tensor grad_x = at::empty_like(x);
-  at::Tensor grad_left = at::empty_like(offset_left);
-  at::Tensor grad_right = offset_right.defined() ? at::empty_like(offset_right) : at::empty({0}, x.options());
+  const TalkInputs inputs(x_in, offset_left_in, offset_right_in);
+  const at::Tensor &x = inputs.x, &offset_left = inputs.offset_left, &offset_right = inputs.offset_right;
+  at::Tensor grad_x, grad_left, grad_right;
+  std::tie(grad_x, grad_left, grad_right) = inputs.empty_gradients();
   if (x.numel() == 0) return {grad_x, grad_left, grad_right};
   const Layout layout = layout_of(x, offset_left.size(2));
   const int64_t pairs = offset_left.numel();  // (b, t, h) triples

@@ -2,8 +2,11 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 
 #include <optional>
+#include <tuple>
 
 #include "talk_math.h"
 
@@ -19,6 +22,22 @@ template <typename scalar_t>
 const scalar_t* optional_data(const at::Tensor& tensor) {
   return tensor.defined() ? tensor.const_data_ptr<scalar_t>() : nullptr;
 }
+
+// The inputs of talk_conv made contiguous; offset_right is undefined in the causal form.
+struct TalkInputs {
+  at::Tensor x, offset_left, offset_right;
+
+  TalkInputs(const at::Tensor& x_in, const at::Tensor& offset_left_in, const std::optional<at::Tensor>& offset_right_in)
+      : x(x_in.contiguous()),
+        offset_left(offset_left_in.contiguous()),
+        offset_right(contiguous_or_undefined(offset_right_in)) {}
+
+  // Uninitialised gradients for x, offset_left and offset_right (0 elements in the causal form).
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> empty_gradients() const {
+    return {at::empty_like(x), at::empty_like(offset_left),
+            offset_right.defined() ? at::empty_like(offset_right) : at::empty({0}, x.options())};
+  }
+};
 
 // The window reader of contiguous (B, T, H) offsets; offset_right may be undefined (causal).
 template <typename scalar_t, typename acc_t>

@@ -137,7 +137,7 @@ def _lock_timeout() -> float:
 def _compile(kind: str, directory: Path) -> ModuleType:
     """Build (or reuse) ``kind`` in ``directory``; the caller holds the build lock."""
     (directory / TORCH_BATON).unlink(missing_ok=True)  # stale: no other talk_hf build can hold it now
-    flags = ["-O3"]
+    flags = ["-O3", "-fvisibility=hidden"]  # the CPU and CUDA modules define the same C++ names
     ldflags = []
     if platform.system() == "Linux":
         flags.append("-fopenmp")
@@ -146,7 +146,7 @@ def _compile(kind: str, directory: Path) -> ModuleType:
     if kind == "cuda":
         if not os.environ.get("TORCH_CUDA_ARCH_LIST"):  # build for this GPU only, as the folder says
             os.environ["TORCH_CUDA_ARCH_LIST"] = "{}.{}".format(*torch.cuda.get_device_capability())
-        options["extra_cuda_cflags"] = ["-O3", "-lineinfo"]
+        options["extra_cuda_cflags"] = ["-O3", "-lineinfo", "-Xcompiler", "-fvisibility=hidden"]
     return cpp_extension.load(
         name=f"talk_hf_{kind}",
         sources=[str(CSRC / source) for source in SOURCES[kind]],
