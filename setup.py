@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
 ROOT = Path(__file__).parent
 version_namespace: dict = {}
@@ -19,10 +19,10 @@ setup(
     long_description_content_type="text/markdown",
     license="MIT",
     python_requires=">=3.10",
-    packages=find_packages(include=["talk_hf", "talk_hf.*"]),
-    # Kernel sources travel with the package: they are compiled on first use, not at install.
-    package_data={"talk_hf": ["csrc/*.cu", "csrc/*.cpp", "csrc/*.h", "csrc/*.cuh"]},
-    include_package_data=True,
+    # Namespace discovery also lists talk_hf/csrc (no __init__.py): the kernel sources travel with
+    # the package and are compiled on first use, not at install.
+    packages=find_namespace_packages(include=["talk_hf", "talk_hf.*"], exclude=["*.__pycache__"]),
+    package_data={"talk_hf.csrc": ["*.cu", "*.cuh", "*.cpp", "*.h"]},
     install_requires=[
         "torch>=2.4",
         "transformers>=5.0,<6",
@@ -33,10 +33,10 @@ setup(
         "huggingface-hub>=0.30",
         "tokenizers>=0.21",
         "filelock>=3.12",
+        "ninja",  # torch.utils.cpp_extension builds the kernels with it on first use
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100", "sacrebleu>=2.4"],
-        "cuda": ["ninja"],
         "examples": ["sacrebleu>=2.4", "matplotlib>=3.7", "tensorboard>=2.15"],
     },
     classifiers=[
