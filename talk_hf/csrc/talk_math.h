@@ -13,7 +13,8 @@
 // Offsets are not checked by the kernels (no host synchronisation): any value is safe.  Edges are
 // clamped into [0, T - 1] and a NaN edge becomes 0, so no index ever leaves [0, T]; a negative
 // offset gives the signed integral F(u_b) - F(u_a) of a reversed window.  The PyTorch path
-// rejects negative and NaN offsets instead.
+// rejects negative and NaN offsets instead.  Edge positions are computed relative to t (see
+// shifted_edge), which is more precise than the PyTorch path's t - offset * max_left at long T.
 #pragma once
 
 #include <cmath>
@@ -36,28 +37,34 @@ struct Edge {
   bool free;
 };
 
-// Splits a position already computed in acc_t into an Edge after clamping it into [0, T - 1].
-// torch.clamp passes gradients at the bounds themselves, so `free` includes them.
+// The edge at position t + shift, clamped into [0, T - 1].  The shift (a few tokens: offset times
+// max offset) is split into whole and fractional parts before t is added, so the fraction keeps
+// acc_t's precision at any T (t - shift in float32 would keep only 7 fractional bits at t = 70,000).
+// torch.clamp passes gradients at the bounds themselves, so `free` includes them.  A NaN shift
+// gives position 0; infinite shifts clamp like large ones.
 template <typename acc_t>
-TALK_HD Edge<acc_t> clamped_edge(acc_t position, int64_t length) {
-  const acc_t last = static_cast<acc_t>(length - 1);
-  const bool free = position >= acc_t(0) && position <= last;
-  if (!(position >= acc_t(0))) position = acc_t(0);  // also catches NaN
-  if (position > last) position = last;
-  const acc_t whole = std::floor(position);
-  return Edge<acc_t>{static_cast<int64_t>(whole), position - whole, free};
+TALK_HD Edge<acc_t> shifted_edge(int64_t t, acc_t shift, int64_t length) {
+  if (!(shift == shift)) return Edge<acc_t>{0, acc_t(0), false};
+  const acc_t limit = static_cast<acc_t>(2 * length);  // past either end: clamps the same way
+  shift = shift < -limit ? -limit : (shift > limit ? limit : shift);
+  const acc_t whole = std::floor(shift);
+  const int64_t index = t + static_cast<int64_t>(whole);
+  const acc_t frac = shift - whole;
+  if (index < 0) return Edge<acc_t>{0, acc_t(0), false};
+  if (index > length - 1 || (index == length - 1 && frac > acc_t(0))) return Edge<acc_t>{length - 1, acc_t(0), false};
+  return Edge<acc_t>{index, frac, true};
 }
 
 // u_a of token t: clamp(t - offset * max_left, 0, T - 1).
 template <typename acc_t>
 TALK_HD Edge<acc_t> left_edge(int64_t t, int64_t length, acc_t offset, int64_t max_left) {
-  return clamped_edge<acc_t>(static_cast<acc_t>(t) - offset * static_cast<acc_t>(max_left), length);
+  return shifted_edge<acc_t>(t, -(offset * static_cast<acc_t>(max_left)), length);
 }
 
 // u_b of token t: clamp(t + offset * max_right, 0, T - 1) + 1.
 template <typename acc_t>
 TALK_HD Edge<acc_t> right_edge(int64_t t, int64_t length, acc_t offset, int64_t max_right) {
-  Edge<acc_t> edge = clamped_edge<acc_t>(static_cast<acc_t>(t) + offset * static_cast<acc_t>(max_right), length);
+  Edge<acc_t> edge = shifted_edge<acc_t>(t, offset * static_cast<acc_t>(max_right), length);
   edge.index += 1;
   return edge;
 }

@@ -124,11 +124,14 @@ def test_torch_compile_traces_through_the_kernels():
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 
 
-def cuda_inputs(shape_x, shape_offsets, dtype):
-    """Unit-scale inputs on the GPU in ``dtype`` and their float64 copies for the reference."""
-    x = torch.randn(shape_x, dtype=torch.float64)
-    offsets = 1.2 * torch.rand(shape_offsets, dtype=torch.float64)
-    return x.to("cuda", dtype), offsets.to("cuda", dtype)
+def on_cuda(shape, dtype, max_offset=None):
+    """Unit-scale normal values on the GPU in ``dtype``; with ``max_offset``, offsets in (0, 1.2)
+    instead, whose window edges sit at least 0.1 tokens off the integers (where the offset
+    gradient jumps from one token to the next, so float32 and float64 may pick different ones)."""
+    if max_offset is None:
+        return torch.randn(shape, dtype=torch.float64).to("cuda", dtype)
+    whole = torch.randint(0, int(1.2 * max_offset) + 1, shape).double()
+    return ((whole + 0.1 + 0.8 * torch.rand(shape, dtype=torch.float64)) / max_offset).to("cuda", dtype)
 
 
 def compare_forward_backward(op_cuda, op_reference, inputs, dtype, grad_scales):
@@ -160,10 +163,9 @@ def compare_forward_backward(op_cuda, op_reference, inputs, dtype, grad_scales):
     ],
 )
 def test_cuda_talk_conv_matches_reference(dtype, batch, length, heads, head_size, max_left, max_right):
-    x, offset_left = cuda_inputs((batch, length, heads * head_size), (batch, length, heads), dtype)
-    inputs = [x, offset_left]
+    inputs = [on_cuda((batch, length, heads * head_size), dtype), on_cuda((batch, length, heads), dtype, max_left)]
     if max_right:
-        inputs.append(cuda_inputs((1,), (batch, length, heads), dtype)[1])
+        inputs.append(on_cuda((batch, length, heads), dtype, max_right))
 
     def run(backend):
         return lambda x, left, right=None: talk_conv(x, left, right, max_left, max_right, backend=backend)
@@ -188,7 +190,7 @@ def test_cuda_talk_conv_matches_reference(dtype, batch, length, heads, head_size
     ],
 )
 def test_cuda_conv_matches_reference(dtype, kind, batch, length, heads, head_size, kernel_size, padding_l):
-    x, _ = cuda_inputs((batch, length, heads * head_size), (1,), dtype)
+    x = on_cuda((batch, length, heads * head_size), dtype)
     weight_shape = (batch, length, heads, kernel_size) if kind == "dynamic" else (heads, kernel_size)
     weight = torch.softmax(torch.randn(weight_shape, dtype=torch.float64), -1).to("cuda", dtype)
     op = dynamic_conv if kind == "dynamic" else light_conv
