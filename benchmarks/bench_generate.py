@@ -1,10 +1,11 @@
 """Per-token decode latency of TaLK / DynamicConv models against Transformers of the same size.
 
-For every decoding setting and position P the script fills each model's cache with a P-token
-prefix in one forward, then times single-token decoding steps from position P on, in
-``--rounds`` rounds that interleave the models (so load from other processes hits them alike);
-it reports the median and the fastest step, and computes the ratios from the fastest (on a
-shared machine the median mostly measures other processes).  Beam settings reorder the cache after every step, as beam search does.
+For every decoding setting, model and position P the script fills the model's cache with a
+P-token prefix (one row, repeated to the batch), then times single-token decoding steps from
+position P on.  ``--rounds`` rounds visit every (model, position) pair in turn, so that load from
+other processes hits all measurements alike.  Beam settings reorder the cache after every step,
+as beam search does.  The script reports the median and the fastest step, and computes the
+ratios from the fastest (on a shared machine the median mostly measures other processes).
 
     python benchmarks/bench_generate.py                  # CPU, default sizes, writes JSON
     python benchmarks/bench_generate.py --device cuda    # on a GPU
@@ -87,20 +88,28 @@ class Decoder:
 
     @torch.no_grad()
     def __init__(self, model, is_seq2seq: bool, rows: int, beams: int, position: int, args):
+        """Prefill one row of ``position`` tokens, then repeat the state to ``rows`` rows (the
+        step time depends on the state's size, not on its values; this keeps prefill cheap)."""
         self.model, self.is_seq2seq, self.rows, self.position, self.device = model, is_seq2seq, rows, position, args.device
         self.generator = torch.Generator().manual_seed(0)
         self.vocab = args.vocab
         self.inputs, self.key = {}, "input_ids"
         if is_seq2seq:
-            encoder = model.get_encoder()
-            self.inputs["encoder_outputs"] = encoder(input_ids=self.tokens(args.source_length), return_dict=True)
+            encoder_outputs = model.get_encoder()(input_ids=self.tokens(args.source_length, 1), return_dict=True)
+            encoder_outputs.last_hidden_state = encoder_outputs.last_hidden_state.repeat_interleave(rows, dim=0)
+            self.inputs["encoder_outputs"] = encoder_outputs
             self.key = "decoder_input_ids"
-        self.cache = model(**self.inputs, **{self.key: self.tokens(position)}, use_cache=True).past_key_values
+            prefix = {"encoder_outputs": (encoder_outputs.last_hidden_state[:1],)}
+        else:
+            prefix = {}
+        self.cache = model(**prefix, **{self.key: self.tokens(position, 1)}, use_cache=True).past_key_values
+        self.cache.batch_repeat_interleave(rows)
         self.beam_idx = torch.arange(rows, device=self.device).view(-1, beams).roll(1, dims=1).flatten() if beams > 1 else None
         self.times: list[float] = []
 
-    def tokens(self, length: int) -> torch.Tensor:
-        return torch.randint(3, self.vocab, (self.rows, length), generator=self.generator).to(self.device)
+    def tokens(self, length: int, rows: int | None = None) -> torch.Tensor:
+        rows = self.rows if rows is None else rows
+        return torch.randint(3, self.vocab, (rows, length), generator=self.generator).to(self.device)
 
     @torch.no_grad()
     def step(self, record: bool) -> None:
@@ -126,9 +135,14 @@ class Decoder:
                 "state_bytes": self_bytes, "cross_attention_bytes": cross_bytes}
 
 
-def measure_position(models: dict, rows: int, beams: int, position: int, args) -> dict:
-    """Step times of every model at ``position``, in interleaved rounds (shared-machine noise hits all)."""
-    decoders = {name: Decoder(model, is_seq2seq, rows, beams, position, args) for name, (model, is_seq2seq) in models.items()}
+def measure_setting(models: dict, rows: int, beams: int, args) -> dict:
+    """Step times of every model at every position, in interleaved rounds over all (model,
+    position) pairs, so that load from other processes hits every measurement alike."""
+    decoders = {
+        (name, position): Decoder(model, is_seq2seq, rows, beams, position, args)
+        for name, (model, is_seq2seq) in models.items()
+        for position in args.positions
+    }
     for decoder in decoders.values():
         for _ in range(args.warmup):
             decoder.step(record=False)
@@ -136,7 +150,10 @@ def measure_position(models: dict, rows: int, beams: int, position: int, args) -
         for decoder in decoders.values():
             for _ in range(args.steps):
                 decoder.step(record=True)
-    return {name: decoder.result() for name, decoder in decoders.items()}
+    results = {name: {} for name in models}
+    for (name, position), decoder in decoders.items():
+        results[name][str(position)] = decoder.result()
+    return results
 
 
 def summarise(results: dict, positions: list[int]) -> dict:
@@ -181,11 +198,10 @@ def main() -> None:
     models = build_models(args)
     results = {}
     for setting, (batch, beams) in SETTINGS.items():
-        results[setting] = {name: {} for name in models}
-        for position in args.positions:
-            for name, measured in measure_position(models, batch * beams, beams, position, args).items():
-                results[setting][name][str(position)] = measured
-                print(f"{setting:10s} {name:38s} P={position:5d} step {measured['step_s'] * 1e3:8.2f} ms "
+        results[setting] = measure_setting(models, batch * beams, beams, args)
+        for name, per_position in results[setting].items():
+            for position, measured in per_position.items():
+                print(f"{setting:10s} {name:38s} P={position:>5s} step {measured['step_s'] * 1e3:8.2f} ms "
                       f"(min {measured['step_min_s'] * 1e3:7.2f}) state {measured['state_bytes'] / 2**20:9.2f} MiB",
                       flush=True)
 

@@ -15,7 +15,7 @@ model_type         config                      AutoModel / AutoModelForSeq2SeqLM
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
 from . import ops
-from .cache import ConvCache, ConvWindowLayer
+from .cache import ConvCache, ConvEncoderDecoderCache, ConvWindowLayer
 from .hub import export_for_remote_code
 from .models.dynamic_conv import (
     DynamicConvConfig,
@@ -44,6 +44,7 @@ for _config, _base, _head, _head_auto_class in MODEL_FAMILIES:
 
 __all__ = [
     "ConvCache",
+    "ConvEncoderDecoderCache",
     "ConvWindowLayer",
     "DynamicConvConfig",
     "DynamicConvForCausalLM",

@@ -5,15 +5,15 @@ DynamicConv/LightConv: K - 1).  `ConvWindowLayer` keeps exactly those, zero-fill
 sequence start (zeros give the same outputs as the start of the sequence: the ops are invariant
 to zero padding), so memory and step cost do not grow with the generated length.
 
-For encoder-decoder models the model wraps a `ConvCache` in transformers'
-``EncoderDecoderCache(ConvCache(...), DynamicCache())``; the cross-attention keys/values of the
-encoder output go to the second part, computed once.
+For encoder-decoder models `ConvEncoderDecoderCache` (an ``EncoderDecoderCache``) pairs a
+`ConvCache` with a ``DynamicCache`` that holds the cross-attention keys/values of the encoder
+output, computed once.
 """
 
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache, EncoderDecoderCache
 
 
 class ConvWindowLayer(CacheLayerMixin):
@@ -82,6 +82,12 @@ class ConvWindowLayer(CacheLayerMixin):
         if self.is_initialized:
             self.window = self.window[indices]
 
+    def crop(self, tokens_to_remove: int) -> None:
+        raise NotImplementedError(
+            "a ConvCache keeps a fixed window of the past and cannot be rolled back (crop), so it does not "
+            "support assisted or speculative decoding"
+        )
+
     def offload(self) -> None:
         if self.is_initialized:
             self.window = self.window.to("cpu", non_blocking=True)
@@ -105,3 +111,21 @@ class ConvCache(Cache):
     def nbytes(self) -> int:
         """Bytes held by the windows (constant during generation)."""
         return sum(layer.window.nbytes for layer in self.layers if layer.is_initialized)
+
+
+class ConvEncoderDecoderCache(EncoderDecoderCache):
+    """``EncoderDecoderCache(ConvCache(window_sizes), DynamicCache())`` for the seq2seq models.
+
+    transformers' batch operations of an ``EncoderDecoderCache`` accept only ``DynamicCache``
+    parts; a `ConvCache` supports them too (repeat and select rows), so they are allowed here.
+    """
+
+    def __init__(self, window_sizes: list[int]):
+        super().__init__(ConvCache(window_sizes), DynamicCache())
+
+    def check_dynamic_cache(self, method: str) -> None:
+        if not isinstance(self.self_attention_cache, ConvCache):
+            super().check_dynamic_cache(method)
+
+    def crop(self, tokens_to_remove: int) -> None:
+        self.self_attention_cache.crop(tokens_to_remove)  # raises: a fixed window cannot be rolled back

@@ -78,12 +78,17 @@ def _flattened_source(module_name: str) -> str:
             lines[index] = _FROM_RELATIVE.sub(rf"\1from .{_flat_name(targets[0])} import", lines[index], count=1)
         else:
             indent = lines[index][: len(lines[index]) - len(lines[index].lstrip())]
-            names = ", ".join(_flat_name(target) for target in targets)
             markers = "".join(
                 f"{indent}from .{_flat_name(target)} import __name__ as _{_flat_name(target)}_module\n"
                 for target in targets
             )
+            names = ", ".join(
+                _flat_name(target) + (f" as {alias.asname}" if alias.asname else "")
+                for target, alias in zip(targets, node.names)
+            )
             lines[index] = f"{markers}{indent}from . import {names}\n"
+            for continuation in range(index + 1, node.end_lineno):
+                lines[continuation] = ""
     return "".join(lines)
 
 

@@ -15,7 +15,6 @@ import torch
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
-from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import (
     BaseModelOutput,
     BaseModelOutputWithPast,
@@ -25,7 +24,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.utils.generic import can_return_tuple
 
-from ..cache import ConvCache
+from ..cache import ConvCache, ConvEncoderDecoderCache
 from ..layers.conv_layers import ConvDecoderLayer, ConvEncoderLayer
 from ..layers.cross_attention import CrossAttentionBlock
 from ..layers.dynamic_conv_mixer import LightConvCore
@@ -129,9 +128,13 @@ class ConvDecoder(_ConvStack):
             for index in range(config.decoder_layers)
         )
 
+    def window_sizes(self) -> list[int]:
+        """Per layer, the number of past mixer inputs a causal step needs."""
+        return [layer.mixer.core.window for layer in self.layers]
+
     def new_cache(self) -> ConvCache:
         """An empty generation state sized for these layers."""
-        return ConvCache([layer.mixer.core.window for layer in self.layers])
+        return ConvCache(self.window_sizes())
 
     def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, encoder_hidden=None,
                 encoder_mask=None, past_key_values=None, output_attentions=False, output_hidden_states=False):
@@ -174,6 +177,7 @@ class ConvPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True
     _no_split_modules = ["ConvEncoderLayer", "ConvDecoderLayer"]
     _skip_keys_device_placement = ["past_key_values"]
+    _supports_sdpa = True  # the cross-attention always runs scaled_dot_product_attention
     make_core: CoreFactory
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -222,8 +226,8 @@ class ConvSeq2SeqModel(ConvPreTrainedModel):
         if self.config.share_encoder_decoder_embeddings:
             self.encoder.embed_tokens = value
 
-    def new_cache(self) -> EncoderDecoderCache:
-        return EncoderDecoderCache(self.decoder.new_cache(), DynamicCache())
+    def new_cache(self) -> ConvEncoderDecoderCache:
+        return ConvEncoderDecoderCache(self.decoder.window_sizes())
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,

@@ -57,13 +57,6 @@ def test_generate_is_identical_with_and_without_cache(case, mode):
     assert isinstance(getattr(cached.past_key_values, "self_attention_cache", cached.past_key_values), ConvCache)
 
 
-class _NoReorderCache(ConvCache):
-    """A cache that ignores beam reordering: the negative control."""
-
-    def reorder_cache(self, beam_idx):
-        pass
-
-
 @pytest.mark.parametrize("case", CASES[:2], ids=CASE_IDS[:2])
 def test_beam_search_needs_cache_reordering(case, monkeypatch):
     """With reordering disabled, beam search gives other beams: reordering is really exercised."""
@@ -72,8 +65,7 @@ def test_beam_search_needs_cache_reordering(case, monkeypatch):
     settings = dict(num_beams=4, num_return_sequences=4, max_new_tokens=10, min_new_tokens=10)
     reference = _generate(model, inputs, use_cache=False, **settings).sequences
     assert torch.equal(_generate(model, inputs, **settings).sequences, reference)
-    decoder = model.model.decoder
-    monkeypatch.setattr(decoder, "new_cache", lambda: _NoReorderCache([layer.mixer.core.window for layer in decoder.layers]))
+    monkeypatch.setattr(ConvCache, "reorder_cache", lambda self, beam_idx: None)  # the negative control
     assert not torch.equal(_generate(model, inputs, **settings).sequences, reference)
 
 
@@ -144,3 +136,22 @@ def test_generation_config_defaults_come_from_the_config():
     model = case.model()
     assert isinstance(model.generation_config, GenerationConfig)
     assert model.generation_config.decoder_start_token_id == model.config.decoder_start_token_id
+
+
+@pytest.mark.parametrize("case", CASES[:2], ids=CASE_IDS[:2])
+def test_cache_rows_can_be_repeated_and_selected(case):
+    """batch_repeat_interleave / batch_select_indices on a prefilled cache act row by row."""
+    model = case.model()
+    source = {"input_ids": random_tokens(1, 7)} if case.is_seq2seq else {}
+    key = "decoder_input_ids" if case.is_seq2seq else "input_ids"
+    prefix, step = random_tokens(1, 5, seed=4), random_tokens(1, 1, seed=5)
+    single = model(**source, **{key: prefix}, use_cache=True)
+    expected = model(**source, **{key: step}, past_key_values=single.past_key_values).logits
+    cache = model(**source, **{key: prefix}, use_cache=True).past_key_values
+    cache.batch_repeat_interleave(3)
+    cache.batch_select_indices(torch.tensor([0, 2]))
+    repeated = {key: value.repeat(2, 1) for key, value in source.items()}
+    logits = model(**repeated, **{key: step.repeat(2, 1)}, past_key_values=cache).logits
+    torch.testing.assert_close(logits, expected.expand(2, -1, -1), rtol=1e-5, atol=1e-5)
+    with pytest.raises(NotImplementedError, match="cannot be rolled back"):
+        cache.crop(1)

@@ -89,3 +89,30 @@ def test_export_rejects_a_folder_of_another_model(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bart"}))
     with pytest.raises(ValueError, match="not a talk_hf model type"):
         talk_hf.export_for_remote_code(tmp_path)
+
+
+def test_flattening_rewrites_every_relative_import_form(tmp_path, monkeypatch):
+    """``from ..m import x``, ``from .. import (a as b, c)``: the flat copies import and run."""
+    from talk_hf import hub
+
+    package = tmp_path / "src" / "fakepkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "helper.py").write_text("X = 1\n")
+    (package / "other.py").write_text("Y = 2\n")
+    (package / "sub" / "mod.py").write_text(
+        "from .. import (\n    helper as h,\n    other,\n)\nfrom ..helper import X\nZ = h.X + other.Y + X\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    modules = hub._collect(["fakepkg.sub.mod"])
+    assert sorted(modules) == ["fakepkg.helper", "fakepkg.other", "fakepkg.sub.mod"]
+    flat = tmp_path / "flat" / "flatpkg"
+    flat.mkdir(parents=True)
+    (flat / "__init__.py").write_text("")
+    for name in modules:
+        (flat / f"{hub._flat_name(name)}.py").write_text(hub._flattened_source(name))
+    monkeypatch.syspath_prepend(str(tmp_path / "flat"))
+    import importlib
+
+    assert importlib.import_module("flatpkg.mod").Z == 4
