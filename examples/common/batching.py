@@ -1,0 +1,124 @@
+"""Batches by token count, the collators that pad them, and LM blocks.
+
+`TokenBatchSampler` is fairseq's `--max-tokens`: examples of similar length go together and a
+batch holds as many as fit in `max_tokens` padded tokens, so every step costs about the same
+whatever the sentence lengths. Its batches are a pure function of (seed, epoch): a resumed run
+rebuilds the same epoch and skips what it had done.
+"""
+
+import torch
+
+
+class TokenBatchSampler(torch.utils.data.Sampler):
+    """Lists of example indices whose padded size `len(batch) * max(length)` is <= `max_tokens`.
+
+    Args:
+        lengths: the token count of every example (for a pair, the longer side).
+        max_tokens: the budget of padded tokens per batch.
+        shuffle: shuffle examples of equal length and the order of the batches, anew every epoch.
+        seed: with `set_epoch`, fixes the shuffling.
+        multiple_of: drop the last batches of an epoch so that their number is a multiple of this
+            (processes x accumulation steps: every optimizer step then sees full micro-batches).
+    """
+
+    def __init__(self, lengths, max_tokens, shuffle=True, seed=0, multiple_of=1):
+        super().__init__()
+        self.lengths = torch.as_tensor(lengths, dtype=torch.long)
+        longest = int(self.lengths.max())
+        if longest > max_tokens:
+            raise ValueError(f"an example has {longest} tokens, more than max_tokens={max_tokens}: raise max_tokens")
+        self.max_tokens = max_tokens
+        self.shuffle = shuffle
+        self.seed = seed
+        self.multiple_of = multiple_of
+        self.epoch = 0
+        # The grouping depends only on the sorted lengths, so every epoch has the same count.
+        count = len(self._group(torch.sort(self.lengths, stable=True).indices))
+        self.num_batches = count - count % multiple_of
+        if self.num_batches == 0:
+            raise ValueError(
+                f"{len(self.lengths)} examples make {count} batches of <= {max_tokens} tokens, fewer than "
+                f"the {multiple_of} that one optimizer step needs: lower max_tokens or add data"
+            )
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def _group(self, order):
+        batches, batch, longest = [], [], 0
+        for index in order.tolist():
+            length = int(self.lengths[index])
+            if batch and (len(batch) + 1) * max(longest, length) > self.max_tokens:
+                batches.append(batch)
+                batch, longest = [], 0
+            batch.append(index)
+            longest = max(longest, length)
+        if batch:
+            batches.append(batch)
+        return batches
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        order = torch.arange(len(self.lengths))
+        if self.shuffle:
+            order = torch.randperm(len(self.lengths), generator=generator)
+        order = order[torch.sort(self.lengths[order], stable=True).indices]
+        batches = self._group(order)
+        if self.shuffle:
+            batches = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+        return iter(batches[: self.num_batches])
+
+    def __len__(self):
+        return self.num_batches
+
+
+def pad(sequences, value):
+    """A (len(sequences), longest) LongTensor of the lists `sequences`, right-padded with `value`."""
+    out = torch.full((len(sequences), max(len(s) for s in sequences)), value, dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        out[row, : len(sequence)] = torch.as_tensor(sequence, dtype=torch.long)
+    return out
+
+
+class TranslationCollator:
+    """Pads examples {"source": ids, "target": ids, "index": int} into a seq2seq batch.
+
+    `decoder_input_ids` is the target shifted right behind `decoder_start_token_id` (teacher
+    forcing); `labels` is the target with -100 at padding, the positions the loss ignores.
+    """
+
+    def __init__(self, pad_token_id, decoder_start_token_id):
+        self.pad_token_id = pad_token_id
+        self.decoder_start_token_id = decoder_start_token_id
+
+    def __call__(self, examples):
+        input_ids = pad([e["source"] for e in examples], self.pad_token_id)
+        targets = [e["target"] for e in examples]
+        return {
+            "input_ids": input_ids,
+            "attention_mask": (input_ids != self.pad_token_id).long(),
+            "decoder_input_ids": pad([[self.decoder_start_token_id] + t[:-1] for t in targets], self.pad_token_id),
+            "labels": pad(targets, -100),
+            "index": torch.tensor([e["index"] for e in examples]),
+        }
+
+
+def lm_blocks(token_lists, eos_token_id, block_size):
+    """Concatenate every line's ids plus `eos_token_id` and cut the stream into blocks.
+
+    Returns an (N, block_size + 1) LongTensor: consecutive blocks share one token, so that a
+    block's inputs are its first `block_size` tokens and its labels the last `block_size`, and
+    every token but the very first is predicted exactly once (the usual non-overlapping
+    perplexity). The tail that does not fill a block is dropped.
+    """
+    stream = torch.tensor([token for tokens in token_lists for token in (*tokens, eos_token_id)], dtype=torch.long)
+    count = (len(stream) - 1) // block_size
+    if count == 0:
+        raise ValueError(f"{len(stream)} tokens do not fill one block of {block_size}: lower block_size")
+    return stream[: count * block_size + 1].unfold(0, block_size + 1, block_size)
+
+
+def collate_lm(blocks):
+    """Inputs and next-token labels of a list of (block_size + 1) blocks."""
+    blocks = torch.stack(blocks)
+    return {"input_ids": blocks[:, :-1], "labels": blocks[:, 1:]}

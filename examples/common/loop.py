@@ -1,0 +1,367 @@
+"""The Accelerate training loop shared by the translation and language-modeling scripts.
+
+One optimizer step consumes `accumulation` micro-batches on each of the `num_processes`
+processes. The loss is the sum over all target tokens of that global batch divided by their
+count, whatever the split into processes and micro-batches: one process with accumulation 2 and
+two processes without accumulation compute the same loss and gradients.
+
+Output folder layout (`output_dir`):
+
+    state/      Accelerate state (model, optimizer, scheduler, RNGs, `Progress`): resume from here
+    last/       the latest model + tokenizer, `save_pretrained` format
+    best/       the model + tokenizer with the best validation metric so far
+    log.jsonl   one JSON record per logged step and per evaluation
+
+Every folder is written beside its final name and then renamed into place, so a run killed at any
+moment leaves the previous complete version (`X` or, if it died between two renames, `X.old`).
+"""
+
+import importlib.util
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import huggingface_hub
+import torch
+import torch.nn.functional as F
+from accelerate import Accelerator
+from accelerate.utils import DistributedType, GradientAccumulationPlugin, set_seed
+from tqdm.auto import tqdm
+from transformers import AutoConfig, AutoTokenizer, get_scheduler
+
+import talk_hf
+
+from .batching import TokenBatchSampler
+
+
+def make_accelerator(args):
+    """The `Accelerator` for `args`, with TensorBoard tracking when it is installed.
+
+    Gradients are synchronised every `gradient_accumulation_steps` micro-batches exactly (the
+    sampler makes epochs a whole number of steps), and the scheduler steps once per optimizer
+    step whatever the number of processes: the global batch, not the process count, sets the pace.
+    """
+    accelerator = Accelerator(
+        mixed_precision=args.mixed_precision,
+        gradient_accumulation_plugin=GradientAccumulationPlugin(
+            num_steps=args.gradient_accumulation_steps, sync_with_dataloader=False
+        ),
+        step_scheduler_with_optimizer=False,
+        log_with="tensorboard" if importlib.util.find_spec("tensorboard") else None,
+        project_dir=args.output_dir,
+    )
+    set_seed(args.seed)
+    hparams = {k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool))}
+    accelerator.init_trackers("train", config=hparams)
+    return accelerator
+
+
+def make_optimizer(model, args, steps_per_epoch):
+    """AdamW (betas 0.9/0.98 as in the papers) and the warmup schedule; sets `args.max_steps`."""
+    if args.max_steps is None:
+        args.max_steps = max(1, math.ceil(args.epochs * steps_per_epoch))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=args.weight_decay)
+    scheduler = get_scheduler(
+        args.schedule, optimizer, num_warmup_steps=args.warmup_steps, num_training_steps=args.max_steps
+    )
+    return optimizer, scheduler
+
+
+def token_loss(logits, labels, label_smoothing=0.0):
+    """Summed (label-smoothed) cross-entropy over the positions where `labels` != -100.
+
+    logits: (B, T, V); labels: (B, T). Returns (loss_sum, token_count), both 0-d tensors. The
+    smoothed loss is (1 - eps) * NLL + eps * the mean over the vocabulary of -log p, in float32.
+    """
+    loss = F.cross_entropy(
+        logits.flatten(0, 1).float(),
+        labels.flatten(),
+        ignore_index=-100,
+        label_smoothing=label_smoothing,
+        reduction="sum",
+    )
+    return loss, labels.ne(-100).sum()
+
+
+class LossMeter:
+    """Validation loss over all tokens of a split, gathered from every process.
+
+    `gather_for_metrics` drops the duplicates that even batches add at the end of a sharded split,
+    so the result is the same on any number of processes.
+    """
+
+    def __init__(self, accelerator):
+        self.accelerator = accelerator
+        self.nll, self.tokens = [], []
+
+    def add(self, logits, labels):
+        """logits: (B, T, V); labels: (B, T) with -100 where nothing is predicted."""
+        losses = F.cross_entropy(logits.float().transpose(1, 2), labels, reduction="none")  # 0 where -100
+        self.nll.append(self.accelerator.gather_for_metrics(losses.sum(1)))
+        self.tokens.append(self.accelerator.gather_for_metrics(labels.ne(-100).sum(1)))
+
+    def result(self):
+        loss = (torch.cat(self.nll).sum() / torch.cat(self.tokens).sum()).item()
+        return {"valid_loss": loss, "valid_ppl": math.exp(min(loss, 50))}
+
+
+@dataclass
+class Progress:
+    """Where training stands; saved with the Accelerate state so a run resumes mid-epoch."""
+
+    epoch: int = 0
+    batches_in_epoch: int = 0  # micro-batches this process has consumed in `epoch`
+    step: int = 0  # optimizer steps done
+    train_seconds: float = 0.0  # time spent in training steps (evaluation excluded)
+    best: float | None = None  # best validation metric so far
+
+    def state_dict(self):
+        return asdict(self)
+
+    def load_state_dict(self, state):
+        for key, value in state.items():
+            setattr(self, key, value)
+
+
+def replace_dir(tmp, final):
+    """Move the complete folder `tmp` to `final`, keeping the previous `final` until that worked."""
+    tmp, final = Path(tmp), Path(final)
+    old = final.with_name(final.name + ".old")
+    if final.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def existing_dir(path):
+    """`path`, or `path.old` when a run died between the two renames of `replace_dir`; else None."""
+    for candidate in (Path(path), Path(str(path) + ".old")):
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def save_model(accelerator, model, tokenizer, directory, metadata):
+    """`save_pretrained` model and tokenizer into `directory`, atomically (call on every process)."""
+    # Under FSDP the full weights must be gathered from the shards (every process takes part).
+    state_dict = accelerator.get_state_dict(model) if accelerator.distributed_type == DistributedType.FSDP else None
+    if accelerator.is_main_process:
+        tmp = Path(str(directory) + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        accelerator.unwrap_model(model).save_pretrained(tmp, state_dict=state_dict)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "training_state.json").write_text(json.dumps(metadata, indent=1))
+        replace_dir(tmp, directory)
+    accelerator.wait_for_everyone()
+
+
+def save_state(accelerator, directory):
+    """`accelerator.save_state` into `directory`, atomically (call on every process)."""
+    tmp = Path(str(directory) + ".tmp")
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(tmp, safe_serialization=False)  # tied weights stay tied, no warning
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        replace_dir(tmp, directory)
+    accelerator.wait_for_everyone()
+
+
+class JsonLog:
+    """Appends records to `log.jsonl` (main process) and to the Accelerate trackers."""
+
+    def __init__(self, accelerator, path, resume_step):
+        self.accelerator = accelerator
+        self.path = Path(path)
+        if accelerator.is_main_process and self.path.exists():
+            # Records after the resumed state belong to the lost part of the run: they are redone.
+            records = [json.loads(line) for line in self.path.read_text().splitlines()]
+            kept = [r for r in records if r["step"] <= resume_step]
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+
+    def __call__(self, record):
+        self.accelerator.log({k: v for k, v in record.items() if k != "step"}, step=record["step"])
+        if self.accelerator.is_main_process:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+
+def describe(metrics):
+    """`name value, ...` with 4 significant digits."""
+    return ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
+
+
+def micro_batch_groups(batches, size):
+    """Lists of `size` consecutive batches (the sampler makes the count a multiple of `size`)."""
+    group = []
+    for batch in batches:
+        group.append(batch)
+        if len(group) == size:
+            yield group
+            group = []
+
+
+def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn, evaluate, tokenizer, args, metric):
+    """Train until `args.max_steps` optimizer steps, evaluating and checkpointing on the way.
+
+    Args:
+        model, optimizer, scheduler, train_loader: already passed through `accelerator.prepare`
+            (the accelerator built with `step_scheduler_with_optimizer=False`).
+        sampler: the `TokenBatchSampler` behind `train_loader`, for `set_epoch`.
+        loss_fn: (model, batch) -> (loss_sum, token_count) over the batch's target tokens.
+        evaluate: (model) -> {name: float}, run on every process (evaluation is distributed).
+        tokenizer: saved beside every model checkpoint.
+        args: max_steps, eval_every, save_every, log_every, clip_norm, output_dir, resume,
+            stop_after_steps (see `options.add_training_options`).
+        metric: (name, "max" or "min"), the key of `evaluate`'s result that picks `best/`.
+    Returns:
+        True when training reached `max_steps`, False when `stop_after_steps` cut it short.
+    """
+    output_dir = Path(args.output_dir)
+    progress = Progress()
+    accelerator.register_for_checkpointing(progress)
+    state_dir = existing_dir(output_dir / "state")
+    if args.resume and state_dir is not None:
+        accelerator.load_state(state_dir)
+        accelerator.print(f"resumed from {state_dir} at step {progress.step} (epoch {progress.epoch})")
+    log = JsonLog(accelerator, output_dir / "log.jsonl", progress.step)
+    metric_name, mode = metric
+    accumulation = accelerator.gradient_accumulation_steps
+    bar = tqdm(total=args.max_steps, initial=progress.step, disable=not accelerator.is_main_process, desc="train")
+
+    def checkpoint():
+        save_model(accelerator, model, tokenizer, output_dir / "last", asdict(progress))
+        save_state(accelerator, output_dir / "state")
+
+    def evaluate_and_keep_best():
+        model.eval()
+        with torch.no_grad():
+            metrics = evaluate(model)
+        model.train()
+        log({"step": progress.step, "seconds": round(progress.train_seconds, 2), **metrics})
+        bar.write(f"step {progress.step}: {describe(metrics)}")
+        value = metrics[metric_name]
+        if progress.best is None or (value > progress.best if mode == "max" else value < progress.best):
+            progress.best = value
+            save_model(accelerator, model, tokenizer, output_dir / "best", {**asdict(progress), **metrics})
+
+    model.train()
+    while progress.step < args.max_steps:
+        sampler.set_epoch(progress.epoch)
+        loader = accelerator.skip_first_batches(train_loader, progress.batches_in_epoch)
+        for group in micro_batch_groups(loader, accumulation):
+            start = time.perf_counter()
+            tokens = accelerator.reduce(sum(b["labels"].ne(-100).sum() for b in group), "sum")
+            # backward divides by `accumulation` and DDP averages over processes: undo both.
+            scale = accelerator.num_processes * accumulation / tokens
+            total = 0.0
+            for batch in group:
+                with accelerator.accumulate(model):
+                    loss_sum, _ = loss_fn(model, batch)
+                    accelerator.backward(loss_sum * scale)
+                total += loss_sum.detach()
+            if args.clip_norm > 0:
+                accelerator.clip_grad_norm_(model.parameters(), args.clip_norm)
+            optimizer.step()
+            if not accelerator.optimizer_step_was_skipped:
+                scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            loss = (accelerator.reduce(total, "sum") / tokens).item()
+            progress.step += 1
+            progress.batches_in_epoch += len(group)
+            progress.train_seconds += time.perf_counter() - start
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.3f}", epoch=progress.epoch)
+            if progress.step % args.log_every == 0:
+                log(
+                    {
+                        "step": progress.step,
+                        "epoch": progress.epoch,
+                        "loss": loss,
+                        "ppl": math.exp(min(loss, 50)),
+                        "lr": scheduler.get_last_lr()[0],
+                        "tokens": int(tokens),
+                        "seconds": round(progress.train_seconds, 2),
+                    }
+                )
+            done = progress.step >= args.max_steps
+            if args.stop_after_steps is not None and progress.step >= args.stop_after_steps and not done:
+                bar.close()
+                accelerator.print(f"stopping after step {progress.step} without saving (--stop_after_steps)")
+                return False
+            if done or progress.step % args.eval_every == 0:
+                evaluate_and_keep_best()
+            if done or progress.step % args.save_every == 0:
+                checkpoint()
+            if done:
+                break
+        else:
+            progress.epoch += 1
+            progress.batches_in_epoch = 0
+    bar.close()
+    return True
+
+
+def make_train_loader(accelerator, examples, lengths, collate, args):
+    """A `DataLoader` of token-count batches (and its sampler) whose epochs are whole optimizer steps.
+
+    The loader gets its own `torch.Generator`: making an iterator then draws no number from the
+    global RNG, whose state the checkpoint restores, so a resumed run draws what the first one drew.
+    """
+    sampler = TokenBatchSampler(
+        lengths,
+        args.max_tokens,
+        seed=args.seed,
+        multiple_of=accelerator.num_processes * args.gradient_accumulation_steps,
+    )
+    loader = torch.utils.data.DataLoader(
+        examples, batch_sampler=sampler, collate_fn=collate, generator=torch.Generator()
+    )
+    return loader, sampler
+
+
+def train(accelerator, model, train_loader, sampler, loss_fn, evaluate, tokenizer, args, metric):
+    """Build the optimizer and schedule, `prepare` everything and `fit` (see there for the arguments).
+
+    `model` and `train_loader` are the plain ones; returns `fit`'s result.
+    """
+    accelerator.print(f"{args.model_type}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
+    steps_per_epoch = len(sampler) // (accelerator.num_processes * args.gradient_accumulation_steps)
+    optimizer, scheduler = make_optimizer(model, args, steps_per_epoch)
+    model, optimizer, scheduler, train_loader = accelerator.prepare(model, optimizer, scheduler, train_loader)
+    return fit(
+        accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn, evaluate, tokenizer, args, metric
+    )
+
+
+def load_best(accelerator, args, auto_class):
+    """(folder, tokenizer, model) of `output_dir/best`, reloaded through `auto_class` for evaluation."""
+    best = Path(args.output_dir) / "best"
+    return best, AutoTokenizer.from_pretrained(best), auto_class.from_pretrained(best).to(accelerator.device).eval()
+
+
+def hub_folder(output_dir):
+    """`output_dir/hub`: a copy of best/ that loads anywhere, ours with `trust_remote_code=True`.
+
+    For our model types the modeling code is copied in (`talk_hf.export_for_remote_code`), so the
+    uploaded checkpoint does not need `talk_hf` installed; transformers' own models need nothing.
+    """
+    folder = Path(output_dir) / "hub"
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(Path(output_dir) / "best", folder)
+    if AutoConfig.from_pretrained(folder).model_type in {family[0].model_type for family in talk_hf.MODEL_FAMILIES}:
+        talk_hf.export_for_remote_code(folder)
+    return folder
+
+
+def upload(accelerator, args):
+    """`--push_to_hub`: best/ (with its tokenizer and, for our models, their code) to `--hub_model_id`."""
+    if args.push_to_hub and accelerator.is_main_process:
+        huggingface_hub.create_repo(args.hub_model_id, exist_ok=True)
+        huggingface_hub.upload_folder(repo_id=args.hub_model_id, folder_path=hub_folder(args.output_dir))

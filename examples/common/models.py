@@ -1,0 +1,129 @@
+"""`build_model`: a freshly initialised model of any `--model_type`, for translation or LM.
+
+Our models start from a named preset of their configuration (`XConfig.from_preset`), with the
+size flags overriding it. The `transformer` baseline is built from transformers' own classes
+(MarianMT for translation: post-norm, sinusoidal positions, like the papers' Transformer; GPT-2
+for LM) with the sizes read off the TaLK configuration of the same preset and flags, so that a
+baseline and our models compared by one script always have the same width, depth and heads.
+"""
+
+from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, GPT2Config, MarianConfig
+
+MODEL_TYPES = ("talk", "dynamic_conv", "lightconv", "transformer")
+
+# model_type: (seq2seq config class, LM config class, name of the per-layer size lists, fixed fields)
+_FAMILIES = {
+    "talk": ("TaLKConfig", "TaLKLMConfig", "max_offsets", {}),
+    "dynamic_conv": ("DynamicConvConfig", "DynamicConvLMConfig", "kernel_sizes", {"conv_type": "dynamic"}),
+    "lightconv": ("DynamicConvConfig", "DynamicConvLMConfig", "kernel_sizes", {"conv_type": "lightweight"}),
+}
+
+
+def _size_fields(
+    family,
+    encoder_decoder,
+    d_model=None,
+    ffn_dim=None,
+    encoder_layers=None,
+    decoder_layers=None,
+    heads=None,
+    dropout=None,
+):
+    """Config fields for the size flags that were given (None leaves the preset's value)."""
+    lists = _FAMILIES[family][2]
+    sides = ("encoder", "decoder") if encoder_decoder else ("decoder",)
+    fields = {"d_model": d_model, "dropout": dropout}
+    for side in sides:
+        fields[f"{side}_ffn_dim"] = ffn_dim
+        fields[f"{side}_conv_heads"] = heads
+    if encoder_decoder:
+        fields["decoder_attention_heads"] = heads
+        fields["encoder_layers"] = encoder_layers
+    fields["decoder_layers"] = decoder_layers
+    fields = {k: v for k, v in fields.items() if v is not None}
+    for side in sides:
+        if f"{side}_layers" in fields:  # the preset's per-layer list no longer fits: use the default schedule
+            fields[f"{side}_{lists}"] = None
+    return fields
+
+
+def our_config(model_type, tokenizer, encoder_decoder, preset="small", **sizes):
+    """The configuration of one of our models: `preset` updated with the given sizes and token ids."""
+    import talk_hf
+
+    seq2seq_name, lm_name, _, fixed = _FAMILIES[model_type]
+    config_class = getattr(talk_hf, seq2seq_name if encoder_decoder else lm_name)
+    ids = {
+        "vocab_size": len(tokenizer),
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+    }
+    if encoder_decoder:
+        ids["decoder_start_token_id"] = tokenizer.eos_token_id  # like fairseq and BART
+    fields = {**_size_fields(model_type, encoder_decoder, **sizes), **fixed, **ids}
+    return config_class.from_preset(preset, **fields)
+
+
+def baseline_config(tokenizer, encoder_decoder, preset="small", max_positions=1024, **sizes):
+    """A Marian (translation) or GPT-2 (LM) configuration as large as our TaLK model would be."""
+    size = our_config("talk", tokenizer, encoder_decoder, preset, **sizes)
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    if encoder_decoder:
+        return MarianConfig(
+            vocab_size=len(tokenizer),
+            decoder_vocab_size=len(tokenizer),
+            d_model=size.d_model,
+            encoder_layers=size.encoder_layers,
+            decoder_layers=size.decoder_layers,
+            encoder_attention_heads=size.decoder_attention_heads,
+            decoder_attention_heads=size.decoder_attention_heads,
+            encoder_ffn_dim=size.encoder_ffn_dim,
+            decoder_ffn_dim=size.decoder_ffn_dim,
+            dropout=size.dropout,
+            max_position_embeddings=max_positions,
+            scale_embedding=True,
+            share_encoder_decoder_embeddings=True,
+            tie_word_embeddings=True,
+            pad_token_id=pad,
+            eos_token_id=eos,
+            bos_token_id=size.bos_token_id,
+            decoder_start_token_id=eos,
+            forced_eos_token_id=eos,
+        )
+    return GPT2Config(
+        vocab_size=len(tokenizer),
+        n_positions=max_positions,
+        n_embd=size.d_model,
+        n_layer=size.decoder_layers,
+        n_head=size.decoder_conv_heads,
+        n_inner=size.decoder_ffn_dim,
+        resid_pdrop=size.dropout,
+        embd_pdrop=size.dropout,
+        attn_pdrop=size.dropout,
+        bos_token_id=size.bos_token_id,
+        eos_token_id=eos,
+        pad_token_id=pad,
+        tie_word_embeddings=True,
+    )
+
+
+def build_model(model_type, tokenizer, encoder_decoder, preset="small", max_positions=1024, **sizes):
+    """A randomly initialised model.
+
+    Args:
+        model_type: one of `MODEL_TYPES`.
+        tokenizer: gives the vocabulary size and the special token ids.
+        encoder_decoder: True for translation (`AutoModelForSeq2SeqLM`), False for a causal LM.
+        preset: the name of our configurations' preset that sets the sizes (`small` fits a CPU).
+        max_positions: longest sequence of the baseline (its position table); ours have none.
+        sizes: d_model, ffn_dim, encoder_layers, decoder_layers, heads, dropout; None keeps the preset's.
+    """
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"model_type must be one of {MODEL_TYPES}, not {model_type!r}")
+    if model_type == "transformer":
+        config = baseline_config(tokenizer, encoder_decoder, preset, max_positions, **sizes)
+    else:
+        config = our_config(model_type, tokenizer, encoder_decoder, preset, **sizes)
+    auto_class = AutoModelForSeq2SeqLM if encoder_decoder else AutoModelForCausalLM
+    return auto_class.from_config(config)

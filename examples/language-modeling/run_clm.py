@@ -1,0 +1,95 @@
+"""Fine-tune a causal language model with `Trainer`: the flags of transformers' own example.
+
+    python examples/language-modeling/run_clm.py --model_name_or_path runs/talk-wt2/best \\
+        --data_dir ../shared/data/wikitext-2 --do_train --do_eval --output_dir runs/talk-wt2-ft
+
+`--model_name_or_path` is any causal-LM checkpoint: one written by `train.py` (ours, loaded through
+the Auto classes after `import talk_hf`) or a Hub model. Lines get an end-of-sequence token, are
+concatenated and cut into `--block_size` blocks whose consecutive blocks share one token, so every
+token is predicted exactly once and `eval_loss` gives the usual perplexity. Every
+`TrainingArguments` flag works.
+"""
+
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for `common`
+
+import datasets  # noqa: E402
+from common.batching import lm_blocks  # noqa: E402
+from common.data import load_columns  # noqa: E402
+from common.hf_trainer import ModelArguments, log_and_save, train_and_save  # noqa: E402
+from transformers import (  # noqa: E402
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    HfArgumentParser,
+    Trainer,
+    TrainingArguments,
+    default_data_collator,
+    set_seed,
+)
+
+import talk_hf  # noqa: E402,F401  (registers our models with the Auto classes)
+
+
+@dataclass
+class DataTrainingArguments:
+    data_dir: str | None = field(default=None, metadata={"help": "local data folder (see common/data.py)"})
+    dataset_name: str | None = field(default="Salesforce/wikitext", metadata={"help": "Hub dataset without --data_dir"})
+    dataset_config_name: str | None = field(default="wikitext-2-v1")
+    text_column: str = field(default="text")
+    train_split: str = field(default="train")
+    validation_split: str = field(default="validation")
+    block_size: int = field(default=256, metadata={"help": "tokens per training sequence"})
+    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N lines"})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "use only the first N lines"})
+
+
+def load_blocks(data_args, tokenizer, split, limit):
+    """A `datasets.Dataset` of `block_size`-token blocks (labels = inputs: the model shifts them)."""
+    location = data_args.data_dir or data_args.dataset_name
+    lines = load_columns(location, split, [data_args.text_column], data_args.dataset_config_name, limit)[
+        data_args.text_column
+    ]
+    blocks = lm_blocks(tokenizer(lines)["input_ids"], tokenizer.eos_token_id, data_args.block_size - 1).tolist()
+    return datasets.Dataset.from_dict({"input_ids": blocks, "labels": blocks})
+
+
+def main():
+    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses()
+    set_seed(training_args.seed)
+    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
+    if tokenizer.eos_token_id is None:
+        raise SystemExit(f"error: tokenizer {tokenizer.name_or_path} has no end-of-sequence token")
+    model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path)
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=(
+            load_blocks(data_args, tokenizer, data_args.train_split, data_args.max_train_samples)
+            if training_args.do_train
+            else None
+        ),
+        eval_dataset=(
+            load_blocks(data_args, tokenizer, data_args.validation_split, data_args.max_eval_samples)
+            if training_args.do_eval
+            else None
+        ),
+        processing_class=tokenizer,
+        data_collator=default_data_collator,
+    )
+    if training_args.do_train:
+        train_and_save(trainer, training_args)
+    if training_args.do_eval:
+        metrics = trainer.evaluate()
+        metrics["perplexity"] = math.exp(min(metrics["eval_loss"], 50))
+        log_and_save(trainer, "eval", metrics)
+    if training_args.push_to_hub:
+        trainer.push_to_hub()
+
+
+if __name__ == "__main__":
+    main()

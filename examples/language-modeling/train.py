@@ -1,0 +1,118 @@
+"""Train a causal language model from scratch with Accelerate, then report perplexity and sample.
+
+    python examples/language-modeling/train.py --data_dir ../shared/data/wikitext-2 --output_dir runs/talk-wt2
+
+runs the whole job: a tokenizer trained on the training text (word-level by default, the classic
+WikiText setup; `--tokenizer_kind bpe` for raw text), the text cut into blocks of `--block_size`
+tokens (`line.split() + [eos]` per line, as in the standard WikiText token counts), training with
+`--max_tokens` tokens per micro-batch, validation perplexity every `--eval_every` steps, `best/`
+and `last/` checkpoints, and at the end the best checkpoint reloaded through
+`AutoModelForCausalLM` for test perplexity and a sampled continuation. The same line under
+`accelerate launch` trains on several processes; `--resume` continues exactly. Without
+`--data_dir` the data comes from the Hub (`Salesforce/wikitext`, `wikitext-2-v1`).
+`--model_type transformer` trains the same-size GPT-2 baseline.
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for `common`
+
+import torch  # noqa: E402
+from common import loop, options  # noqa: E402
+from common.batching import collate_lm, lm_blocks  # noqa: E402
+from common.data import load_columns  # noqa: E402
+from common.models import build_model  # noqa: E402
+from common.tokenizer import get_tokenizer  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
+
+import talk_hf  # noqa: E402,F401  (registers our models with the Auto classes)
+
+
+def parse_args(argv=None):
+    parser = options.argument_parser(__doc__)
+    options.add_data_options(parser, dataset_name="Salesforce/wikitext", dataset_config="wikitext-2-v1")
+    parser.add_argument("--block_size", type=int, default=256, help="tokens per training/evaluation sequence")
+    parser.add_argument("--prompt", default="The game", help="start of the sample generated at the end")
+    options.add_tokenizer_options(parser, kind="word", vocab_size=40000, min_frequency=1)
+    options.add_model_options(parser, encoder_decoder=False)
+    options.add_training_options(
+        parser, lr=1e-3, max_tokens=4096, schedule="cosine", warmup_steps=500, label_smoothing=0.0, metric="valid_ppl"
+    )
+    args = options.parse_args(parser, argv)
+    if args.max_tokens < args.block_size:
+        raise SystemExit(f"error: --max_tokens {args.max_tokens} holds no block of --block_size {args.block_size}")
+    return args
+
+
+def load_blocks(args, tokenizer, split):
+    """The split's text as (N, block_size + 1) blocks of token ids."""
+    limit = args.max_train_samples if split == args.train_split else args.max_eval_samples
+    lines = load_columns(args.data_dir or args.dataset_name, split, ["text"], args.dataset_config, limit)["text"]
+    return lm_blocks(tokenizer(lines)["input_ids"], tokenizer.eos_token_id, args.block_size)
+
+
+def make_evaluate(accelerator, blocks, args):
+    """evaluate(model) -> {"valid_loss", "valid_ppl"} on `blocks`, sharded over processes."""
+    loader = accelerator.prepare(
+        torch.utils.data.DataLoader(list(blocks), batch_size=args.eval_batch_size, collate_fn=collate_lm)
+    )
+
+    def evaluate(model):
+        meter = loop.LossMeter(accelerator)
+        for batch in loader:
+            meter.add(model(batch["input_ids"]).logits, batch["labels"])
+        return meter.result()
+
+    return evaluate
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    accelerator = loop.make_accelerator(args)
+    limit = args.max_train_samples
+    train_lines = load_columns(
+        args.data_dir or args.dataset_name, args.train_split, ["text"], args.dataset_config, limit
+    )
+    tokenizer = get_tokenizer(
+        args.tokenizer, train_lines["text"], args.tokenizer_kind, args.vocab_size, args.min_frequency
+    )
+    train = lm_blocks(tokenizer(train_lines["text"])["input_ids"], tokenizer.eos_token_id, args.block_size)
+    accelerator.print(f"{len(train)} training blocks of {args.block_size} tokens, vocabulary {len(tokenizer)}")
+    train_loader, sampler = loop.make_train_loader(
+        accelerator, list(train), [args.block_size] * len(train), collate_lm, args
+    )
+    model = build_model(
+        args.model_type, tokenizer, False, args.preset, max(1024, args.block_size), **options.model_sizes(args)
+    )
+
+    def loss_fn(model, batch):
+        return loop.token_loss(model(batch["input_ids"]).logits, batch["labels"], args.label_smoothing)
+
+    evaluate = make_evaluate(accelerator, load_blocks(args, tokenizer, args.validation_split), args)
+    finished = loop.train(
+        accelerator, model, train_loader, sampler, loss_fn, evaluate, tokenizer, args, metric=("valid_ppl", "min")
+    )
+    if finished:
+        report(accelerator, args)
+    accelerator.end_training()
+
+
+def report(accelerator, args):
+    """Reload best/ through the Auto classes: test perplexity, a sample, the optional upload."""
+    best, tokenizer, model = loop.load_best(accelerator, args, AutoModelForCausalLM)
+    if args.test_split:
+        with torch.no_grad():
+            metrics = make_evaluate(accelerator, load_blocks(args, tokenizer, args.test_split), args)(model)
+        accelerator.print(f"test ({args.test_split}) with {best}: {loop.describe(metrics)}")
+    prompt = tokenizer(args.prompt, return_tensors="pt").to(accelerator.device)
+    with torch.no_grad():
+        sample = model.generate(
+            **prompt, do_sample=True, top_k=40, max_new_tokens=40, pad_token_id=tokenizer.pad_token_id
+        )
+    accelerator.print(f"sample: {tokenizer.decode(sample[0], skip_special_tokens=True)}")
+    loop.upload(accelerator, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""Fine-tune a translation model with `Seq2SeqTrainer`: the flags of transformers' own example.
+
+    python examples/translation/run_translation.py --model_name_or_path runs/talk-multi30k/best \\
+        --data_dir ../shared/data/multi30k --source_lang de --target_lang en \\
+        --do_train --do_eval --predict_with_generate --output_dir runs/talk-multi30k-ft
+
+`--model_name_or_path` is any seq2seq checkpoint: one written by `train.py` (ours, loaded through
+the Auto classes after `import talk_hf`) or a Hub model. Data comes from `--data_dir` (local text,
+gzip, JSON lines or `datasets` folder) or `--dataset_name` (Hub). BLEU is sacrebleu's; every
+`TrainingArguments` flag works (`--per_device_train_batch_size`, `--learning_rate`,
+`--label_smoothing_factor`, `--eval_strategy`, `--resume_from_checkpoint`, `--push_to_hub`, ...).
+"""
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for `common`
+
+import datasets  # noqa: E402
+import numpy as np  # noqa: E402
+import sacrebleu  # noqa: E402
+from common.data import load_columns  # noqa: E402
+from common.hf_trainer import ModelArguments, log_and_save, train_and_save  # noqa: E402
+from transformers import (  # noqa: E402
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    DataCollatorForSeq2Seq,
+    HfArgumentParser,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+    set_seed,
+)
+
+import talk_hf  # noqa: E402,F401  (registers our models with the Auto classes)
+
+
+@dataclass
+class DataTrainingArguments:
+    source_lang: str = field(default="de")
+    target_lang: str = field(default="en")
+    data_dir: str | None = field(default=None, metadata={"help": "local data folder (see common/data.py)"})
+    dataset_name: str | None = field(default="bentrevett/multi30k", metadata={"help": "Hub dataset without --data_dir"})
+    dataset_config_name: str | None = field(default=None)
+    train_split: str = field(default="train")
+    validation_split: str = field(default="validation")
+    test_split: str = field(default="test")
+    max_source_length: int = field(default=128, metadata={"help": "longer sources are truncated"})
+    max_target_length: int = field(default=128, metadata={"help": "longer targets are truncated"})
+    max_train_samples: int | None = field(default=None)
+    max_eval_samples: int | None = field(default=None)
+    num_beams: int = field(default=4, metadata={"help": "beam size for evaluation and prediction"})
+
+
+def load_split(data_args, split, limit):
+    """A `datasets.Dataset` with `source` and `target` text columns."""
+    location = data_args.data_dir or data_args.dataset_name
+    columns = load_columns(
+        location, split, [data_args.source_lang, data_args.target_lang], data_args.dataset_config_name, limit
+    )
+    return datasets.Dataset.from_dict(
+        {"source": columns[data_args.source_lang], "target": columns[data_args.target_lang]}
+    )
+
+
+def decode(tokenizer, ids):
+    """Texts of a batch of generated or label ids (-100 marks padding)."""
+    return tokenizer.batch_decode(np.where(ids != -100, ids, tokenizer.pad_token_id), skip_special_tokens=True)
+
+
+def main():
+    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, Seq2SeqTrainingArguments))
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses()
+    set_seed(training_args.seed)
+    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)
+
+    def tokenize(batch):
+        inputs = tokenizer(batch["source"], max_length=data_args.max_source_length, truncation=True)
+        inputs["labels"] = tokenizer(
+            text_target=batch["target"], max_length=data_args.max_target_length, truncation=True
+        )["input_ids"]
+        return inputs
+
+    def prepare(split, limit):
+        return load_split(data_args, split, limit).map(tokenize, batched=True, remove_columns=["source", "target"])
+
+    def compute_metrics(prediction):
+        hypotheses = decode(tokenizer, prediction.predictions)
+        return {"bleu": sacrebleu.corpus_bleu(hypotheses, [decode(tokenizer, prediction.label_ids)]).score}
+
+    trainer = Seq2SeqTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=prepare(data_args.train_split, data_args.max_train_samples) if training_args.do_train else None,
+        eval_dataset=prepare(data_args.validation_split, data_args.max_eval_samples) if training_args.do_eval else None,
+        processing_class=tokenizer,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+        compute_metrics=compute_metrics if training_args.predict_with_generate else None,
+    )
+    generation = {"max_length": data_args.max_target_length, "num_beams": data_args.num_beams}
+    if training_args.do_train:
+        train_and_save(trainer, training_args)
+    if training_args.do_eval:
+        metrics = trainer.evaluate(metric_key_prefix="eval", **generation)
+        log_and_save(trainer, "eval", metrics)
+    if training_args.do_predict:
+        test = prepare(data_args.test_split, data_args.max_eval_samples)
+        result = trainer.predict(test, metric_key_prefix="predict", **generation)
+        log_and_save(trainer, "predict", result.metrics)
+        if trainer.is_world_process_zero() and training_args.predict_with_generate:
+            lines = decode(tokenizer, result.predictions)
+            Path(training_args.output_dir, "generated_predictions.txt").write_text("\n".join(lines) + "\n")
+    if training_args.push_to_hub:
+        trainer.push_to_hub()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""Train a translation model from scratch with Accelerate, then report BLEU and translate.
+
+    python examples/translation/train.py --data_dir ../shared/data/multi30k --output_dir runs/talk-multi30k
+
+runs the whole job: a joint BPE tokenizer trained on the training pairs, training with batches of
+`--max_tokens` tokens and label smoothing, validation loss and BLEU (sacrebleu, beam search)
+every `--eval_every` steps, `best/` and `last/` checkpoints, and at the end the best checkpoint
+reloaded through `AutoModelForSeq2SeqLM` for test BLEU and a few example translations. The same
+line under `accelerate launch` trains on several processes; `--resume` continues a run exactly
+where its last saved state left it. Without `--data_dir` the data comes from the Hub
+(`bentrevett/multi30k`). `--model_type transformer` trains the same-size Marian baseline.
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for `common`
+
+import sacrebleu  # noqa: E402
+import torch  # noqa: E402
+from common import loop, options  # noqa: E402
+from common.batching import TranslationCollator  # noqa: E402
+from common.data import load_columns  # noqa: E402
+from common.models import build_model  # noqa: E402
+from common.tokenizer import get_tokenizer  # noqa: E402
+from transformers import AutoModelForSeq2SeqLM  # noqa: E402
+
+import talk_hf  # noqa: E402,F401  (registers our models with the Auto classes)
+
+
+def parse_args(argv=None):
+    parser = options.argument_parser(__doc__)
+    options.add_data_options(parser, dataset_name="bentrevett/multi30k")
+    parser.add_argument("--source_lang", default="de")
+    parser.add_argument("--target_lang", default="en")
+    parser.add_argument("--max_length", type=int, default=128, help="longer training pairs (in tokens) are skipped")
+    parser.add_argument("--num_beams", type=int, default=4, help="beam size for BLEU")
+    options.add_tokenizer_options(parser, kind="bpe", vocab_size=8000, min_frequency=2)
+    options.add_model_options(parser, encoder_decoder=True)
+    options.add_training_options(
+        parser, lr=1e-3, max_tokens=4096, schedule="inverse_sqrt", warmup_steps=1000, label_smoothing=0.1, metric="bleu"
+    )
+    return options.parse_args(parser, argv)
+
+
+def encode(tokenizer, pairs, max_length=None):
+    """Examples {"source", "target", "index"} of token ids; pairs longer than `max_length` are dropped."""
+    sources = tokenizer(pairs["source"])["input_ids"]
+    targets = tokenizer(pairs["target"])["input_ids"]
+    return [
+        {"source": s, "target": t, "index": i}
+        for i, (s, t) in enumerate(zip(sources, targets, strict=True))
+        if max_length is None or max(len(s), len(t)) <= max_length
+    ]
+
+
+def translate(model, tokenizer, input_ids, attention_mask, num_beams):
+    """Beam-search translations of a padded batch, as text. Length limit: 1.2 x source + 10."""
+    output = model.generate(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        num_beams=num_beams,
+        max_new_tokens=int(1.2 * input_ids.shape[1]) + 10,
+    )
+    return tokenizer.batch_decode(output, skip_special_tokens=True)
+
+
+def make_evaluate(accelerator, tokenizer, pairs, config, args):
+    """evaluate(model) -> {"valid_loss", "valid_ppl", "bleu"} on `pairs`, sharded over processes."""
+    examples = sorted(encode(tokenizer, pairs), key=lambda e: len(e["source"]))  # less padding
+    collate = TranslationCollator(tokenizer.pad_token_id, config.decoder_start_token_id)
+    loader = accelerator.prepare(
+        torch.utils.data.DataLoader(examples, batch_size=args.eval_batch_size, collate_fn=collate)
+    )
+
+    def evaluate(model):
+        generator = accelerator.unwrap_model(model)
+        meter, indices, hypotheses = loop.LossMeter(accelerator), [], []
+        for batch in loader:
+            logits = model(
+                batch["input_ids"], batch["attention_mask"], decoder_input_ids=batch["decoder_input_ids"]
+            ).logits
+            meter.add(logits, batch["labels"])
+            texts = translate(generator, tokenizer, batch["input_ids"], batch["attention_mask"], args.num_beams)
+            indices.extend(accelerator.gather_for_metrics(batch["index"]).tolist())
+            hypotheses.extend(accelerator.gather_for_metrics(texts, use_gather_object=True))
+        references = [pairs["target"][i] for i in indices]
+        return {**meter.result(), "bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score}
+
+    return evaluate
+
+
+def load_pairs(args, split):
+    columns = load_columns(
+        args.data_dir or args.dataset_name,
+        split,
+        [args.source_lang, args.target_lang],
+        args.dataset_config,
+        limit=args.max_train_samples if split == args.train_split else args.max_eval_samples,
+    )
+    return {"source": columns[args.source_lang], "target": columns[args.target_lang]}
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    accelerator = loop.make_accelerator(args)
+    train_pairs = load_pairs(args, args.train_split)
+    tokenizer = get_tokenizer(
+        args.tokenizer,
+        train_pairs["source"] + train_pairs["target"],
+        args.tokenizer_kind,
+        args.vocab_size,
+        args.min_frequency,
+        add_eos=True,
+    )
+    train = encode(tokenizer, train_pairs, args.max_length)
+    accelerator.print(f"{len(train)} training pairs (of {len(train_pairs['source'])}), vocabulary {len(tokenizer)}")
+    model = build_model(args.model_type, tokenizer, True, args.preset, **options.model_sizes(args))
+    config = model.config
+    collate = TranslationCollator(tokenizer.pad_token_id, config.decoder_start_token_id)
+    lengths = [max(len(e["source"]), len(e["target"])) for e in train]
+    train_loader, sampler = loop.make_train_loader(accelerator, train, lengths, collate, args)
+
+    def loss_fn(model, batch):
+        logits = model(batch["input_ids"], batch["attention_mask"], decoder_input_ids=batch["decoder_input_ids"]).logits
+        return loop.token_loss(logits, batch["labels"], args.label_smoothing)
+
+    evaluate = make_evaluate(accelerator, tokenizer, load_pairs(args, args.validation_split), config, args)
+    finished = loop.train(
+        accelerator, model, train_loader, sampler, loss_fn, evaluate, tokenizer, args, metric=("bleu", "max")
+    )
+    if finished:
+        report(accelerator, args)
+    accelerator.end_training()
+
+
+def report(accelerator, args):
+    """Reload best/ through the Auto classes: test BLEU, a few translations, the optional upload."""
+    best, tokenizer, model = loop.load_best(accelerator, args, AutoModelForSeq2SeqLM)
+    if args.test_split:
+        pairs = load_pairs(args, args.test_split)
+        with torch.no_grad():
+            metrics = make_evaluate(accelerator, tokenizer, pairs, model.config, args)(model)
+        accelerator.print(f"test ({args.test_split}) with {best}: {loop.describe(metrics)}")
+        samples = pairs["source"][:3]
+        batch = tokenizer(samples, return_tensors="pt", padding=True).to(accelerator.device)
+        with torch.no_grad():
+            outputs = translate(model, tokenizer, batch["input_ids"], batch["attention_mask"], args.num_beams)
+        for source, output in zip(samples, outputs, strict=True):
+            accelerator.print(f"  {source}\n  -> {output}")
+    loop.upload(accelerator, args)
+
+
+if __name__ == "__main__":
+    main()

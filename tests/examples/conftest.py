@@ -1,0 +1,59 @@
+"""Helpers for the example tests: the shared `common` package on sys.path, script runners, tiny sizes."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+DATA = ROOT.parent / "shared" / "data"
+MULTI30K = DATA / "multi30k"
+WIKITEXT = DATA / "wikitext-2"
+sys.path.insert(0, str(EXAMPLES))
+
+# A model small enough that a step takes milliseconds: what the tests check is the plumbing.
+TINY_MODEL = "--d_model 32 --ffn_dim 64 --heads 2 --decoder_layers 1".split()
+TRANSLATION = [
+    *("--data_dir", str(MULTI30K), *TINY_MODEL, "--encoder_layers", "1"),
+    *"--max_train_samples 200 --max_eval_samples 8 --vocab_size 300 --max_tokens 300 --num_beams 2".split(),
+    *"--warmup_steps 2 --log_every 1".split(),
+]
+LANGUAGE_MODELING = [
+    *("--data_dir", str(WIKITEXT), *TINY_MODEL),
+    *"--max_train_samples 120 --max_eval_samples 40 --block_size 32 --max_tokens 128".split(),
+    *"--warmup_steps 2 --log_every 1".split(),
+]
+
+
+requires_data = pytest.mark.skipif(not MULTI30K.is_dir() or not WIKITEXT.is_dir(), reason=f"no data pack at {DATA}")
+
+
+def run(script, *args, launcher=(), env=None, timeout=300):
+    """Run an example script (`examples/<script>`) in a fresh offline process; fail with its output."""
+    environment = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        # These tests check the training plumbing; the compiled kernels have their own tests, and a
+        # first (or, after a source change, renewed) kernel build would dominate their run time.
+        "TALK_HF_BACKEND": "torch",
+    }
+    command = [*launcher, str(EXAMPLES / script), *map(str, args)]
+    if not launcher:
+        command.insert(0, sys.executable)
+    result = subprocess.run(
+        command, cwd=ROOT, env={**environment, **(env or {})}, capture_output=True, text=True, timeout=timeout
+    )
+    assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    return result.stdout + result.stderr
+
+
+def read_log(output_dir):
+    """The records of `output_dir/log.jsonl`: (training steps, evaluations)."""
+    records = [json.loads(line) for line in (Path(output_dir) / "log.jsonl").read_text().splitlines()]
+    return [r for r in records if "loss" in r], [r for r in records if "valid_loss" in r]

@@ -1,0 +1,83 @@
+"""Reading splits: gzip/plain text, JSON lines, `datasets` folders, loose split names, clear errors."""
+
+import gzip
+import json
+
+import datasets
+import pytest
+from common.data import load_columns, match_split, read_lines
+
+from .conftest import MULTI30K, WIKITEXT, requires_data
+
+PAIRS = {"de": ["Ein Hund läuft.", "Zwei Männer\u00a0sitzen."], "en": ["A dog runs.", "Two men sit."]}
+
+
+def write_text(folder, name, lines, compress=False):
+    data = "".join(line + "\n" for line in lines).encode()
+    (folder / name).write_bytes(gzip.compress(data) if compress else data)
+
+
+@requires_data
+def test_multi30k_gzip_is_line_aligned_and_limited():
+    columns = load_columns(MULTI30K, "validation", ["de", "en"], limit=5)
+    assert {k: len(v) for k, v in columns.items()} == {"de": 5, "en": 5}
+    assert columns["en"][0] == read_lines(MULTI30K / "val.en.gz")[0]
+    assert len(load_columns(MULTI30K, "test", ["en"])["en"]) == 1000  # `test` finds test_2016_flickr
+
+
+@requires_data
+def test_wikitext_lines_keep_their_spacing():
+    lines = load_columns(WIKITEXT, "valid", ["text"], limit=3)["text"]
+    assert lines == [" ", " = Homarus gammarus = ", " "]
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_plain_and_gzip_text_files_read_alike(tmp_path, compress):
+    suffix = ".gz" if compress else ""
+    for lang, lines in PAIRS.items():
+        write_text(tmp_path, f"train.{lang}{suffix}", lines, compress)
+    assert load_columns(tmp_path, "train", ["de", "en"]) == PAIRS
+
+
+def test_json_lines_with_flat_or_translation_records(tmp_path):
+    flat = [{"de": d, "en": e} for d, e in zip(PAIRS["de"], PAIRS["en"], strict=True)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in flat))
+    nested = [{"translation": r} for r in flat]
+    (tmp_path / "valid.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in nested).encode()))
+    assert load_columns(tmp_path, "train", ["de", "en"]) == PAIRS
+    assert load_columns(tmp_path, "validation", ["de", "en"]) == PAIRS
+
+
+def test_datasets_folder(tmp_path):
+    datasets.DatasetDict({"validation": datasets.Dataset.from_dict(PAIRS)}).save_to_disk(tmp_path / "saved")
+    assert load_columns(tmp_path / "saved", "valid", ["de", "en"], limit=1) == {
+        "de": PAIRS["de"][:1],
+        "en": PAIRS["en"][:1],
+    }
+
+
+def test_split_names_match_loosely_but_never_ambiguously():
+    assert match_split("validation", ["train", "val"], "x") == "val"
+    assert match_split("test", ["test_2016_flickr", "train"], "x") == "test_2016_flickr"
+    with pytest.raises(ValueError, match="matches"):
+        match_split("test", ["test_2016", "test_2017"], "x")
+    with pytest.raises(ValueError, match="nothing"):
+        match_split("dev", ["train"], "x")
+
+
+def test_bad_locations_say_what_is_missing(tmp_path):
+    write_text(tmp_path, "train.de", PAIRS["de"])
+    with pytest.raises(FileNotFoundError, match=r"train\.en"):
+        load_columns(tmp_path, "train", ["de", "en"])
+    write_text(tmp_path, "train.en", PAIRS["en"][:1])
+    with pytest.raises(ValueError, match="differ in length"):
+        load_columns(tmp_path, "train", ["de", "en"])
+    with pytest.raises(FileNotFoundError, match="neither"):
+        load_columns(tmp_path / "missing" / "folder", "train", ["de"])
+
+
+def test_hub_names_fail_clearly_offline(monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match="not a local folder"):
+        load_columns("no-such-owner/no-such-dataset", "train", ["text"])

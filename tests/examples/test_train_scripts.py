@@ -1,0 +1,129 @@
+"""The Accelerate scripts end to end on tiny slices of shared/data: every model type, checkpoints
+that the Auto classes reload, exact resume, and two processes equal to one."""
+
+import importlib.util
+import json
+
+import pytest
+import torch
+from common.loop import hub_folder
+from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+import talk_hf  # noqa: F401  (registers our models with the Auto classes)
+
+from .conftest import EXAMPLES, LANGUAGE_MODELING, TRANSLATION, read_log, requires_data, run
+
+pytestmark = requires_data
+MODEL_TYPES = ["talk", "dynamic_conv", "lightconv", "transformer"]
+# Two CPU processes on gloo. `accelerate launch --cpu --num_processes 2` would start only one (it
+# needs MPI for CPU); the multi-process launcher plus ACCELERATE_USE_CPU gives gloo processes.
+TWO_PROCESSES = "accelerate launch --multi_gpu --num_processes 2 --num_machines 1 --mixed_precision no".split()
+
+
+def without_time(records):
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in records]
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_translation_trains_evaluates_saves_and_reloads(tmp_path, model_type):
+    flags = ["--model_type", model_type, "--output_dir", tmp_path, *"--max_steps 2 --eval_every 2".split()]
+    flags += ["--save_every", "1"]
+    output = run("translation/train.py", *TRANSLATION, *flags)
+    steps, evaluations = read_log(tmp_path)
+    assert [r["step"] for r in steps] == [1, 2] and all(r["tokens"] > 0 for r in steps)
+    assert [r["step"] for r in evaluations] == [2] and 0 <= evaluations[0]["bleu"] <= 100
+    assert "test (test) with" in output and "->" in output  # the report reloaded best/ and translated
+    for checkpoint in ("best", "last"):
+        model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / checkpoint)
+        assert model.config.model_type == (
+            "marian" if model_type == "transformer" else model_type.replace("lightconv", "dynamic_conv")
+        )
+    assert json.loads((tmp_path / "last" / "training_state.json").read_text())["step"] == 2
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "best")
+    batch = tokenizer(["Ein Hund läuft."], return_tensors="pt")
+    assert model.generate(**batch, max_new_tokens=5).shape[0] == 1
+    # What --push_to_hub uploads: our models carry their code for trust_remote_code.
+    hub_config = json.loads((hub_folder(tmp_path) / "config.json").read_text())
+    assert ("auto_map" in hub_config) == (model_type != "transformer")
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_language_model_trains_evaluates_saves_and_reloads(tmp_path, model_type):
+    flags = ["--model_type", model_type, "--output_dir", tmp_path, *"--max_steps 2 --eval_every 2".split()]
+    output = run("language-modeling/train.py", *LANGUAGE_MODELING, *flags)
+    steps, evaluations = read_log(tmp_path)
+    assert [r["step"] for r in steps] == [1, 2] and all(r["tokens"] == 4 * 32 for r in steps)
+    assert evaluations[-1]["valid_ppl"] > 1
+    assert "test (test) with" in output and "sample:" in output
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "best")
+    prompt = AutoTokenizer.from_pretrained(tmp_path / "best")("The game", return_tensors="pt")
+    assert model.generate(**prompt, max_new_tokens=4, do_sample=False).shape == (1, prompt["input_ids"].shape[1] + 4)
+
+
+def test_interrupted_run_resumes_exactly(tmp_path):
+    """Kill after step 7 with state saved at step 6 (mid-epoch 1), resume: the same losses as without.
+
+    10 lines make 17 blocks, 5 steps per epoch: the run crosses two epoch ends, one of them after
+    the resume, and dropout is on, so the restored RNG states matter too.
+    """
+    args = [*LANGUAGE_MODELING, *"--model_type talk --dropout 0.3 --max_train_samples 10".split()]
+    args += [*"--max_steps 12 --eval_every 5 --save_every 3".split(), "--test_split", ""]
+    run("language-modeling/train.py", *args, "--output_dir", tmp_path / "whole")
+    run("language-modeling/train.py", *args, "--output_dir", tmp_path / "cut", "--stop_after_steps", 7)
+    cut_steps, _ = read_log(tmp_path / "cut")
+    assert [r["step"] for r in cut_steps] == list(range(1, 8))
+    output = run("language-modeling/train.py", *args, "--output_dir", tmp_path / "cut", "--resume")
+    assert "resumed from" in output and "at step 6" in output
+    whole_steps, whole_evals = read_log(tmp_path / "whole")
+    resumed_steps, resumed_evals = read_log(tmp_path / "cut")
+    assert max(r["epoch"] for r in whole_steps) >= 2  # the run crosses epochs, the cut is mid-epoch
+    assert without_time(resumed_steps) == without_time(whole_steps)
+    assert without_time(resumed_evals) == without_time(whole_evals)
+
+
+def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
+    """2 gloo processes x 1 micro-batch == 1 process x 2 accumulated micro-batches.
+
+    Both see the same micro-batches in each step and normalise by the same global token count, so
+    only the order of float32 additions differs (DDP's all-reduce vs accumulation): a relative
+    tolerance of 1e-5 covers that, while other data or another normalisation shows at 1e-3 (the
+    losses of consecutive steps here already differ by that much).
+    """
+    args = [*TRANSLATION, *"--model_type transformer --dropout 0 --max_steps 4 --eval_every 4".split()]
+    args += ["--test_split", ""]
+    run("translation/train.py", *args, "--output_dir", tmp_path / "one", "--gradient_accumulation_steps", 2)
+    two = {"launcher": TWO_PROCESSES, "env": {"ACCELERATE_USE_CPU": "1"}}
+    run("translation/train.py", *args, "--output_dir", tmp_path / "two", **two)
+    one_steps, one_evals = read_log(tmp_path / "one")
+    two_steps, two_evals = read_log(tmp_path / "two")
+    assert [r["tokens"] for r in one_steps] == [r["tokens"] for r in two_steps]
+    for a, b in zip(one_steps + one_evals, two_steps + two_evals, strict=True):
+        for key in ("loss", "valid_loss", "bleu"):
+            if key in a:
+                assert b[key] == pytest.approx(a[key], rel=1e-5), (key, a, b)
+    for name, tensor in AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "one" / "last").state_dict().items():
+        other = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "two" / "last").state_dict()[name]
+        torch.testing.assert_close(other, tensor, rtol=1e-4, atol=1e-5)
+
+
+def load_script(name):
+    """The example script `examples/<name>` as a module (its `main` does not run)."""
+    spec = importlib.util.spec_from_file_location(name.replace("/", "_").replace("-", "_")[:-3], EXAMPLES / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    "script, flags, message",
+    [
+        ("translation/train.py", ["--data_dir", "/no/such/folder"], "--data_dir /no/such/folder is not a folder"),
+        ("translation/train.py", ["--push_to_hub"], "--push_to_hub needs --hub_model_id"),
+        ("translation/train.py", ["--label_smoothing", "1.5"], "--label_smoothing must be in"),
+        ("language-modeling/train.py", ["--max_tokens", "64", "--block_size", "128"], "holds no block"),
+        ("language-modeling/train.py", ["--gradient_accumulation_steps", "0"], "must be >= 1"),
+    ],
+)
+def test_bad_flags_fail_with_a_clear_message(tmp_path, script, flags, message):
+    with pytest.raises(SystemExit, match=message):
+        load_script(script).parse_args(["--output_dir", str(tmp_path), *flags])

@@ -1,0 +1,117 @@
+"""Token batching, collators, LM blocks, tokenizers, the label-smoothed loss and atomic folders."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from common.batching import TokenBatchSampler, TranslationCollator, collate_lm, lm_blocks
+from common.loop import existing_dir, replace_dir, token_loss
+from common.tokenizer import train_tokenizer
+from transformers import AutoTokenizer
+
+LENGTHS = torch.randint(1, 40, (300,), generator=torch.Generator().manual_seed(1)).tolist()
+
+
+def test_token_batches_respect_the_budget_and_cover_the_data():
+    sampler = TokenBatchSampler(LENGTHS, max_tokens=100, seed=3)
+    batches = list(sampler)
+    assert len(batches) == len(sampler)
+    assert all(len(b) * max(LENGTHS[i] for i in b) <= 100 for b in batches)
+    assert sorted(i for b in batches for i in b) == list(range(len(LENGTHS)))
+    # Greedy filling: adding the next example of the sorted order would overflow.
+    assert sum(len(b) for b in batches) / len(batches) > 3
+
+
+def test_token_batches_are_a_function_of_seed_and_epoch():
+    sampler = TokenBatchSampler(LENGTHS, max_tokens=100, seed=3)
+    first = list(sampler)
+    assert list(sampler) == first
+    sampler.set_epoch(1)
+    second = list(sampler)
+    assert second != first and len(second) == len(first)
+    sampler.set_epoch(0)
+    assert list(sampler) == first
+
+
+def test_token_batches_drop_the_tail_to_whole_steps():
+    full = len(TokenBatchSampler(LENGTHS, max_tokens=100))
+    sampler = TokenBatchSampler(LENGTHS, max_tokens=100, multiple_of=7)
+    assert len(sampler) == full - full % 7 and len(list(sampler)) == len(sampler)
+
+
+def test_token_batches_reject_what_cannot_fit():
+    with pytest.raises(ValueError, match="raise max_tokens"):
+        TokenBatchSampler([5, 50], max_tokens=40)
+    with pytest.raises(ValueError, match="fewer than"):
+        TokenBatchSampler([5, 5], max_tokens=40, multiple_of=2)
+
+
+def test_translation_collator_shifts_targets_behind_the_start_token():
+    batch = TranslationCollator(pad_token_id=0, decoder_start_token_id=2)(
+        [{"source": [5, 6, 2], "target": [7, 2], "index": 4}, {"source": [8, 2], "target": [9, 10, 2], "index": 1}]
+    )
+    assert batch["input_ids"].tolist() == [[5, 6, 2], [8, 2, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
+    assert batch["decoder_input_ids"].tolist() == [[2, 7, 0], [2, 9, 10]]
+    assert batch["labels"].tolist() == [[7, 2, -100], [9, 10, 2]]
+    assert batch["index"].tolist() == [4, 1]
+
+
+def test_lm_blocks_predict_every_token_once():
+    lines = [[3, 4, 5], [], [6, 7, 8, 9]]
+    stream = [3, 4, 5, 1, 1, 6, 7, 8, 9, 1]  # eos = 1 after every line
+    blocks = lm_blocks(lines, eos_token_id=1, block_size=3)
+    assert blocks.shape == (3, 4)
+    batch = collate_lm(list(blocks))
+    assert batch["labels"].flatten().tolist() == stream[1:10]
+    assert batch["input_ids"].flatten().tolist() == stream[:9]
+    with pytest.raises(ValueError, match="lower block_size"):
+        lm_blocks([[3]], eos_token_id=1, block_size=8)
+
+
+def test_label_smoothed_loss_matches_its_definition():
+    logits = torch.randn(2, 5, 11)
+    labels = torch.randint(0, 11, (2, 5))
+    labels[1, 3:] = -100
+    loss, count = token_loss(logits, labels, label_smoothing=0.0)
+    assert count == 8
+    torch.testing.assert_close(loss, F.cross_entropy(logits[labels != -100], labels[labels != -100], reduction="sum"))
+    smoothed, _ = token_loss(logits, labels, label_smoothing=0.1)
+    log_probs = logits[labels != -100].log_softmax(-1)
+    nll = -log_probs.gather(1, labels[labels != -100, None]).sum()
+    torch.testing.assert_close(smoothed, 0.9 * nll + 0.1 * (-log_probs.mean(-1)).sum())
+
+
+def test_bpe_tokenizer_round_trips_raw_text_and_reloads(tmp_path):
+    texts = ["Zwei junge Männer sind im Freien.", "Two young, white males are outside near many bushes."] * 20
+    tokenizer = train_tokenizer(texts, "bpe", vocab_size=120, add_eos=True)
+    ids = tokenizer(texts[1])["input_ids"]
+    assert ids[-1] == tokenizer.eos_token_id == 2 and tokenizer.pad_token_id == 0
+    assert tokenizer.decode(ids, skip_special_tokens=True) == texts[1]
+    tokenizer.save_pretrained(tmp_path)
+    assert AutoTokenizer.from_pretrained(tmp_path)(texts[1])["input_ids"] == ids
+
+
+def test_word_tokenizer_maps_rare_words_to_unk():
+    tokenizer = train_tokenizer(["the cat sat", "the dog sat"], "word", vocab_size=100, min_frequency=2)
+    assert tokenizer.convert_ids_to_tokens(tokenizer("the cat sat")["input_ids"]) == ["the", "<unk>", "sat"]
+
+
+def test_replace_dir_never_leaves_nothing(tmp_path):
+    final, tmp = tmp_path / "last", tmp_path / "last.tmp"
+    tmp.mkdir()
+    (tmp / "v").write_text("1")
+    replace_dir(tmp, final)
+    tmp.mkdir()
+    (tmp / "v").write_text("2")
+    replace_dir(tmp, final)
+    assert (final / "v").read_text() == "2" and not tmp.exists() and existing_dir(final) == final
+    final.rename(tmp_path / "last.old")  # as if killed between the two renames
+    assert (existing_dir(final) / "v").read_text() == "2"
+    assert existing_dir(tmp_path / "never") is None
+
+
+def test_word_tokenizer_ids_have_no_hole_when_the_text_contains_unk():
+    tokenizer = train_tokenizer(["a <unk> b", "b c <unk>"], "word", vocab_size=100)
+    ids = sorted(tokenizer.get_vocab().values())
+    assert ids == list(range(len(tokenizer))) and tokenizer.convert_tokens_to_ids("<unk>") == 3
+    assert len(train_tokenizer(["a b c d e f"], "word", vocab_size=6)) == 6
