@@ -3,10 +3,18 @@
 Times each op and SDPA on the same (B, T, C, H) for T = 256 .. 16,384, forward and
 forward+backward, in one run, and reports the ratios SDPA time / op time, the growth of each op's
 time with T (log-log slope: 1.0 is linear) and the peak extra memory of one forward pass.
+``--backends`` times the ops on several backends (``torch``, ``cpu``, ``cuda``, ``auto``; see
+talk_hf.ops._backend).  Each op's achieved memory bandwidth is reported as a fraction of a
+same-run device-to-device copy (bytes of each input and output counted once; the backward pass
+as forward+backward minus forward).  ``--table6`` is the TaLK paper's Table 6 setting: B=10,
+d=1024, H=16, fp32, T = 10 .. 10,000, iterations/s of talk_conv and dynamic_conv (k=3, k=31) on
+the compiled backend and the PyTorch path, against SDPA (flash in bf16, and fp32).
 Results are printed and saved as JSON under benchmarks/results/.
 
     python benchmarks/bench_ops.py                       # CPU or the visible GPU
     python benchmarks/bench_ops.py --lengths 256 1024 4096 --out benchmarks/results/ops_cpu.json
+    python benchmarks/bench_ops.py --backends torch cpu --lengths 4096 --cases talk_bidirectional sdpa
+    python benchmarks/bench_ops.py --table6              # on a GPU: results/table6_cuda.json
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -31,36 +40,73 @@ import talk_hf  # noqa: E402
 from talk_hf.ops import dynamic_conv, light_conv, talk_conv  # noqa: E402
 
 
-def build_case(name: str, batch: int, length: int, channels: int, heads: int, device, dtype):
+def build_case(name: str, batch: int, length: int, channels: int, heads: int, device, dtype, backend=None):
     """Make the inputs of one benchmark case and return (run, inputs_needing_grad).
 
-    ``run()`` computes the op's (B, T, C) output from freshly built leaf inputs.
+    ``run()`` computes the op's (B, T, C) output from freshly built leaf inputs; ``backend`` is
+    passed to the talk_hf ops (None: $TALK_HF_BACKEND, default "auto").
     """
     make = lambda *shape: torch.randn(*shape, device=device, dtype=dtype)  # noqa: E731
     x = make(batch, length, channels).requires_grad_()
     if name == "talk_bidirectional":
         left = torch.rand(batch, length, heads, device=device, dtype=dtype).requires_grad_()
         right = torch.rand(batch, length, heads, device=device, dtype=dtype).requires_grad_()
-        return (lambda: talk_conv(x, left, right, 31, 31)), [x, left, right]
+        return (lambda: talk_conv(x, left, right, 31, 31, backend=backend)), [x, left, right]
     if name == "talk_causal":
         left = torch.rand(batch, length, heads, device=device, dtype=dtype).requires_grad_()
-        return (lambda: talk_conv(x, left, None, 63, 0)), [x, left]
+        return (lambda: talk_conv(x, left, None, 63, 0, backend=backend)), [x, left]
     if name.startswith("dynamic_conv_k"):
         kernel_size = int(name.removeprefix("dynamic_conv_k"))
         weight = torch.softmax(make(batch, length, heads, kernel_size), -1).requires_grad_()
-        return (lambda: dynamic_conv(x, weight, kernel_size // 2)), [x, weight]
+        return (lambda: dynamic_conv(x, weight, kernel_size // 2, backend=backend)), [x, weight]
     if name.startswith("light_conv_k"):
         kernel_size = int(name.removeprefix("light_conv_k"))
         weight = torch.softmax(make(heads, kernel_size), -1).requires_grad_()
-        return (lambda: light_conv(x, weight, kernel_size // 2)), [x, weight]
+        return (lambda: light_conv(x, weight, kernel_size // 2, backend=backend)), [x, weight]
     if name == "sdpa":
         head_dim = channels // heads
         q, k, v = (make(batch, heads, length, head_dim).requires_grad_() for _ in range(3))
         return (lambda: F.scaled_dot_product_attention(q, k, v)), [q, k, v]
+    if name == "sdpa_flash_bf16":  # the flash backend, in bf16 whatever --dtype says
+        head_dim = channels // heads
+        q, k, v = (make(batch, heads, length, head_dim).bfloat16().requires_grad_() for _ in range(3))
+
+        def flash():
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return F.scaled_dot_product_attention(q, k, v)
+
+        return flash, [q, k, v]
     raise ValueError(f"unknown case {name!r}")
 
 
 CASES = ["talk_bidirectional", "talk_causal", "dynamic_conv_k3", "dynamic_conv_k31", "light_conv_k31", "sdpa"]
+ATTENTION = ("sdpa", "sdpa_flash_bf16")
+TABLE6 = {"batch": 10, "channels": 1024, "heads": 16, "dtype": "float32", "lengths": [10, 100, 1000, 10000],
+          "cases": ["talk_bidirectional", "dynamic_conv_k3", "dynamic_conv_k31", "sdpa_flash_bf16", "sdpa"]}
+
+
+def bytes_moved(name, batch, length, channels, heads, dtype):
+    """(forward, backward) bytes an op must move at least: each input and output once.
+
+    Forward reads x and the offsets (or kernel) and writes the output; backward reads the output
+    gradient, x and the offsets (or kernel) and writes their gradients.
+    """
+    if name.startswith("talk"):
+        side = batch * length * heads * (2 if name == "talk_bidirectional" else 1)
+    elif name.startswith("dynamic_conv_k"):
+        side = batch * length * heads * int(name.removeprefix("dynamic_conv_k"))
+    else:  # light_conv: a small (H, K) kernel
+        side = heads * int(name.removeprefix("light_conv_k"))
+    tokens = batch * length * channels
+    size = torch.finfo(dtype).bits // 8
+    return (2 * tokens + side) * size, (3 * tokens + 2 * side) * size
+
+
+def copy_bytes_per_second(device, nbytes: int, min_seconds: float) -> float:
+    """Bandwidth of a device-to-device copy of ``nbytes`` (read + write), the reference of 100%."""
+    source = torch.empty(nbytes // 4, device=device, dtype=torch.float32).uniform_()
+    target = torch.empty_like(source)
+    return 2 * nbytes / median_seconds(lambda: target.copy_(source), device, min_seconds)
 
 
 def synchronize(device: torch.device) -> None:
@@ -83,9 +129,9 @@ def median_seconds(step, device, min_seconds: float, max_repeats: int = 50) -> f
     return statistics.median(times)
 
 
-def time_case(name, batch, length, channels, heads, device, dtype, min_seconds):
+def time_case(name, batch, length, channels, heads, device, dtype, min_seconds, backend=None):
     """Forward and forward+backward median seconds of one case."""
-    run, inputs = build_case(name, batch, length, channels, heads, device, dtype)
+    run, inputs = build_case(name, batch, length, channels, heads, device, dtype, backend)
 
     def forward():
         with torch.no_grad():
@@ -112,14 +158,14 @@ def memory_status_bytes(field: str) -> int:
     raise RuntimeError(f"{field} not found in /proc/self/status")
 
 
-def peak_forward_bytes(name, batch, length, channels, heads, device, dtype) -> int:
+def peak_forward_bytes(name, batch, length, channels, heads, device, dtype, backend="auto") -> int:
     """Peak memory one forward pass adds on top of its inputs.
 
     On CUDA the allocator's peak counter; on the CPU the process high-water mark, measured in a
     fresh subprocess (``--peak-of``) so that earlier cases cannot hide this one's peak.
     """
     if device.type == "cuda":
-        run, _ = build_case(name, batch, length, channels, heads, device, dtype)
+        run, _ = build_case(name, batch, length, channels, heads, device, dtype, backend)
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
@@ -127,17 +173,17 @@ def peak_forward_bytes(name, batch, length, channels, heads, device, dtype) -> i
             run()
         torch.cuda.synchronize(device)
         return torch.cuda.max_memory_allocated(device) - before
-    command = [sys.executable, __file__, "--peak-of", name, str(batch), str(length), str(channels), str(heads), str(dtype).removeprefix("torch.")]
+    command = [sys.executable, __file__, "--peak-of", name, str(batch), str(length), str(channels), str(heads), str(dtype).removeprefix("torch."), backend]
     return int(subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip())
 
 
-def report_cpu_peak(name, batch, length, channels, heads, dtype_name) -> None:
+def report_cpu_peak(name, batch, length, channels, heads, dtype_name, backend) -> None:
     """Subprocess side of :func:`peak_forward_bytes`: print the forward pass's extra peak RSS."""
     dtype = getattr(torch, dtype_name)
-    warm_up, _ = build_case(name, 1, 8, channels, heads, torch.device("cpu"), dtype)
+    warm_up, _ = build_case(name, 1, 8, channels, heads, torch.device("cpu"), dtype, backend)
     with torch.no_grad():  # loads libraries and starts thread pools before the measurement
         warm_up()
-    run, _ = build_case(name, batch, length, channels, heads, torch.device("cpu"), dtype)
+    run, _ = build_case(name, batch, length, channels, heads, torch.device("cpu"), dtype, backend)
     before = memory_status_bytes("VmRSS")
     with torch.no_grad():
         run()
@@ -173,48 +219,80 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--cases", nargs="+", default=CASES, choices=CASES)
+    parser.add_argument("--cases", nargs="+", default=CASES, choices=CASES + ["sdpa_flash_bf16"])
+    parser.add_argument("--backends", nargs="+", default=["auto"], choices=["auto", "torch", "cpu", "cuda"],
+                        help="backends of the talk_hf ops (SDPA runs once)")
+    parser.add_argument("--table6", action="store_true",
+                        help="the TaLK paper's Table 6 setting; overrides shape, lengths, cases and backends")
+    parser.add_argument("--skip-peak", action="store_true", help="do not measure peak memory (faster)")
     parser.add_argument("--min_seconds", type=float, default=0.3, help="time each measurement at least this long")
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/ops_<device>.json)")
-    parser.add_argument("--peak-of", nargs=6, metavar="ARG", help=argparse.SUPPRESS)
+    parser.add_argument("--peak-of", nargs=7, metavar="ARG", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peak_of:
-        name, *sizes, dtype_name = args.peak_of
-        report_cpu_peak(name, *map(int, sizes), dtype_name)
+        name, *sizes, dtype_name, backend = args.peak_of
+        report_cpu_peak(name, *map(int, sizes), dtype_name, backend)
         return
 
-    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    device = torch.device(args.device)
+    if args.table6:
+        for key, value in TABLE6.items():
+            setattr(args, key, value)
+        args.backends = [device.type, "torch"]
+    dtype = getattr(torch, args.dtype)
     shape = {"batch": args.batch, "channels": args.channels, "heads": args.heads, "dtype": args.dtype}
+    largest_x = args.batch * max(args.lengths) * args.channels * torch.finfo(dtype).bits // 8
+    copy_bandwidth = copy_bytes_per_second(device, max(largest_x, 2**28 if device.type == "cuda" else 2**26), args.min_seconds)
     print(f"device {environment(device)['device']} ({device.type}), B={args.batch} C={args.channels} H={args.heads} {args.dtype}")
     print("talk_bidirectional: max_left=max_right=31; talk_causal: max_left=63; conv kernels centred")
+    print(f"device-to-device copy: {copy_bandwidth / 1e9:.1f} GB/s (100% of the bandwidth fractions)")
     rows = []
     for length in args.lengths:
         for name in args.cases:
-            forward, forward_backward = time_case(name, args.batch, length, args.channels, args.heads, device, dtype, args.min_seconds)
-            peak = peak_forward_bytes(name, args.batch, length, args.channels, args.heads, device, dtype)
-            rows.append({"case": name, "length": length, "forward_s": forward, "forward_backward_s": forward_backward, "forward_peak_bytes": peak})
-        sdpa = next((r for r in rows if r["case"] == "sdpa" and r["length"] == length), None)
+            for backend in ["-"] if name in ATTENTION else args.backends:
+                op_backend = None if name in ATTENTION else backend
+                forward, forward_backward = time_case(name, args.batch, length, args.channels, args.heads, device, dtype, args.min_seconds, op_backend)
+                row = {"case": name, "backend": backend, "length": length, "forward_s": forward,
+                       "forward_backward_s": forward_backward, "iterations_per_s": 1 / forward}
+                if not args.skip_peak:
+                    row["forward_peak_bytes"] = peak_forward_bytes(name, args.batch, length, args.channels, args.heads, device, dtype, op_backend or "auto")
+                if name not in ATTENTION:
+                    forward_bytes, backward_bytes = bytes_moved(name, args.batch, length, args.channels, args.heads, dtype)
+                    row["forward_bandwidth_fraction"] = forward_bytes / forward / copy_bandwidth
+                    row["backward_bandwidth_fraction"] = backward_bytes / max(forward_backward - forward, 1e-9) / copy_bandwidth
+                rows.append(row)
+        baselines = {r["case"]: r for r in rows if r["case"] in ATTENTION and r["length"] == length}
         for row in rows:
-            if row["length"] == length and sdpa is not None:
-                row["sdpa_over_op_forward"] = sdpa["forward_s"] / row["forward_s"]
-                row["sdpa_over_op_forward_backward"] = sdpa["forward_backward_s"] / row["forward_backward_s"]
-            if row["length"] == length:
-                print(
-                    f"T={length:6d} {row['case']:20s} fwd {row['forward_s'] * 1e3:9.2f} ms  fwd+bwd {row['forward_backward_s'] * 1e3:9.2f} ms"
-                    f"  peak {row['forward_peak_bytes'] / 2**20:8.1f} MiB"
-                    + (f"  SDPA/op fwd {row['sdpa_over_op_forward']:7.1f}x fwd+bwd {row['sdpa_over_op_forward_backward']:7.1f}x" if sdpa else "")
-                )
+            if row["length"] != length:
+                continue
+            for attention, label in (("sdpa", "sdpa"), ("sdpa_flash_bf16", "sdpa_flash")):
+                if attention in baselines:
+                    row[f"{label}_over_op_forward"] = baselines[attention]["forward_s"] / row["forward_s"]
+                    row[f"{label}_over_op_forward_backward"] = baselines[attention]["forward_backward_s"] / row["forward_backward_s"]
+            print(
+                f"T={length:6d} {row['case']:20s} {row['backend']:5s} fwd {row['forward_s'] * 1e3:9.3f} ms"
+                f"  fwd+bwd {row['forward_backward_s'] * 1e3:9.3f} ms  {row['iterations_per_s']:9.1f} it/s"
+                + (f"  peak {row['forward_peak_bytes'] / 2**20:8.1f} MiB" if "forward_peak_bytes" in row else "")
+                + (f"  SDPA/op fwd {row['sdpa_over_op_forward']:7.1f}x fwd+bwd {row['sdpa_over_op_forward_backward']:7.1f}x" if "sdpa" in baselines else "")
+                + (f"  flash/op fwd {row['sdpa_flash_over_op_forward']:7.1f}x" if "sdpa_flash_bf16" in baselines else "")
+                + (f"  bandwidth fwd {row['forward_bandwidth_fraction']:5.0%} bwd {row['backward_bandwidth_fraction']:5.0%}" if "forward_bandwidth_fraction" in row else "")
+            )
 
     slopes = {}
     for name in args.cases:
-        case_rows = [r for r in rows if r["case"] == name]
-        if len(case_rows) > 1:
-            slopes[name] = log_log_slope([r["length"] for r in case_rows], [r["forward_s"] for r in case_rows])
+        for backend in {r["backend"] for r in rows if r["case"] == name}:
+            case_rows = [r for r in rows if r["case"] == name and r["backend"] == backend]
+            if len(case_rows) > 1:
+                slopes[name if backend in ("-", "auto") else f"{name}[{backend}]"] = log_log_slope(
+                    [r["length"] for r in case_rows], [r["forward_s"] for r in case_rows]
+                )
     print("time growth with T (log-log slope of forward time; 1.0 = linear):", {k: round(v, 2) for k, v in slopes.items()})
 
-    out = args.out or ROOT / "benchmarks" / "results" / f"ops_{device.type}.json"
+    stem = "table6" if args.table6 else "ops"
+    out = args.out or ROOT / "benchmarks" / "results" / f"{stem}_{device.type}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"environment": environment(device), "shape": shape, "rows": rows, "forward_time_slope": slopes}, indent=2))
+    result = {"environment": environment(device), "shape": shape, "copy_bytes_per_s": copy_bandwidth, "rows": rows, "forward_time_slope": slopes}
+    out.write_text(json.dumps(result, indent=2))
     print(f"saved {out}")
 
 

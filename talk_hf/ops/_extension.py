@@ -172,7 +172,8 @@ def _build(kind: str) -> ModuleType:
         raise ExtensionUnavailable(kind, f"another process held the build lock {lock_path} for more than {timeout:g} s",
                                    f"wait for that build to finish, or raise ${LOCK_TIMEOUT_ENV}") from None
     except (RuntimeError, OSError, subprocess.SubprocessError) as error:
-        summary = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+        lines = str(error).strip().splitlines() or [type(error).__name__]
+        summary = next((line.strip() for line in lines if "error:" in line.lower()), lines[-1])
         raise ExtensionUnavailable(kind, f"the build in {directory} failed ({summary})",
                                    "rerun with TALK_HF_BUILD_VERBOSE=1 to see the compiler output, "
                                    "or set TALK_HF_BACKEND=torch") from error

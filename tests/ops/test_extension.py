@@ -178,6 +178,21 @@ def test_a_live_lock_times_out_with_a_clear_error(built_copy, tmp_path):
     assert "TALK_HF_BUILD_LOCK_TIMEOUT" in result.stdout
 
 
+def test_a_failed_build_falls_back_once_and_names_the_compiler_error(fresh_loader, monkeypatch, tmp_path):
+    def failing_load(**kwargs):
+        raise RuntimeError("Error building extension 'talk_hf_cpu':\ncpu_ops.cpp:7:1: error: boom\nninja: build stopped")
+
+    monkeypatch.setenv(_extension.BUILD_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(cpp_extension, "load", failing_load)
+    with pytest.warns(_extension.BackendFallbackWarning, match="cpu_ops.cpp:7:1: error: boom") as caught:
+        for _ in range(3):
+            out = talk_conv(x, offsets, offsets, 2, 2)
+    assert len(caught) == 1
+    torch.testing.assert_close(out, talk_conv(x, offsets, offsets, 2, 2, backend="torch"))
+    with pytest.raises(ExtensionUnavailable, match="TALK_HF_BUILD_VERBOSE=1"):
+        talk_conv(x, offsets, offsets, 2, 2, backend="cpu")
+
+
 def test_build_directory_names_versions_and_architecture(monkeypatch):
     name = _extension.build_directory("cpu").name
     torch_version = torch.__version__.replace("+", "_")
