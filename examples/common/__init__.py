@@ -9,4 +9,5 @@ particular to its task. Modules:
 * `models`     -- `build_model`: our models and same-size transformers baselines
 * `loop`       -- the Accelerate training loop: accumulation, clipping, evaluation, checkpoints, resume
 * `options`    -- the command-line options every Accelerate script shares
+* `hf_trainer` -- what the `Trainer` scripts share
 """
