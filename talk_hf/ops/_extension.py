@@ -60,7 +60,11 @@ class BackendFallbackWarning(UserWarning):
     """Issued once per process and extension when "auto" falls back to the PyTorch path."""
 
 
-def _check_compilers(kind: str) -> None:
+def _check_sources_and_compilers(kind: str) -> None:
+    missing = [source for source in SOURCES[kind] if not (CSRC / source).is_file()]
+    if missing:  # e.g. a remote-code copy of the ops, which carries no kernel sources
+        raise ExtensionUnavailable(kind, f"the kernel sources {missing} are not in {CSRC}",
+                                   "install the talk_hf package (pip install talk_hf) to get them")
     compiler = os.environ.get("CXX", "c++")
     if shutil.which(compiler) is None:
         raise ExtensionUnavailable(kind, f"no C++ compiler: {compiler!r} (from $CXX, default c++) was not found",
@@ -104,7 +108,7 @@ def preflight(kind: str) -> None:
         if major != int(torch.version.cuda.split(".")[0]):
             raise ExtensionUnavailable(kind, f"{nvcc} is CUDA {major} but torch was built with CUDA {torch.version.cuda}",
                                        f"point $CUDA_HOME at a CUDA {torch.version.cuda.split('.')[0]}.x toolkit")
-    _check_compilers(kind)
+    _check_sources_and_compilers(kind)
 
 
 def architecture(kind: str) -> str:

@@ -234,6 +234,13 @@ def test_cuda_preflight_names_what_is_missing(torch_cuda, gpu, release, compiler
             _extension.preflight("cuda")
 
 
+def test_preflight_without_kernel_sources(tmp_path, monkeypatch):
+    """A remote-code copy of the ops has no csrc/ folder: it must say so, not try a build."""
+    monkeypatch.setattr(_extension, "CSRC", tmp_path)
+    with pytest.raises(ExtensionUnavailable, match=r"the kernel sources \['cpu_ops.cpp'\] are not in"):
+        _extension.preflight("cpu")
+
+
 def test_build_entry_point(built_copy, tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "talk_hf.ops.build", "--cpu"],
