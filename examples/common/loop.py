@@ -245,7 +245,8 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
             metrics = evaluate(model)
         model.train()
         log({"step": progress.step, "seconds": round(progress.train_seconds, 2), **metrics})
-        bar.write(f"step {progress.step}: {describe(metrics)}")
+        if accelerator.is_main_process:
+            bar.write(f"step {progress.step}: {describe(metrics)}")
         value = metrics[metric_name]
         if progress.best is None or (value > progress.best if mode == "max" else value < progress.best):
             progress.best = value

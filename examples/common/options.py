@@ -54,7 +54,7 @@ def model_sizes(args):
 def add_training_options(parser, lr, max_tokens, schedule, warmup_steps, label_smoothing, metric):
     group = parser.add_argument_group("training")
     group.add_argument("--output_dir", required=True)
-    group.add_argument("--resume", action="store_true", help="continue from output_dir/state when it exists")
+    group.add_argument("--resume", action="store_true", help="continue from output_dir/state (a new run without it)")
     group.add_argument("--max_tokens", type=int, default=max_tokens, help="padded tokens per micro-batch and process")
     group.add_argument("--gradient_accumulation_steps", type=int, default=1)
     group.add_argument("--max_steps", type=int, help="optimizer steps (default: --epochs worth)")
@@ -86,6 +86,8 @@ def check_args(args):
         fail(f"--data_dir {args.data_dir} is not a folder")
     if args.tokenizer is not None and args.tokenizer.startswith((".", "/")) and not os.path.isdir(args.tokenizer):
         fail(f"--tokenizer {args.tokenizer} is not a folder")
+    if not args.resume and any((Path(args.output_dir) / name).exists() for name in ("state", "state.old")):
+        fail(f"--output_dir {args.output_dir} holds a run: add --resume to continue it, or choose another folder")
     if args.push_to_hub and not args.hub_model_id:
         fail("--push_to_hub needs --hub_model_id")
     for name in ("max_tokens", "gradient_accumulation_steps", "eval_every", "save_every", "log_every", "vocab_size"):

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from common.batching import TokenBatchSampler, TranslationCollator, collate_lm, lm_blocks
 from common.loop import existing_dir, replace_dir, token_loss
-from common.tokenizer import train_tokenizer
+from common.tokenizer import get_tokenizer, train_tokenizer
 from transformers import AutoTokenizer
 
 LENGTHS = torch.randint(1, 40, (300,), generator=torch.Generator().manual_seed(1)).tolist()
@@ -115,3 +115,12 @@ def test_word_tokenizer_ids_have_no_hole_when_the_text_contains_unk():
     ids = sorted(tokenizer.get_vocab().values())
     assert ids == list(range(len(tokenizer))) and tokenizer.convert_tokens_to_ids("<unk>") == 3
     assert len(train_tokenizer(["a b c d e f"], "word", vocab_size=6)) == 6
+
+
+def test_an_existing_tokenizer_is_loaded_not_trained(tmp_path):
+    trained = train_tokenizer(["ein hund", "a dog"] * 5, "bpe", vocab_size=40, add_eos=True)
+    trained.pad_token = None  # like GPT-2's: the end-of-sequence token stands in
+    trained.save_pretrained(tmp_path)
+    loaded = get_tokenizer(str(tmp_path), texts=None, kind="bpe", vocab_size=40)
+    assert loaded("a dog")["input_ids"] == trained("a dog")["input_ids"]
+    assert loaded.pad_token_id == loaded.eos_token_id == 2
