@@ -5,11 +5,14 @@ The CPU tests run the C++ kernels (backend="cpu"), which share their per-element
 CUDA kernels (talk_hf/csrc/talk_math.h); tests marked ``gpu`` run only where CUDA is available.
 """
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from talk_hf.ops import _compiled, dynamic_conv, light_conv, talk_conv
+from talk_hf.ops._extension import BackendFallbackWarning
 
 from .helpers import TOLERANCES, assert_close_to_reference, offsets_off_the_grid
 from .naive import naive_dynamic_conv, naive_talk_conv
@@ -265,3 +268,13 @@ def test_cuda_small_shapes_match_definition():
     weight = torch.softmax(torch.randn(1, 9, 1, 4, dtype=torch.float64), -1)
     out = dynamic_conv(x.cuda(), weight.cuda(), 1, backend="cuda")
     assert_close_to_reference(out.cpu(), naive_dynamic_conv(x, weight, 1), torch.float64)
+
+
+@pytest.mark.gpu
+def test_auto_runs_the_cuda_kernels_on_cuda_tensors():
+    x = torch.randn(2, 50, 8, device="cuda")
+    offsets = torch.rand(2, 50, 2, device="cuda")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BackendFallbackWarning)
+        out = talk_conv(x, offsets, offsets, 3, 3, backend="auto")
+    torch.testing.assert_close(out, talk_conv(x, offsets, offsets, 3, 3, backend="cuda"))
