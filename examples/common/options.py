@@ -104,5 +104,9 @@ def parse_args(parser, argv=None):
     return check_args(parser.parse_args(argv))
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Shows every default and keeps the script docstring's lines as written."""
+
+
 def argument_parser(description):
-    return argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    return argparse.ArgumentParser(description=description, formatter_class=_HelpFormatter)
