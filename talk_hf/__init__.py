@@ -36,11 +36,18 @@ from .models.talk import (
 from .models.families import MODEL_FAMILIES
 from .version import __version__
 
-_HEAD_AUTO_CLASSES = {"AutoModelForSeq2SeqLM": AutoModelForSeq2SeqLM, "AutoModelForCausalLM": AutoModelForCausalLM}
-for _config, _base, _head, _head_auto_class in MODEL_FAMILIES:
-    AutoConfig.register(_config.model_type, _config, exist_ok=True)
-    AutoModel.register(_config, _base, exist_ok=True)
-    _HEAD_AUTO_CLASSES[_head_auto_class].register(_config, _head, exist_ok=True)
+
+
+def _register_auto_classes() -> None:
+    """Map each model type to its config, base model and head (a clash with a built-in raises)."""
+    head_auto_classes = {"AutoModelForSeq2SeqLM": AutoModelForSeq2SeqLM, "AutoModelForCausalLM": AutoModelForCausalLM}
+    for config_class, base_class, head_class, head_auto_class in MODEL_FAMILIES:
+        AutoConfig.register(config_class.model_type, config_class)
+        AutoModel.register(config_class, base_class)
+        head_auto_classes[head_auto_class].register(config_class, head_class)
+
+
+_register_auto_classes()
 
 __all__ = [
     "ConvCache",

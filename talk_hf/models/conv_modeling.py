@@ -149,6 +149,12 @@ class ConvDecoder(_ConvStack):
             ``(hidden (B, T, d), all hidden states or None, cross-attention weights or None)``.
         """
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        new_length = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+        if attention_mask is not None and attention_mask.shape[1] != past_length + new_length:
+            raise ValueError(
+                f"the decoder's attention mask must cover the {past_length} cached and {new_length} new tokens, "
+                f"got length {attention_mask.shape[1]}"
+            )
         hidden = self.embed("input_ids", input_ids, inputs_embeds, attention_mask, past_length)
         padding_mask = None if attention_mask is None else attention_mask[:, -hidden.shape[1]:].bool()
         all_hidden, all_weights = [], []

@@ -169,3 +169,12 @@ def test_lightweight_seq2seq_forward_and_padding():
     mask = torch.tensor([[0, 0, 1, 1, 1, 1, 1]])
     torch.testing.assert_close(model(input_ids=padded, attention_mask=mask, decoder_input_ids=target).logits, logits,
                                rtol=1e-5, atol=1e-5)
+
+
+def test_a_decoder_mask_of_the_wrong_length_is_rejected():
+    case = CASES[1]
+    model = case.model()
+    tokens = random_tokens(1, 4)
+    cache = model(input_ids=tokens, use_cache=True).past_key_values
+    with pytest.raises(ValueError, match="must cover the 4 cached and 1 new tokens"):
+        model(input_ids=tokens[:, :1], attention_mask=torch.ones(1, 1, dtype=torch.long), past_key_values=cache)
