@@ -13,7 +13,7 @@ import talk_hf  # noqa: F401  (registers our models with the Auto classes)
 
 from .conftest import EXAMPLES, LANGUAGE_MODELING, TRANSLATION, read_log, requires_data, run
 
-pytestmark = requires_data
+pytestmark = [requires_data, pytest.mark.slow]  # subprocess runs of the scripts
 MODEL_TYPES = ["talk", "dynamic_conv", "lightconv", "transformer"]
 # Two CPU processes on gloo. `accelerate launch --cpu --num_processes 2` would start only one (it
 # needs MPI for CPU); the multi-process launcher plus ACCELERATE_USE_CPU gives gloo processes.

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from common.data import load_columns
 from common.models import build_model
 from common.tokenizer import train_tokenizer
@@ -11,7 +12,7 @@ import talk_hf  # noqa: F401  (registers our models with the Auto classes)
 
 from .conftest import MULTI30K, WIKITEXT, requires_data, run
 
-pytestmark = requires_data
+pytestmark = [requires_data, pytest.mark.slow]  # subprocess runs of the scripts
 TINY = {"d_model": 32, "ffn_dim": 64, "heads": 2, "encoder_layers": 1, "decoder_layers": 1}
 TRAINER = (
     "--report_to none --max_steps 2 --save_steps 1 --logging_steps 1 --max_eval_samples 8"
