@@ -134,17 +134,23 @@ def talk_conv_torch(
     compute_dtype = accumulation_dtype(x.dtype)
     normalizer = float(max_left + max_right + 1)
 
-    # Window edges a (left) and b (right) per (batch, time, head), in token units.
-    time = torch.arange(length, device=x.device, dtype=compute_dtype).view(1, length, 1)
-    left = (time - offset_left.to(compute_dtype) * max_left).clamp(0, length - 1)
+    # Window edges a = t - d and b = t + e per (batch, time, head), split into whole tokens and
+    # fractions relative to t: the reaches d, e keep full precision whatever t is (t - d in float32
+    # would keep only 7 fractional bits at T = 70,000).  A clamped edge has no fraction.
+    time = torch.arange(length, device=x.device).view(1, length, 1)
+    reach_left = offset_left.to(compute_dtype) * max_left
+    whole_left = reach_left.detach().ceil()
+    left_inside = reach_left <= time
+    left_floor = torch.where(left_inside, time - whole_left.long(), 0)
+    left_frac = torch.where(left_inside, whole_left - reach_left, 0.0)  # d frac / d reach = -1
     if offset_right is None:
-        right = time.expand(batch, length, heads)
+        right_floor, right_frac = time.expand(batch, length, heads), torch.zeros_like(left_frac)
     else:
-        right = (time + offset_right.to(compute_dtype) * max_right).clamp(0, length - 1)
-    left_floor = left.detach().floor()
-    right_floor = right.detach().floor()
-    left_frac = left - left_floor  # differentiable: d/d left = 1
-    right_frac = right - right_floor
+        reach_right = offset_right.to(compute_dtype) * max_right
+        whole_right = reach_right.detach().floor()
+        right_inside = reach_right <= (length - 1) - time
+        right_floor = torch.where(right_inside, time + whole_right.long(), length - 1)
+        right_frac = torch.where(right_inside, reach_right - whole_right, 0.0)
 
     # Halo: one step before the farthest left edge floor(a) (so that prefix[floor(a) - 1] exists)
     # and up to the farthest token after floor(b).
@@ -173,7 +179,7 @@ def talk_conv_torch(
 
     def block_index(edge: torch.Tensor, shift: int = 0) -> torch.Tensor:
         """(B, T, H) global token index -> (B, nb, L, H, R) index into the block's window."""
-        local = extend_to_blocks(edge.long()) - block_start + (halo_left + shift)
+        local = extend_to_blocks(edge) - block_start + (halo_left + shift)
         return local.expand(expanded_shape)
 
     left_index = block_index(left_floor)

@@ -170,6 +170,23 @@ def test_long_bf16_sequence_matches_float64():
     assert (windows_bf16 - windows_exact).abs().max() > 10 * tolerance
 
 
+def test_long_float32_sequence_keeps_edge_precision():
+    """At T = 70,000 a float32 edge t - offset * max_left keeps only 7 fractional bits; the
+    window edges must be formed relative to t so that float32 still matches float64."""
+    length, max_left, max_right = 70_000, 7, 5
+    x, offset_left, offset_right = make_inputs(1, length, 2, 1, max_left, max_right, dtype=torch.float32)
+    inputs = [t.clone().requires_grad_() for t in (x, offset_left, offset_right)]
+    exact_inputs = [t.detach().double().requires_grad_() for t in inputs]
+    out = talk_conv(*inputs, max_left, max_right)
+    exact = talk_conv(*exact_inputs, max_left, max_right)
+    assert_close_to_reference(out, exact, torch.float32)
+    grad = torch.randn_like(exact)
+    out.backward(grad.float())
+    exact.backward(grad)
+    for approximate, reference in zip(inputs, exact_inputs):
+        assert_close_to_reference(approximate.grad, reference.grad, torch.float32, scale=max_left + max_right)
+
+
 @settings(max_examples=30, deadline=None)
 @given(
     batch=st.integers(1, 2),
