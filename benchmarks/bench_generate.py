@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -34,6 +32,7 @@ import transformers
 from transformers import GPT2Config, GPT2LMHeadModel, MarianConfig, MarianMTModel
 
 import talk_hf
+from _device import device_name, synchronize
 
 SETTINGS = {"greedy-b1": (1, 1), "beam5-b8": (8, 5)}  # name: (batch, beams)
 
@@ -78,21 +77,6 @@ def state_bytes(cache) -> tuple[int, int]:
     if hasattr(cache, "self_attention_cache"):
         return layer_bytes(cache.self_attention_cache), layer_bytes(cache.cross_attention_cache)
     return layer_bytes(cache), 0
-
-
-def cpu_name() -> str:
-    """The CPU model from /proc/cpuinfo (Linux), else what ``platform`` knows."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
-    return platform.processor() or platform.machine()
-
-
-def synchronize(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 class Decoder:
@@ -222,11 +206,10 @@ def main() -> None:
                       flush=True)
 
     statistic = "step_min_s" if args.device.startswith("cuda") else "step_cpu_s"
-    device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else cpu_name()
     report = {
         "benchmark": "bench_generate",
         "device": args.device,
-        "device_name": device_name,
+        "device_name": device_name(args.device),
         "cpu_threads": torch.get_num_threads(),
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "talk_hf": talk_hf.__version__},
         "ops_backend": talk_hf.ops._backend.requested_backend(None),

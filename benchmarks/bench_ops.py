@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 import talk_hf  # noqa: E402
 from talk_hf.ops import dynamic_conv, light_conv, talk_conv  # noqa: E402
+from _device import device_name, synchronize  # noqa: E402
 
 
 def build_case(name: str, batch: int, length: int, channels: int, heads: int, device, dtype, backend=None):
@@ -107,11 +108,6 @@ def copy_bytes_per_second(device, nbytes: int, min_seconds: float) -> float:
     source = torch.empty(nbytes // 4, device=device, dtype=torch.float32).uniform_()
     target = torch.empty_like(source)
     return 2 * nbytes / median_seconds(lambda: target.copy_(source), device, min_seconds)
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def median_seconds(step, device, min_seconds: float, max_repeats: int = 50) -> float:
@@ -198,9 +194,8 @@ def log_log_slope(lengths, seconds) -> float:
 
 
 def environment(device: torch.device) -> dict:
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
     return {
-        "device": name,
+        "device": device_name(device),
         "device_type": device.type,
         "cpu_threads": torch.get_num_threads(),
         "torch": torch.__version__,
