@@ -179,6 +179,9 @@ class JsonLog:
     def __init__(self, accelerator, path, resume_step):
         self.accelerator = accelerator
         self.path = Path(path)
+        if accelerator.is_main_process:
+            # The folder may not exist yet: nothing else creates it when no tracker is installed.
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         if accelerator.is_main_process and self.path.exists():
             # Records after the resumed state belong to the lost part of the run: they are redone.
             records = [json.loads(line) for line in self.path.read_text().splitlines()]
