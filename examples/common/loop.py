@@ -117,6 +117,7 @@ class Progress:
     batches_in_epoch: int = 0  # micro-batches this process has consumed in `epoch`
     step: int = 0  # optimizer steps done
     train_seconds: float = 0.0  # time spent in training steps (evaluation excluded)
+    train_tokens: int = 0  # target tokens trained on, all processes together
     best: float | None = None  # best validation metric so far
 
     def state_dict(self):
@@ -210,8 +211,16 @@ def micro_batch_groups(batches, size):
             group = []
 
 
+def crossed_multiple(before, after, interval):
+    """Whether some whole multiple of `interval` lies in (before, after]; False when `interval` is None."""
+    return interval is not None and math.floor(after / interval) > math.floor(before / interval)
+
+
 def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn, evaluate, tokenizer, args, metric):
-    """Train until `args.max_steps` optimizer steps, evaluating and checkpointing on the way.
+    """Train until `args.max_steps` optimizer steps or `args.max_train_minutes` of training time.
+
+    Evaluates every `args.eval_every` steps, or each time the training time (evaluation and saving
+    excluded) passes a multiple of `args.eval_every_minutes` when that is given, and at the end.
 
     Args:
         model, optimizer, scheduler, train_loader: already passed through `accelerator.prepare`
@@ -220,11 +229,12 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
         loss_fn: (model, batch) -> (loss_sum, token_count) over the batch's target tokens.
         evaluate: (model) -> {name: float}, run on every process (evaluation is distributed).
         tokenizer: saved beside every model checkpoint.
-        args: max_steps, eval_every, save_every, log_every, clip_norm, output_dir, resume,
-            stop_after_steps (see `options.add_training_options`).
+        args: max_steps, max_train_minutes, eval_every, eval_every_minutes, save_every, log_every,
+            clip_norm, output_dir, resume, stop_after_steps (see `options.add_training_options`).
         metric: (name, "max" or "min"), the key of `evaluate`'s result that picks `best/`.
     Returns:
-        True when training reached `max_steps`, False when `stop_after_steps` cut it short.
+        True when training reached `max_steps` or its time budget, False when `stop_after_steps`
+        cut it short.
     """
     output_dir = Path(args.output_dir)
     progress = Progress()
@@ -236,6 +246,8 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
     log = JsonLog(accelerator, output_dir / "log.jsonl", progress.step)
     metric_name, mode = metric
     accumulation = accelerator.gradient_accumulation_steps
+    budget_seconds = math.inf if args.max_train_minutes is None else 60 * args.max_train_minutes
+    eval_interval_seconds = None if args.eval_every_minutes is None else 60 * args.eval_every_minutes
     bar = tqdm(total=args.max_steps, initial=progress.step, disable=not accelerator.is_main_process, desc="train")
 
     def checkpoint():
@@ -247,7 +259,14 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
         with torch.no_grad():
             metrics = evaluate(model)
         model.train()
-        log({"step": progress.step, "seconds": round(progress.train_seconds, 2), **metrics})
+        log(
+            {
+                "step": progress.step,
+                "seconds": round(progress.train_seconds, 2),
+                "train_tokens": progress.train_tokens,
+                **metrics,
+            }
+        )
         if accelerator.is_main_process:
             bar.write(f"step {progress.step}: {describe(metrics)}")
         value = metrics[metric_name]
@@ -255,8 +274,11 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
             progress.best = value
             save_model(accelerator, model, tokenizer, output_dir / "best", {**asdict(progress), **metrics})
 
+    def finished():
+        return progress.step >= args.max_steps or progress.train_seconds >= budget_seconds
+
     model.train()
-    while progress.step < args.max_steps:
+    while not finished():
         sampler.set_epoch(progress.epoch)
         loader = accelerator.skip_first_batches(train_loader, progress.batches_in_epoch)
         for group in micro_batch_groups(loader, accumulation):
@@ -279,7 +301,11 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
             loss = (accelerator.reduce(total, "sum") / tokens).item()
             progress.step += 1
             progress.batches_in_epoch += len(group)
-            progress.train_seconds += time.perf_counter() - start
+            progress.train_tokens += int(tokens)
+            seconds_before = progress.train_seconds
+            # Every process must agree on when the time budget runs out: the main one's clock decides.
+            elapsed = accelerator.reduce(torch.tensor(time.perf_counter() - start, device=accelerator.device), "max")
+            progress.train_seconds += elapsed.item()
             bar.update(1)
             bar.set_postfix(loss=f"{loss:.3f}", epoch=progress.epoch)
             if progress.step % args.log_every == 0:
@@ -291,15 +317,20 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
                         "ppl": math.exp(min(loss, 50)),
                         "lr": scheduler.get_last_lr()[0],
                         "tokens": int(tokens),
+                        "train_tokens": progress.train_tokens,
                         "seconds": round(progress.train_seconds, 2),
                     }
                 )
-            done = progress.step >= args.max_steps
+            done = finished()
             if args.stop_after_steps is not None and progress.step >= args.stop_after_steps and not done:
                 bar.close()
                 accelerator.print(f"stopping after step {progress.step} without saving (--stop_after_steps)")
                 return False
-            if done or progress.step % args.eval_every == 0:
+            if eval_interval_seconds is None:
+                eval_due = progress.step % args.eval_every == 0
+            else:
+                eval_due = crossed_multiple(seconds_before, progress.train_seconds, eval_interval_seconds)
+            if done or eval_due:
                 evaluate_and_keep_best()
             if done or progress.step % args.save_every == 0:
                 checkpoint()
@@ -348,6 +379,18 @@ def load_best(accelerator, args, auto_class):
     """(folder, tokenizer, model) of `output_dir/best`, reloaded through `auto_class` for evaluation."""
     best = Path(args.output_dir) / "best"
     return best, AutoTokenizer.from_pretrained(best), auto_class.from_pretrained(best).to(accelerator.device).eval()
+
+
+def report_test(accelerator, args, best, metrics):
+    """Print the test metrics of checkpoint `best` and write them to `output_dir/test_results.json`.
+
+    `metrics` are an `evaluate` result; the file names them test_loss, test_ppl (and test_bleu).
+    """
+    accelerator.print(f"test ({args.test_split}) with {best}: {describe(metrics)}")
+    if accelerator.is_main_process:
+        named = {"test_" + name.removeprefix("valid_"): value for name, value in metrics.items()}
+        record = {"split": args.test_split, "checkpoint": str(best), **named}
+        (Path(args.output_dir) / "test_results.json").write_text(json.dumps(record, indent=1) + "\n")
 
 
 def hub_folder(output_dir):

@@ -59,6 +59,11 @@ def add_training_options(parser, lr, max_tokens, schedule, warmup_steps, label_s
     group.add_argument("--gradient_accumulation_steps", type=int, default=1)
     group.add_argument("--max_steps", type=int, help="optimizer steps (default: --epochs worth)")
     group.add_argument("--epochs", type=float, default=10)
+    group.add_argument(
+        "--max_train_minutes",
+        type=float,
+        help="also stop after this much training time (evaluation and saving excluded): a fixed budget",
+    )
     group.add_argument("--lr", type=float, default=lr)
     group.add_argument("--weight_decay", type=float, default=0.0)
     group.add_argument("--schedule", choices=("inverse_sqrt", "cosine"), default=schedule)
@@ -68,6 +73,11 @@ def add_training_options(parser, lr, max_tokens, schedule, warmup_steps, label_s
     group.add_argument("--mixed_precision", choices=("no", "fp16", "bf16"), help="default: accelerate config")
     group.add_argument("--seed", type=int, default=0)
     group.add_argument("--eval_every", type=int, default=500, help=f"optimizer steps between evaluations ({metric})")
+    group.add_argument(
+        "--eval_every_minutes",
+        type=float,
+        help="evaluate after every this much training time instead of every --eval_every steps",
+    )
     group.add_argument("--save_every", type=int, default=500, help="optimizer steps between last/ + state/ saves")
     group.add_argument("--log_every", type=int, default=20)
     group.add_argument("--eval_batch_size", type=int, default=64, help="sequences per evaluation batch and process")
@@ -95,6 +105,9 @@ def check_args(args):
             fail(f"--{name} must be >= 1")
     if args.max_steps is not None and args.max_steps < 1:
         fail("--max_steps must be >= 1")
+    for name in ("max_train_minutes", "eval_every_minutes"):
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
+            fail(f"--{name} must be > 0")
     if not 0 <= args.label_smoothing < 1:
         fail("--label_smoothing must be in [0, 1)")
     return args

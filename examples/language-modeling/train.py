@@ -104,7 +104,7 @@ def report(accelerator, args):
     if args.test_split:
         with torch.no_grad():
             metrics = make_evaluate(accelerator, load_blocks(args, tokenizer, args.test_split), args)(model)
-        accelerator.print(f"test ({args.test_split}) with {best}: {loop.describe(metrics)}")
+        loop.report_test(accelerator, args, best, metrics)
     prompt = tokenizer(args.prompt, return_tensors="pt").to(accelerator.device)
     with torch.no_grad():
         sample = model.generate(

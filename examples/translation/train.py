@@ -36,6 +36,9 @@ def parse_args(argv=None):
     parser.add_argument("--target_lang", default="en")
     parser.add_argument("--max_length", type=int, default=128, help="longer training pairs (in tokens) are skipped")
     parser.add_argument("--num_beams", type=int, default=4, help="beam size for BLEU")
+    parser.add_argument(
+        "--valid_num_beams", type=int, help="beam size for the validation BLEU during training (default: --num_beams)"
+    )
     options.add_tokenizer_options(parser, kind="bpe", vocab_size=8000, min_frequency=2)
     options.add_model_options(parser, encoder_decoder=True)
     options.add_training_options(
@@ -66,8 +69,11 @@ def translate(model, tokenizer, input_ids, attention_mask, num_beams):
     return tokenizer.batch_decode(output, skip_special_tokens=True)
 
 
-def make_evaluate(accelerator, tokenizer, pairs, config, args):
-    """evaluate(model) -> {"valid_loss", "valid_ppl", "bleu"} on `pairs`, sharded over processes."""
+def make_evaluate(accelerator, tokenizer, pairs, config, args, num_beams):
+    """evaluate(model) -> {"valid_loss", "valid_ppl", "bleu"} on `pairs`, sharded over processes.
+
+    BLEU is sacrebleu's corpus BLEU of `num_beams`-beam translations against the reference text.
+    """
     examples = sorted(encode(tokenizer, pairs), key=lambda e: len(e["source"]))  # less padding
     collate = TranslationCollator(tokenizer.pad_token_id, config.decoder_start_token_id)
     loader = accelerator.prepare(
@@ -82,7 +88,7 @@ def make_evaluate(accelerator, tokenizer, pairs, config, args):
                 batch["input_ids"], batch["attention_mask"], decoder_input_ids=batch["decoder_input_ids"]
             ).logits
             meter.add(logits, batch["labels"])
-            texts = translate(generator, tokenizer, batch["input_ids"], batch["attention_mask"], args.num_beams)
+            texts = translate(generator, tokenizer, batch["input_ids"], batch["attention_mask"], num_beams)
             indices.extend(accelerator.gather_for_metrics(batch["index"]).tolist())
             hypotheses.extend(accelerator.gather_for_metrics(texts, use_gather_object=True))
         references = [pairs["target"][i] for i in indices]
@@ -126,7 +132,8 @@ def main(argv=None):
         logits = model(batch["input_ids"], batch["attention_mask"], decoder_input_ids=batch["decoder_input_ids"]).logits
         return loop.token_loss(logits, batch["labels"], args.label_smoothing)
 
-    evaluate = make_evaluate(accelerator, tokenizer, load_pairs(args, args.validation_split), config, args)
+    valid_pairs = load_pairs(args, args.validation_split)
+    evaluate = make_evaluate(accelerator, tokenizer, valid_pairs, config, args, args.valid_num_beams or args.num_beams)
     finished = loop.train(
         accelerator, model, train_loader, sampler, loss_fn, evaluate, tokenizer, args, metric=("bleu", "max")
     )
@@ -141,8 +148,8 @@ def report(accelerator, args):
     if args.test_split:
         pairs = load_pairs(args, args.test_split)
         with torch.no_grad():
-            metrics = make_evaluate(accelerator, tokenizer, pairs, model.config, args)(model)
-        accelerator.print(f"test ({args.test_split}) with {best}: {loop.describe(metrics)}")
+            metrics = make_evaluate(accelerator, tokenizer, pairs, model.config, args, args.num_beams)(model)
+        loop.report_test(accelerator, args, best, metrics)
         samples = pairs["source"][:3]
         batch = tokenizer(samples, return_tensors="pt", padding=True).to(accelerator.device)
         with torch.no_grad():

@@ -34,6 +34,9 @@ def test_translation_trains_evaluates_saves_and_reloads(tmp_path, model_type):
     assert [r["step"] for r in steps] == [1, 2] and all(r["tokens"] > 0 for r in steps)
     assert [r["step"] for r in evaluations] == [2] and 0 <= evaluations[0]["bleu"] <= 100
     assert ("test (test) with" in output and "->" in output) == report
+    if report:
+        test_results = json.loads((tmp_path / "test_results.json").read_text())
+        assert test_results["split"] == "test" and 0 <= test_results["test_bleu"] <= 100
     for checkpoint in ("best", "last"):
         model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / checkpoint)
         assert model.config.model_type == (
@@ -57,10 +60,37 @@ def test_language_model_trains_evaluates_saves_and_reloads(tmp_path, model_type)
     assert [r["step"] for r in steps] == [1, 2] and all(r["tokens"] == 4 * 32 for r in steps)
     assert evaluations[-1]["valid_ppl"] > 1
     assert "test (test) with" in output if report else "test (" not in output
+    assert (tmp_path / "test_results.json").exists() == report
+    if report:
+        assert json.loads((tmp_path / "test_results.json").read_text())["test_ppl"] > 1
     assert "sample:" in output
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "best")
     prompt = AutoTokenizer.from_pretrained(tmp_path / "best")("The game", return_tensors="pt")
     assert model.generate(**prompt, max_new_tokens=4, do_sample=False).shape == (1, prompt["input_ids"].shape[1] + 4)
+
+
+def test_a_time_budget_stops_training_and_paces_the_evaluations(tmp_path):
+    """--max_train_minutes ends a run long before --max_steps; --eval_every_minutes replaces --eval_every.
+
+    Budget 0.9 s and an evaluation every 0.3 s of training time (evaluation time not counted).
+    """
+    budget, interval = 0.9, 0.3
+    flags = ["--max_steps", 100000, "--max_train_minutes", budget / 60, "--eval_every_minutes", interval / 60]
+    run("language-modeling/train.py", *LANGUAGE_MODELING, *flags, "--test_split", "", "--output_dir", tmp_path)
+    steps, evaluations = read_log(tmp_path)
+    seconds = [r["seconds"] for r in steps]  # rounded to 0.01 s in the log
+    assert [r["step"] for r in steps] == list(range(1, len(steps) + 1)) and len(steps) < 100000
+    assert seconds[-1] >= budget - 0.01 and (len(steps) == 1 or seconds[-2] < budget + 0.01)
+    assert evaluations[-1]["step"] == len(steps)  # the final evaluation
+    paced = evaluations[:-1]  # one per interval passed before the last step, at the step that passes it
+    assert [r["step"] for r in paced] == sorted({r["step"] for r in paced})
+    if len(steps) > 1:
+        assert int((seconds[-2] - 0.01) / interval) <= len(paced) <= int((seconds[-2] + 0.01) / interval)
+    for record in paced:
+        step_seconds, previous = record["seconds"], seconds[record["step"] - 2] if record["step"] > 1 else 0.0
+        assert int((step_seconds + 0.01) / interval) > int((previous - 0.01) / interval), record
+    assert all(r["train_tokens"] == 128 * r["step"] for r in evaluations)
+    assert json.loads((tmp_path / "last" / "training_state.json").read_text())["step"] == len(steps)
 
 
 def test_interrupted_run_resumes_exactly(tmp_path):

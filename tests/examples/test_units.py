@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from common.batching import TokenBatchSampler, TranslationCollator, collate_lm, lm_blocks
-from common.loop import existing_dir, replace_dir, token_loss
+from common.loop import crossed_multiple, existing_dir, replace_dir, token_loss
 from common.tokenizer import get_tokenizer, train_tokenizer
 from transformers import AutoTokenizer
 
@@ -124,3 +124,11 @@ def test_an_existing_tokenizer_is_loaded_not_trained(tmp_path):
     loaded = get_tokenizer(str(tmp_path), texts=None, kind="bpe", vocab_size=40)
     assert loaded("a dog")["input_ids"] == trained("a dog")["input_ids"]
     assert loaded.pad_token_id == loaded.eos_token_id == 2
+
+
+@pytest.mark.parametrize(
+    "before, after, interval, expected",
+    [(0.0, 0.9, 1.0, False), (0.9, 1.0, 1.0, True), (1.0, 1.5, 1.0, False), (0.5, 2.5, 1.0, True), (3.0, 9.0, None, False)],
+)
+def test_crossed_multiple_marks_the_step_that_passes_each_interval(before, after, interval, expected):
+    assert crossed_multiple(before, after, interval) == expected
