@@ -1,12 +1,22 @@
-"""Token batching, collators, LM blocks, tokenizers, the label-smoothed loss and atomic folders."""
+"""Token batching, collators, LM blocks, tokenizers, the label-smoothed loss, atomic folders, evaluation
+pacing by training time and the Hub upload."""
 
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import huggingface_hub
 import pytest
 import torch
 import torch.nn.functional as F
+from accelerate import Accelerator
+from common import loop
 from common.batching import TokenBatchSampler, TranslationCollator, collate_lm, lm_blocks
 from common.loop import crossed_multiple, existing_dir, replace_dir, token_loss
 from common.tokenizer import get_tokenizer, train_tokenizer
 from transformers import AutoTokenizer
+
+import talk_hf
 
 LENGTHS = torch.randint(1, 40, (300,), generator=torch.Generator().manual_seed(1)).tolist()
 
@@ -132,3 +142,26 @@ def test_an_existing_tokenizer_is_loaded_not_trained(tmp_path):
 )
 def test_crossed_multiple_marks_the_step_that_passes_each_interval(before, after, interval, expected):
     assert crossed_multiple(before, after, interval) == expected
+
+
+def test_push_to_hub_uploads_best_with_our_code(tmp_path, monkeypatch):
+    """`--push_to_hub`: create the repository, then upload best/ with the modeling code and auto_map."""
+    config = talk_hf.TaLKConfig.from_preset("small", vocab_size=40, d_model=16, encoder_ffn_dim=32, decoder_ffn_dim=32)
+    talk_hf.TaLKForConditionalGeneration(config).save_pretrained(tmp_path / "best")
+    calls = []
+    monkeypatch.setattr(huggingface_hub, "create_repo", lambda repo_id, **kw: calls.append(("create", repo_id, kw)))
+
+    def upload_folder(repo_id, folder_path, **kw):
+        folder = Path(folder_path)
+        calls.append(("upload", repo_id, json.loads((folder / "config.json").read_text())["auto_map"]))
+        assert (folder / "model.safetensors").exists() and list(folder.glob("modeling_*.py"))
+
+    monkeypatch.setattr(huggingface_hub, "upload_folder", upload_folder)
+    args = SimpleNamespace(push_to_hub=True, hub_model_id="someone/talk-small", output_dir=str(tmp_path))
+    loop.upload(Accelerator(cpu=True), args)
+    assert [c[:2] for c in calls] == [("create", "someone/talk-small"), ("upload", "someone/talk-small")]
+    assert calls[0][2] == {"exist_ok": True}
+    assert calls[1][2]["AutoModelForSeq2SeqLM"].endswith("TaLKForConditionalGeneration")
+    calls.clear()
+    loop.upload(Accelerator(cpu=True), SimpleNamespace(**{**vars(args), "push_to_hub": False}))
+    assert calls == []
