@@ -303,7 +303,7 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
             progress.batches_in_epoch += len(group)
             progress.train_tokens += int(tokens)
             seconds_before = progress.train_seconds
-            # Every process must agree on when the time budget runs out: the main one's clock decides.
+            # Every process must agree on when the time budget runs out: the slowest one's time counts.
             elapsed = accelerator.reduce(torch.tensor(time.perf_counter() - start, device=accelerator.device), "max")
             progress.train_seconds += elapsed.item()
             bar.update(1)
