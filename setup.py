@@ -36,7 +36,7 @@ setup(
         "ninja",  # torch.utils.cpp_extension builds the kernels with it on first use
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6.100", "sacrebleu>=2.4"],
+        "test": ["pytest>=8", "hypothesis>=6.100", "sacrebleu>=2.4", "matplotlib>=3.7"],
         "examples": ["sacrebleu>=2.4", "matplotlib>=3.7", "tensorboard>=2.15"],
     },
     classifiers=[
