@@ -36,7 +36,7 @@ TASKS = {  # TASK prefix of the run folders -> (panel title, validation metric, 
 def model_label(best):
     """The display name of the model saved in the `best` checkpoint folder."""
     config = json.loads((best / "config.json").read_text())
-    return LABELS[config.get("conv_type") or config["model_type"]]
+    return LABELS[config.get("conv_type") or config["model_type"].removesuffix("_lm")]  # talk_lm: TaLK
 
 
 def parameter_count(best):
@@ -94,7 +94,7 @@ def plot(runs, path):
 def table(runs):
     """The Markdown table of `runs`, one row per run."""
     lines = [
-        "| task | model | parameters | steps | target tokens/s | best valid | test |",
+        "| task | model | parameters | steps | target tokens/s | best validation (greedy BLEU / ppl) | test (beam-5 BLEU / ppl) |",
         "|---|---|---|---|---|---|---|",
     ]
     for run in runs:
