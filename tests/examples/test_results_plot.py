@@ -42,6 +42,11 @@ def test_plot_writes_the_figure_summary_and_table(tmp_path):
         test={"split": "test", "test_ppl": 380.0},
         weights={"w": torch.zeros(3, 5)},
     )
+    make_run(
+        runs / "wikitext2-talk",
+        {"model_type": "talk_lm"},
+        [*steps, {"step": 1, "seconds": 60.0, "train_tokens": 100, "valid_loss": 6.5, "valid_ppl": 665.1}],
+    )
     (runs / "unfinished").mkdir()  # no log: ignored
     result = subprocess.run(
         [sys.executable, EXAMPLES / "results" / "plot.py", runs, output], capture_output=True, text=True
@@ -49,7 +54,7 @@ def test_plot_writes_the_figure_summary_and_table(tmp_path):
     assert result.returncode == 0, result.stderr
     summary = {(r["task"], r["model"]): r for r in json.loads((output / "summary.json").read_text())}
     assert set(summary) == {
-        ("multi30k-en-de", "TaLK"), ("multi30k-en-de", "LightConv"), ("wikitext2", "GPT-2")
+        ("multi30k-en-de", "TaLK"), ("multi30k-en-de", "LightConv"), ("wikitext2", "GPT-2"), ("wikitext2", "TaLK")
     }
     talk = summary["multi30k-en-de", "TaLK"]
     assert talk["parameters"] == 44 and talk["steps"] == 2 and talk["tokens_per_second"] == 3.0
