@@ -60,4 +60,6 @@ class LightConvCore(_ConvCore):
     def forward(self, u: torch.Tensor, past: torch.Tensor | None = None) -> torch.Tensor:
         """u: (B, T, C) zeroed mixer input; past: (B, K - 1, C) previous inputs or None."""
         context = u if past is None else torch.cat([past, u], dim=1)
-        return light_conv(context, self.normalize(self.weight), self.padding_l)[:, -u.shape[1]:]
+        # The kernel parameter stays float32 under autocast while u is bf16/fp16: the op wants one dtype.
+        weight = self.normalize(self.weight).to(context.dtype)
+        return light_conv(context, weight, self.padding_l)[:, -u.shape[1]:]
