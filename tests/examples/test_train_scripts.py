@@ -29,6 +29,8 @@ def test_translation_trains_evaluates_saves_and_reloads(tmp_path, model_type):
     report = model_type == "talk"  # the final test-set report (reload, BLEU, translations), once
     flags = ["--model_type", model_type, "--output_dir", tmp_path, *"--max_steps 2 --eval_every 2".split()]
     flags += ["--save_every", "1", "--test_split", "test" if report else ""]
+    if model_type in ("dynamic_conv", "lightconv"):  # bf16 autocast (CPU here), as GPU runs train
+        flags += ["--mixed_precision", "bf16"]
     output = run("translation/train.py", *TRANSLATION, *flags)
     steps, evaluations = read_log(tmp_path)
     assert [r["step"] for r in steps] == [1, 2] and all(r["tokens"] > 0 for r in steps)
