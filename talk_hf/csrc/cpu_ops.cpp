@@ -35,7 +35,7 @@ at::Tensor talk_forward(const at::Tensor& x_in, const at::Tensor& offset_left_in
                         const std::optional<at::Tensor>& offset_right_in, int64_t max_left, int64_t max_right) {
   const TalkInputs inputs(x_in, offset_left_in, offset_right_in);
   const at::Tensor &x = inputs.x, &offset_left = inputs.offset_left, &offset_right = inputs.offset_right;
-  at::Tensor out = at::empty_like(x);
+  at::Tensor out = at::empty(x.sizes(), x.options());
   const int64_t batch = x.size(0), length = x.size(1), channels = x.size(2), heads = offset_left.size(2);
   const int64_t head_size = channels / heads;
 
@@ -171,7 +171,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward(const at::Tensor& g
 
 at::Tensor conv_forward(const at::Tensor& x_in, const at::Tensor& weight, int64_t padding_l) {
   const at::Tensor x = x_in.contiguous();
-  at::Tensor out = at::empty_like(x);
+  at::Tensor out = at::empty(x.sizes(), x.options());
   const int64_t batch = x.size(0), length = x.size(1), channels = x.size(2);
   const int64_t heads = weight.size(2), taps = weight.size(3), head_size = channels / heads;
 
@@ -207,7 +207,7 @@ std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out_in, 
   const at::Tensor x = x_in.contiguous();
   const int64_t batch = x.size(0), length = x.size(1), channels = x.size(2);
   const int64_t heads = weight.size(2), taps = weight.size(3), head_size = channels / heads;
-  at::Tensor grad_x = at::empty_like(x);
+  at::Tensor grad_x = at::empty(x.sizes(), x.options());
   at::Tensor grad_weight = at::empty({batch, length, heads, taps}, x.options().dtype(at::toOpMathType(x.scalar_type())));
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "conv_backward_cpu", [&] {

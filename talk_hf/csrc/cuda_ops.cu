@@ -16,7 +16,6 @@
 #include <ATen/OpMathType.h>
 #include <ATen/ops/amax.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -324,7 +323,7 @@ at::Tensor talk_forward(const at::Tensor& x_in, const at::Tensor& offset_left_in
   const c10::cuda::CUDAGuard guard(x_in.device());
   const TalkInputs inputs(x_in, offset_left_in, offset_right_in);
   const at::Tensor &x = inputs.x, &offset_left = inputs.offset_left, &offset_right = inputs.offset_right;
-  at::Tensor out = at::empty_like(x);
+  at::Tensor out = at::empty(x.sizes(), x.options());
   if (x.numel() == 0) return out;
   const Layout layout = layout_of(x, offset_left.size(2));
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
@@ -348,7 +347,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward(const at::Tensor& g
   const at::Tensor &x = inputs.x, &offset_left = inputs.offset_left, &offset_right = inputs.offset_right;
   at::Tensor grad_x, grad_left, grad_right;
   std::tie(grad_x, grad_left, grad_right) = inputs.empty_gradients();
-  if (x.numel() == 0) return {grad_x, grad_left, grad_right};
+  if (x.numel() == 0) return {grad_x, grad_left.zero_(), grad_right.zero_()};  // C == 0: offsets are still (B, T, H)
   const Layout layout = layout_of(x, offset_left.size(2));
   const int64_t pairs = offset_left.numel();  // (b, t, h) triples
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
@@ -378,7 +377,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward(const at::Tensor& g
 at::Tensor conv_forward(const at::Tensor& x_in, const at::Tensor& weight, int64_t padding_l) {
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous();
-  at::Tensor out = at::empty_like(x);
+  at::Tensor out = at::empty(x.sizes(), x.options());
   if (x.numel() == 0) return out;
   const Layout layout = layout_of(x, weight.size(2));
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
@@ -398,10 +397,10 @@ std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out_in, 
   const at::Tensor grad_out = grad_out_in.contiguous();
   const at::Tensor x = x_in.contiguous();
   const int64_t heads = weight.size(2), taps = weight.size(3);
-  at::Tensor grad_x = at::empty_like(x);
+  at::Tensor grad_x = at::empty(x.sizes(), x.options());
   at::Tensor grad_weight =
       at::empty({x.size(0), x.size(1), heads, taps}, x.options().dtype(at::toOpMathType(x.scalar_type())));
-  if (x.numel() == 0) return {grad_x, grad_weight};
+  if (x.numel() == 0) return {grad_x, grad_weight.zero_()};  // C == 0: the weight is still (B, T, H, K)
   const Layout layout = layout_of(x, heads);
   const int64_t pairs = x.size(0) * x.size(1) * heads;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();

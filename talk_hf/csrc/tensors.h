@@ -3,7 +3,6 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/empty_like.h>
 
 #include <optional>
 #include <tuple>
@@ -34,8 +33,8 @@ struct TalkInputs {
 
   // Uninitialised gradients for x, offset_left and offset_right (0 elements in the causal form).
   std::tuple<at::Tensor, at::Tensor, at::Tensor> empty_gradients() const {
-    return {at::empty_like(x), at::empty_like(offset_left),
-            offset_right.defined() ? at::empty_like(offset_right) : at::empty({0}, x.options())};
+    return {at::empty(x.sizes(), x.options()), at::empty(offset_left.sizes(), offset_left.options()),
+            offset_right.defined() ? at::empty(offset_right.sizes(), offset_right.options()) : at::empty({0}, x.options())};
   }
 };
 

@@ -278,3 +278,24 @@ def test_auto_runs_the_cuda_kernels_on_cuda_tensors():
         warnings.simplefilter("error", BackendFallbackWarning)
         out = talk_conv(x, offsets, offsets, 3, 3, backend="auto")
     torch.testing.assert_close(out, talk_conv(x, offsets, offsets, 3, 3, backend="cuda"))
+
+
+@pytest.mark.parametrize(
+    "device,backend",
+    [("cpu", "torch"), ("cpu", "cpu"), pytest.param("cuda", "cuda", marks=pytest.mark.gpu)],
+)
+def test_zero_channels_give_empty_outputs_and_zero_parameter_gradients(device, backend):
+    """C = 0 with H = 2 heads is valid input: the offsets and kernels are not empty, their gradients 0."""
+    x = torch.randn(2, 5, 0, device=device, requires_grad=True)
+    offsets = torch.rand(2, 5, 2, device=device, requires_grad=True)
+    kernel = torch.rand(2, 5, 2, 3, device=device, requires_grad=True)
+    light_kernel = torch.rand(2, 3, device=device, requires_grad=True)
+    outputs = [
+        talk_conv(x, offsets, offsets, 2, 2, backend=backend),
+        dynamic_conv(x, kernel, 1, backend=backend),
+        light_conv(x, light_kernel, 1, backend=backend),
+    ]
+    assert all(out.shape == (2, 5, 0) for out in outputs)
+    sum(out.sum() for out in outputs).backward()
+    for tensor in (offsets, kernel, light_kernel):  # None (the PyTorch path drops them) or zeros, never garbage
+        assert tensor.grad is None or torch.equal(tensor.grad, torch.zeros_like(tensor))

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Everything the GPU verification runs, in stages, each logged to its own file in RESULTS:
+#
+#   bash benchmarks/gpu_suite.sh RESULTS [STAGE ...]
+#
+# Stages (default: env build test sanitize bench generate):
+#   env       GPU, driver and package versions                       -> env.txt
+#   build     the CUDA extension, built just in time with its log    -> build.log
+#   test      every `gpu` test (kernels against the reference, models on CUDA, autocast)
+#                                                                    -> gpu-tests.log, gpu-tests.xml
+#   test-all  the whole test suite on the GPU machine                -> all-tests.log
+#   sanitize  compute-sanitizer memcheck and racecheck over the small-shape CUDA kernel tests
+#                                                                    -> sanitize-*.log
+#   bench     bench_ops.py: the TaLK paper's Table 6 setting, then the default lengths
+#                                                                    -> table6_cuda.json, ops_cuda.json
+#   generate  bench_generate.py on the GPU                           -> bench_generate_cuda.json
+#   train     Multi30k En->De, TaLK, DynamicConv and the Transformer baseline, bf16, the same
+#             training-time budget each, all three at once on the one GPU; then plot.py
+#                                                                    -> train/, curves.png, summary.*
+#
+# A stage that fails is reported and the next one still runs; the exit status is 1 if any failed.
+# Settings (environment): PYTHON (python3), DATA (../shared/data), TRAIN_MINUTES (5),
+# TRAIN_PRESET (iwslt14-de-en), TRAIN_MAX_TOKENS (8192).  The package need not be installed: the
+# repository root goes on PYTHONPATH.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+RESULTS=${1:?usage: gpu_suite.sh RESULTS [STAGE ...]}
+shift
+STAGES=("$@")
+[ ${#STAGES[@]} -eq 0 ] && STAGES=(env build test sanitize bench generate)
+DATA=${DATA:-../shared/data}
+PYTHON=${PYTHON:-python3}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+mkdir -p "$RESULTS"
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+failed=()
+
+stage_env() {
+    nvidia-smi
+    "$PYTHON" -c "import sys, torch, transformers, accelerate; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda, '| transformers', transformers.__version__, '| accelerate', accelerate.__version__); print(torch.cuda.get_device_name(), torch.cuda.get_device_properties(0))"
+    nvcc --version
+}
+
+stage_build() {
+    TALK_HF_BUILD_VERBOSE=1 "$PYTHON" -m talk_hf.ops.build --cpu --cuda
+}
+
+stage_test() {
+    "$PYTHON" -m pytest -q -m gpu -rs tests --junitxml "$RESULTS/gpu-tests.xml"
+}
+
+stage_test_all() {
+    if "$PYTHON" -c "import xdist" 2>/dev/null; then
+        "$PYTHON" -m pytest -q -n 8 tests
+    else
+        "$PYTHON" -m pytest -q tests
+    fi
+}
+
+stage_sanitize() {
+    # The caching allocator pools memory, which hides out-of-bounds accesses: allocate plainly.
+    local status=0 tool
+    for tool in memcheck racecheck; do
+        PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool "$tool" --error-exitcode 1 \
+            "$PYTHON" -m pytest -q -x tests/ops/test_kernels.py \
+            -k "small_shapes or non_contiguous or gradcheck or any_offset" >"$RESULTS/sanitize-$tool.log" 2>&1
+        status=$((status | $?))
+        tail -n 5 "$RESULTS/sanitize-$tool.log"
+    done
+    return "$status"
+}
+
+stage_bench() {
+    "$PYTHON" benchmarks/bench_ops.py --table6 --out "$RESULTS/table6_cuda.json" &&
+        "$PYTHON" benchmarks/bench_ops.py --lengths 256 1024 4096 16384 --out "$RESULTS/ops_cuda.json"
+}
+
+stage_generate() {
+    "$PYTHON" benchmarks/bench_generate.py --device cuda --out "$RESULTS/bench_generate_cuda.json"
+}
+
+translate() {  # model_type
+    "$PYTHON" examples/translation/train.py --data_dir "$DATA/multi30k" --source_lang en --target_lang de \
+        --model_type "$1" --preset "${TRAIN_PRESET:-iwslt14-de-en}" --output_dir "$RESULTS/train/multi30k-en-de-$1" \
+        --test_split test_2016_flickr --mixed_precision bf16 --max_tokens "${TRAIN_MAX_TOKENS:-8192}" \
+        --max_train_minutes "${TRAIN_MINUTES:-5}" --eval_every_minutes 1 --valid_num_beams 1 --num_beams 5 \
+        --warmup_steps 500 --save_every 100000 --eval_batch_size 256 >"$RESULTS/train/multi30k-en-de-$1.log" 2>&1
+}
+
+stage_train() {
+    mkdir -p "$RESULTS/train"
+    local pids=() status=0 model_type
+    for model_type in talk dynamic_conv transformer; do
+        translate "$model_type" &
+        pids+=($!)
+    done
+    for pid in "${pids[@]}"; do
+        wait "$pid" || status=1
+    done
+    tail -n 3 "$RESULTS"/train/*.log
+    "$PYTHON" examples/results/plot.py "$RESULTS/train" "$RESULTS" || status=1
+    return "$status"
+}
+
+for stage in "${STAGES[@]}"; do
+    function="stage_${stage//-/_}"
+    if ! declare -F "$function" >/dev/null; then
+        echo "gpu_suite: unknown stage $stage" >&2
+        failed+=("$stage")
+        continue
+    fi
+    echo "=== $stage ($(date -u +%H:%M:%S))"
+    start=$SECONDS
+    if "$function" 2>&1 | tee "$RESULTS/$stage.log"; then
+        echo "=== $stage passed in $((SECONDS - start)) s"
+    else
+        echo "=== $stage FAILED in $((SECONDS - start)) s"
+        failed+=("$stage")
+    fi
+done
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "gpu_suite: failed stages: ${failed[*]}"
+    exit 1
+fi
+echo "gpu_suite: all stages passed"
