@@ -28,7 +28,6 @@ setup(
         "transformers>=5.0,<6",
         "accelerate>=1.0",
         "datasets>=3.0",
-        "evaluate>=0.4",
         "safetensors>=0.4",
         "huggingface-hub>=0.30",
         "tokenizers>=0.21",

@@ -87,23 +87,30 @@ def token_loss(logits, labels, label_smoothing=0.0):
     return loss, labels.ne(-100).sum()
 
 
+def sequence_nll(logits, labels):
+    """(B,) summed negative log-likelihood of each sequence's target tokens.
+
+    logits: (B, T, V); labels: (B, T) with -100 where nothing is predicted.
+    """
+    # (B*T, V) rows, as in training: cross_entropy over a transposed (B, V, T) view is far slower.
+    losses = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="none")  # 0 where -100
+    return losses.view_as(labels).sum(1)
+
+
 class LossMeter:
     """Validation loss over all tokens of a split, gathered from every process.
 
     `gather_for_metrics` drops the duplicates that even batches add at the end of a sharded split,
-    so the result is the same on any number of processes.
+    so the result is the same on any number of processes: call `add` once per loader batch.
     """
 
     def __init__(self, accelerator):
         self.accelerator = accelerator
         self.nll, self.tokens = [], []
 
-    def add(self, logits, labels):
-        """logits: (B, T, V); labels: (B, T) with -100 where nothing is predicted."""
-        # (B*T, V) rows, as in training: cross_entropy over a transposed (B, V, T) view is far slower.
-        losses = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="none")  # 0 where -100
-        losses = losses.view_as(labels)
-        self.nll.append(self.accelerator.gather_for_metrics(losses.sum(1)))
+    def add(self, nll, labels):
+        """nll: (B,) the batch's `sequence_nll`; labels: (B, T) with -100 where nothing is predicted."""
+        self.nll.append(self.accelerator.gather_for_metrics(nll))
         self.tokens.append(self.accelerator.gather_for_metrics(labels.ne(-100).sum(1)))
 
     def result(self):
@@ -214,8 +221,8 @@ def micro_batch_groups(batches, size):
 
 
 def crossed_multiple(before, after, interval):
-    """Whether some whole multiple of `interval` lies in (before, after]; False when `interval` is None."""
-    return interval is not None and math.floor(after / interval) > math.floor(before / interval)
+    """Whether some whole multiple of `interval` (> 0) lies in (before, after]."""
+    return math.floor(after / interval) > math.floor(before / interval)
 
 
 def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn, evaluate, tokenizer, args, metric):
@@ -300,14 +307,16 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
             if not accelerator.optimizer_step_was_skipped:
                 scheduler.step()
             optimizer.zero_grad(set_to_none=True)
-            loss = (accelerator.reduce(total, "sum") / tokens).item()
+            # One collective for the loss (summed) and the step time (the slowest process's: every
+            # process must agree on when the time budget runs out).
+            elapsed = torch.tensor(time.perf_counter() - start, device=accelerator.device)
+            per_process = accelerator.gather(torch.stack([total.float(), elapsed]).unsqueeze(0))  # (P, 2)
+            loss = (per_process[:, 0].sum() / tokens).item()
             progress.step += 1
             progress.batches_in_epoch += len(group)
             progress.train_tokens += int(tokens)
             seconds_before = progress.train_seconds
-            # Every process must agree on when the time budget runs out: the slowest one's time counts.
-            elapsed = accelerator.reduce(torch.tensor(time.perf_counter() - start, device=accelerator.device), "max")
-            progress.train_seconds += elapsed.item()
+            progress.train_seconds += per_process[:, 1].max().item()
             bar.update(1)
             bar.set_postfix(loss=f"{loss:.3f}", epoch=progress.epoch)
             if progress.step % args.log_every == 0:

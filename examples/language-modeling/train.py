@@ -52,6 +52,11 @@ def load_blocks(args, tokenizer, split):
     return lm_blocks(tokenizer(lines)["input_ids"], tokenizer.eos_token_id, args.block_size)
 
 
+# Evaluation runs the model on slices of each batch so that one slice's logits stay under this many
+# elements (512 MiB in float32): a whole batch of 64 blocks x 256 tokens x a 33k vocabulary is 2.2 GB.
+EVAL_LOGITS_ELEMENTS = 2**27
+
+
 def make_evaluate(accelerator, blocks, args):
     """evaluate(model) -> {"valid_loss", "valid_ppl"} on `blocks`, sharded over processes."""
     loader = accelerator.prepare(
@@ -60,8 +65,15 @@ def make_evaluate(accelerator, blocks, args):
 
     def evaluate(model):
         meter = loop.LossMeter(accelerator)
+        vocab_size = accelerator.unwrap_model(model).config.vocab_size
         for batch in loader:
-            meter.add(model(batch["input_ids"]).logits, batch["labels"])
+            input_ids, labels = batch["input_ids"], batch["labels"]
+            rows = max(1, EVAL_LOGITS_ELEMENTS // (input_ids.shape[1] * vocab_size))
+            nll = [
+                loop.sequence_nll(model(ids).logits, targets)
+                for ids, targets in zip(input_ids.split(rows), labels.split(rows), strict=True)
+            ]
+            meter.add(torch.cat(nll), labels)
         return meter.result()
 
     return evaluate

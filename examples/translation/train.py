@@ -87,7 +87,7 @@ def make_evaluate(accelerator, tokenizer, pairs, config, args, num_beams):
             logits = model(
                 batch["input_ids"], batch["attention_mask"], decoder_input_ids=batch["decoder_input_ids"]
             ).logits
-            meter.add(logits, batch["labels"])
+            meter.add(loop.sequence_nll(logits, batch["labels"]), batch["labels"])
             texts = translate(generator, tokenizer, batch["input_ids"], batch["attention_mask"], num_beams)
             indices.extend(accelerator.gather_for_metrics(batch["index"]).tolist())
             hypotheses.extend(accelerator.gather_for_metrics(texts, use_gather_object=True))

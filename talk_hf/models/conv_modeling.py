@@ -172,6 +172,17 @@ class ConvDecoder(_ConvStack):
         )
 
 
+def _checkpointing_activations(model: PreTrainedModel) -> bool:
+    """Whether activation (gradient) checkpointing is on, without the FutureWarning of the old name.
+
+    transformers 5.23 renamed ``is_gradient_checkpointing`` to ``is_activation_checkpointing``
+    (the old property warns); earlier 5.x releases have only the old name.
+    """
+    if hasattr(type(model), "is_activation_checkpointing"):
+        return model.is_activation_checkpointing
+    return model.is_gradient_checkpointing
+
+
 class ConvPreTrainedModel(PreTrainedModel):
     """Weight init, cache policy and HF switches shared by every model of the package.
 
@@ -201,7 +212,7 @@ class ConvPreTrainedModel(PreTrainedModel):
         """The cache this forward fills: the given one, a new one, or None when caching is off
         (``use_cache`` False, or training with gradient checkpointing)."""
         use_cache = self.config.use_cache if use_cache is None else use_cache
-        if not use_cache or (self.training and self.is_gradient_checkpointing):
+        if not use_cache or (self.training and _checkpointing_activations(self)):
             return None
         cache = new_cache() if past_key_values is None else past_key_values
         conv_cache = getattr(cache, "self_attention_cache", cache)

@@ -1,5 +1,6 @@
 """Helpers for the example tests: the shared `common` package on sys.path, script runners, tiny sizes."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -57,3 +58,11 @@ def read_log(output_dir):
     """The records of `output_dir/log.jsonl`: (training steps, evaluations)."""
     records = [json.loads(line) for line in (Path(output_dir) / "log.jsonl").read_text().splitlines()]
     return [r for r in records if "loss" in r], [r for r in records if "valid_loss" in r]
+
+
+def load_script(name):
+    """The example script `examples/<name>` as a module (its `main` does not run)."""
+    spec = importlib.util.spec_from_file_location(name.replace("/", "_").replace("-", "_")[:-3], EXAMPLES / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

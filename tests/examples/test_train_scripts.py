@@ -1,7 +1,6 @@
 """The Accelerate scripts end to end on tiny slices of shared/data: every model type, checkpoints
 that the Auto classes reload, exact resume, and two processes equal to one."""
 
-import importlib.util
 import json
 
 import pytest
@@ -11,7 +10,7 @@ from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokeni
 
 import talk_hf  # noqa: F401  (registers our models with the Auto classes)
 
-from .conftest import EXAMPLES, LANGUAGE_MODELING, TRANSLATION, read_log, requires_data, run
+from .conftest import LANGUAGE_MODELING, TRANSLATION, load_script, read_log, requires_data, run
 
 pytestmark = [requires_data, pytest.mark.slow]  # subprocess runs of the scripts
 MODEL_TYPES = ["talk", "dynamic_conv", "lightconv", "transformer"]
@@ -139,14 +138,6 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     for name, tensor in AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "one" / "last").state_dict().items():
         other = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "two" / "last").state_dict()[name]
         torch.testing.assert_close(other, tensor, rtol=1e-4, atol=1e-5)
-
-
-def load_script(name):
-    """The example script `examples/<name>` as a module (its `main` does not run)."""
-    spec = importlib.util.spec_from_file_location(name.replace("/", "_").replace("-", "_")[:-3], EXAMPLES / name)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(

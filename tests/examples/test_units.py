@@ -18,6 +18,8 @@ from transformers import AutoTokenizer
 
 import talk_hf
 
+from .conftest import load_script
+
 LENGTHS = torch.randint(1, 40, (300,), generator=torch.Generator().manual_seed(1)).tolist()
 
 
@@ -138,7 +140,7 @@ def test_an_existing_tokenizer_is_loaded_not_trained(tmp_path):
 
 @pytest.mark.parametrize(
     "before, after, interval, expected",
-    [(0.0, 0.9, 1.0, False), (0.9, 1.0, 1.0, True), (1.0, 1.5, 1.0, False), (0.5, 2.5, 1.0, True), (3.0, 9.0, None, False)],
+    [(0.0, 0.9, 1.0, False), (0.9, 1.0, 1.0, True), (1.0, 1.5, 1.0, False), (0.5, 2.5, 1.0, True), (2.9, 6.1, 3.0, True)],
 )
 def test_crossed_multiple_marks_the_step_that_passes_each_interval(before, after, interval, expected):
     assert crossed_multiple(before, after, interval) == expected
@@ -165,3 +167,22 @@ def test_push_to_hub_uploads_best_with_our_code(tmp_path, monkeypatch):
     calls.clear()
     loop.upload(Accelerator(cpu=True), SimpleNamespace(**{**vars(args), "push_to_hub": False}))
     assert calls == []
+
+
+def test_language_model_evaluation_in_slices_equals_whole_batches(monkeypatch):
+    """The LM evaluation bounds its logits by running slices of each batch: same loss, more forwards."""
+    script = load_script("language-modeling/train.py")
+    config = talk_hf.TaLKLMConfig.from_preset("small", vocab_size=40, d_model=16, decoder_ffn_dim=32)
+    model = talk_hf.TaLKForCausalLM(config).eval()
+    forwards = []
+    model.register_forward_hook(lambda module, inputs, output: forwards.append(inputs[0].shape[0]))
+    blocks = list(torch.randint(3, 40, (10, 9), generator=torch.Generator().manual_seed(0)))
+    args = SimpleNamespace(eval_batch_size=4)
+    with torch.no_grad():
+        whole = script.make_evaluate(Accelerator(cpu=True), blocks, args)(model)
+        assert forwards == [4, 4, 2]
+        forwards.clear()
+        monkeypatch.setattr(script, "EVAL_LOGITS_ELEMENTS", 3 * 8 * 40)  # three rows of 8 tokens per slice
+        sliced = script.make_evaluate(Accelerator(cpu=True), blocks, args)(model)
+    assert forwards == [3, 1, 3, 1, 2]
+    assert sliced["valid_loss"] == pytest.approx(whole["valid_loss"], rel=1e-6)
