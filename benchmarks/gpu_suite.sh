@@ -28,7 +28,8 @@ RESULTS=${1:?usage: gpu_suite.sh RESULTS [STAGE ...]}
 shift
 STAGES=("$@")
 [ ${#STAGES[@]} -eq 0 ] && STAGES=(env build test sanitize bench generate)
-DATA=${DATA:-../shared/data}
+DATA=$(realpath -m "${DATA:-../shared/data}")
+export TALK_HF_TEST_DATA="$DATA"  # the example tests read the data pack from here
 PYTHON=${PYTHON:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$RESULTS"

@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-DATA = ROOT.parent / "shared" / "data"
+DATA = Path(os.environ.get("TALK_HF_TEST_DATA") or ROOT.parent / "shared" / "data")  # the data pack (README there)
 MULTI30K = DATA / "multi30k"
 WIKITEXT = DATA / "wikitext-2"
 sys.path.insert(0, str(EXAMPLES))

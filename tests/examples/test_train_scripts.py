@@ -2,6 +2,7 @@
 that the Auto classes reload, exact resume, and two processes equal to one."""
 
 import json
+import sys
 
 import pytest
 import torch
@@ -10,13 +11,14 @@ from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokeni
 
 import talk_hf  # noqa: F401  (registers our models with the Auto classes)
 
-from .conftest import LANGUAGE_MODELING, TRANSLATION, load_script, read_log, requires_data, run
+from .conftest import EXAMPLES, LANGUAGE_MODELING, TRANSLATION, load_script, read_log, requires_data, run
 
 pytestmark = [requires_data, pytest.mark.slow]  # subprocess runs of the scripts
 MODEL_TYPES = ["talk", "dynamic_conv", "lightconv", "transformer"]
 # Two CPU processes on gloo. `accelerate launch --cpu --num_processes 2` would start only one (it
 # needs MPI for CPU); the multi-process launcher plus ACCELERATE_USE_CPU gives gloo processes.
-TWO_PROCESSES = "accelerate launch --multi_gpu --num_processes 2 --num_machines 1 --mixed_precision no".split()
+ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch"]  # `accelerate launch` of this Python
+TWO_PROCESSES = [*ACCELERATE, *"--multi_gpu --num_processes 2 --num_machines 1 --mixed_precision no".split()]
 
 
 def without_time(records):
@@ -138,6 +140,41 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     for name, tensor in AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "one" / "last").state_dict().items():
         other = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "two" / "last").state_dict()[name]
         torch.testing.assert_close(other, tensor, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_fsdp_matches_plain_training_and_resumes_exactly(tmp_path):
+    """examples/accelerate/fsdp.yaml (FSDP2, our blocks as shard units) on every visible GPU.
+
+    Against one process without FSDP that accumulates as many micro-batches as there are GPUs (the
+    same global batch): the same losses and final weights up to summation order. Then a run cut
+    after step 3, with its sharded state saved at step 2, resumes to exactly the uncut run's logs.
+    Accelerate turns FSDP on only on accelerators; tests/models/test_fsdp.py shards on the CPU.
+    """
+    gpus = torch.cuda.device_count()
+    args = [*TRANSLATION, *"--model_type talk --dropout 0 --max_steps 4 --eval_every 4 --save_every 2".split()]
+    args += ["--test_split", ""]
+    launcher = [*ACCELERATE, "--config_file", EXAMPLES / "accelerate" / "fsdp.yaml"]
+    fsdp = {"launcher": [*launcher, "--num_processes", str(gpus), "--mixed_precision", "no"], "env": {"TALK_HF_BACKEND": "auto"}}
+    run("translation/train.py", *args, "--output_dir", tmp_path / "one", "--gradient_accumulation_steps", gpus)
+    run("translation/train.py", *args, "--output_dir", tmp_path / "fsdp", **fsdp)
+    assert list((tmp_path / "fsdp" / "state").glob("pytorch_model_fsdp_0*")), "the training state is not sharded"
+    one_steps, one_evals = read_log(tmp_path / "one")
+    fsdp_steps, fsdp_evals = read_log(tmp_path / "fsdp")
+    for a, b in zip(one_steps + one_evals, fsdp_steps + fsdp_evals, strict=True):
+        for key in ("loss", "valid_loss"):
+            if key in a:
+                assert b[key] == pytest.approx(a[key], rel=1e-4), (key, a, b)
+    one = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "one" / "last").state_dict()
+    for name, tensor in AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "fsdp" / "last").state_dict().items():
+        torch.testing.assert_close(tensor, one[name], rtol=1e-3, atol=1e-5, msg=name)
+
+    run("translation/train.py", *args, "--output_dir", tmp_path / "cut", "--stop_after_steps", 3, **fsdp)
+    output = run("translation/train.py", *args, "--output_dir", tmp_path / "cut", "--resume", **fsdp)
+    assert "at step 2" in output
+    resumed_steps, resumed_evals = read_log(tmp_path / "cut")
+    assert without_time(resumed_steps) == without_time(fsdp_steps)
+    assert without_time(resumed_evals) == without_time(fsdp_evals)
 
 
 @pytest.mark.parametrize(
