@@ -44,10 +44,14 @@ def shift_tokens_right(input_ids: torch.Tensor, pad_token_id: int, decoder_start
 
 
 def check_token_ids(name: str, input_ids: torch.Tensor, vocab_size: int) -> None:
-    """Raise a ValueError naming ``name`` when a token id is outside [0, vocab_size)."""
-    if input_ids.numel() == 0:
+    """Raise a ValueError naming ``name`` when a token id is outside [0, vocab_size).
+
+    Eager only: reading the range back is one host synchronisation, and under ``torch.compile`` a
+    graph break, so compiled graphs skip it (an id out of range then fails in the embedding).
+    """
+    if input_ids.numel() == 0 or torch.compiler.is_compiling():
         return
-    low, high = int(input_ids.min()), int(input_ids.max())
+    low, high = torch.stack(torch.aminmax(input_ids)).tolist()
     if low < 0 or high >= vocab_size:
         raise ValueError(f"{name} must hold token ids in [0, {vocab_size}), got values from {low} to {high}")
 

@@ -1,0 +1,49 @@
+"""`torch.compile` of whole models: one graph for a training step, the same loss and gradients
+(aot_eager: tracing and autograd; inductor: generated code around the custom ops).
+
+With the compiled kernels (the ops are custom ops with fake kernels) nothing in a forward breaks
+the graph; the PyTorch path of talk_conv reads its offsets' maximum and would.
+"""
+
+import pytest
+import torch
+
+from talk_hf.ops import _extension
+
+from .helpers import CASE_IDS, CASES, model_inputs
+
+
+@pytest.fixture
+def compiled_kernels(monkeypatch):
+    try:
+        _extension.preflight("cpu")
+    except _extension.ExtensionUnavailable as error:
+        pytest.skip(str(error))
+    monkeypatch.setenv("TALK_HF_BACKEND", "auto")
+
+
+def _training_step(case, model):
+    """Loss and gradients of one forward/backward of `model` (called eager or compiled)."""
+    inputs = model_inputs(case)
+    labels = inputs.pop("decoder_input_ids", inputs["input_ids"])
+    model.zero_grad(set_to_none=True)
+    loss = model(**inputs, labels=labels).loss
+    loss.backward()
+    parameters = getattr(model, "_orig_mod", model).named_parameters()  # the compiled wrapper prefixes names
+    return loss.detach(), {name: p.grad.clone() for name, p in parameters if p.grad is not None}
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_compiled_training_step_is_one_graph_and_matches_eager(case, backend, compiled_kernels):
+    if backend == "inductor" and case.is_seq2seq:
+        pytest.skip("inductor takes 20-50 s per seq2seq model on the CPU; the LMs compile the same blocks")
+    torch._dynamo.reset()
+    model = case.model().train()  # dropout 0
+    expected_loss, expected = _training_step(case, model)
+    compiled = torch.compile(model, backend=backend, fullgraph=True)  # fails on any graph break
+    loss, gradients = _training_step(case, compiled)
+    torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-6)
+    assert gradients.keys() == expected.keys()
+    for name, gradient in gradients.items():
+        torch.testing.assert_close(gradient, expected[name], rtol=1e-4, atol=1e-6, msg=name)
