@@ -9,7 +9,7 @@
 #   test      every `gpu` test (kernels against the reference, models on CUDA, autocast)
 #                                                                    -> gpu-tests.log, gpu-tests.xml
 #   test-all  the whole test suite on the GPU machine                -> all-tests.log
-#   sanitize  compute-sanitizer memcheck and racecheck over the small-shape CUDA kernel tests
+#   sanitize  compute-sanitizer memcheck and racecheck over benchmarks/sanitize_kernels.py
 #                                                                    -> sanitize-*.log
 #   bench     bench_ops.py: the TaLK paper's Table 6 setting, then the default lengths
 #                                                                    -> table6_cuda.json, ops_cuda.json
@@ -63,8 +63,7 @@ stage_sanitize() {
     local status=0 tool
     for tool in memcheck racecheck; do
         PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool "$tool" --error-exitcode 1 \
-            "$PYTHON" -m pytest -q -x tests/ops/test_kernels.py \
-            -k "small_shapes or non_contiguous or gradcheck or any_offset" >"$RESULTS/sanitize-$tool.log" 2>&1
+            "$PYTHON" benchmarks/sanitize_kernels.py >"$RESULTS/sanitize-$tool.log" 2>&1
         status=$((status | $?))
         tail -n 5 "$RESULTS/sanitize-$tool.log"
     done
