@@ -34,6 +34,23 @@ class _ConvCore(nn.Module):
         weight = torch.softmax(logits.float(), dim=-1).to(logits.dtype)
         return nn.functional.dropout(weight, p=self.weight_dropout, training=self.training)
 
+    def decoding_step(self, context: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
+        """The output of one new token from its whole causal window, in O(K C).
+
+        Running the op over the K window rows would compute K outputs of K taps each, to keep one.
+
+        Args:
+            context: (B, K, C) the K - 1 cached mixer inputs, then the new token's.
+            kernel: (B, H, K) the new token's kernel.
+
+        Returns:
+            (B, 1, C), in float32 accumulation like the op.
+        """
+        batch, taps, channels = context.shape
+        per_head = context.float().view(batch, taps, self.heads, channels // self.heads)
+        out = (per_head * kernel.float().transpose(1, 2).unsqueeze(-1)).sum(1)
+        return out.reshape(batch, 1, channels).to(context.dtype)
+
 
 class DynamicConvCore(_ConvCore):
     """(B, T, C) -> (B, T, C) with a kernel predicted from each token (see module docstring)."""
@@ -46,6 +63,8 @@ class DynamicConvCore(_ConvCore):
         """u: (B, T, C) zeroed mixer input; past: (B, K - 1, C) previous inputs or None."""
         batch, length, _ = u.shape
         weight = self.normalize(self.weight_proj(u).view(batch, length, self.heads, self.kernel_size))
+        if past is not None and length == 1:
+            return self.decoding_step(torch.cat([past, u], dim=1), weight[:, 0])
         context, weight = prepend_past(u, weight, past)
         return dynamic_conv(context, weight, self.padding_l)[:, -length:]
 
@@ -62,4 +81,6 @@ class LightConvCore(_ConvCore):
         context = u if past is None else torch.cat([past, u], dim=1)
         # The kernel parameter stays float32 under autocast while u is bf16/fp16: the op wants one dtype.
         weight = self.normalize(self.weight).to(context.dtype)
+        if past is not None and u.shape[1] == 1:
+            return self.decoding_step(context, weight.expand(u.shape[0], -1, -1))
         return light_conv(context, weight, self.padding_l)[:, -u.shape[1]:]
