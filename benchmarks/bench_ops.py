@@ -241,12 +241,27 @@ def main() -> None:
     print(f"device {environment(device)['device']} ({device.type}), B={args.batch} C={args.channels} H={args.heads} {args.dtype}")
     print("talk_bidirectional: max_left=max_right=31; talk_causal: max_left=63; conv kernels centred")
     print(f"device-to-device copy: {copy_bandwidth / 1e9:.1f} GB/s (100% of the bandwidth fractions)")
+    stem = "table6" if args.table6 else "ops"
+    out = args.out or ROOT / "benchmarks" / "results" / f"{stem}_{device.type}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save(rows, slopes=None):
+        """Write what is measured so far (after every length: a killed run keeps its rows)."""
+        result = {"environment": environment(device), "shape": shape, "copy_bytes_per_s": copy_bandwidth, "rows": rows}
+        out.write_text(json.dumps({**result, "forward_time_slope": slopes or {}}, indent=2))
+
     rows = []
     for length in args.lengths:
         for name in args.cases:
             for backend in ["-"] if name in ATTENTION else args.backends:
                 op_backend = None if name in ATTENTION else backend
-                forward, forward_backward = time_case(name, args.batch, length, args.channels, args.heads, device, dtype, args.min_seconds, op_backend)
+                try:
+                    forward, forward_backward = time_case(name, args.batch, length, args.channels, args.heads, device, dtype, args.min_seconds, op_backend)
+                except torch.cuda.OutOfMemoryError:  # like self-attention at T = 10,000 in the paper
+                    torch.cuda.empty_cache()
+                    print(f"T={length:6d} {name:20s} {backend:5s} out of memory")
+                    rows.append({"case": name, "backend": backend, "length": length, "error": "out of memory"})
+                    continue
                 row = {"case": name, "backend": backend, "length": length, "forward_s": forward,
                        "forward_backward_s": forward_backward, "iterations_per_s": 1 / forward}
                 if not args.skip_peak:
@@ -256,8 +271,9 @@ def main() -> None:
                     row["forward_bandwidth_fraction"] = forward_bytes / forward / copy_bandwidth
                     row["backward_bandwidth_fraction"] = backward_bytes / max(forward_backward - forward, 1e-9) / copy_bandwidth
                 rows.append(row)
-        baselines = {r["case"]: r for r in rows if r["case"] in ATTENTION and r["length"] == length}
-        for row in rows:
+        measured = [r for r in rows if "error" not in r]
+        baselines = {r["case"]: r for r in measured if r["case"] in ATTENTION and r["length"] == length}
+        for row in measured:
             if row["length"] != length:
                 continue
             for attention, label in (("sdpa", "sdpa"), ("sdpa_flash_bf16", "sdpa_flash")):
@@ -272,22 +288,19 @@ def main() -> None:
                 + (f"  flash/op fwd {row['sdpa_flash_over_op_forward']:7.1f}x" if "sdpa_flash_bf16" in baselines else "")
                 + (f"  bandwidth fwd {row['forward_bandwidth_fraction']:5.0%} bwd {row['backward_bandwidth_fraction']:5.0%}" if "forward_bandwidth_fraction" in row else "")
             )
+        save(rows)
 
     slopes = {}
     for name in args.cases:
         for backend in {r["backend"] for r in rows if r["case"] == name}:
-            case_rows = [r for r in rows if r["case"] == name and r["backend"] == backend]
+            case_rows = [r for r in rows if r["case"] == name and r["backend"] == backend and "error" not in r]
             if len(case_rows) > 1:
                 slopes[name if backend in ("-", "auto") else f"{name}[{backend}]"] = log_log_slope(
                     [r["length"] for r in case_rows], [r["forward_s"] for r in case_rows]
                 )
     print("time growth with T (log-log slope of forward time; 1.0 = linear):", {k: round(v, 2) for k, v in slopes.items()})
 
-    stem = "table6" if args.table6 else "ops"
-    out = args.out or ROOT / "benchmarks" / "results" / f"{stem}_{device.type}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    result = {"environment": environment(device), "shape": shape, "copy_bytes_per_s": copy_bandwidth, "rows": rows, "forward_time_slope": slopes}
-    out.write_text(json.dumps(result, indent=2))
+    save(rows, slopes)
     print(f"saved {out}")
 
 
