@@ -25,7 +25,7 @@ setup(
     package_data={"talk_hf.csrc": ["*.cu", "*.cuh", "*.cpp", "*.h"]},
     install_requires=[
         "torch>=2.4",
-        "transformers>=5.0,<6",
+        "transformers>=5.17,<6",  # 5.17 is the oldest release the tests run against (.ci/run)
         "accelerate>=1.0",
         "datasets>=3.0",
         "safetensors>=0.4",

@@ -311,12 +311,14 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
             # process must agree on when the time budget runs out).
             elapsed = torch.tensor(time.perf_counter() - start, device=accelerator.device)
             per_process = accelerator.gather(torch.stack([total.float(), elapsed]).unsqueeze(0))  # (P, 2)
-            loss = (per_process[:, 0].sum() / tokens).item()
+            summed_loss, step_seconds = torch.stack([per_process[:, 0].sum(), per_process[:, 1].max()]).tolist()
+            step_tokens = int(tokens)
+            loss = summed_loss / step_tokens
             progress.step += 1
             progress.batches_in_epoch += len(group)
-            progress.train_tokens += int(tokens)
+            progress.train_tokens += step_tokens
             seconds_before = progress.train_seconds
-            progress.train_seconds += per_process[:, 1].max().item()
+            progress.train_seconds += step_seconds
             bar.update(1)
             bar.set_postfix(loss=f"{loss:.3f}", epoch=progress.epoch)
             if progress.step % args.log_every == 0:
@@ -327,7 +329,7 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
                         "loss": loss,
                         "ppl": math.exp(min(loss, 50)),
                         "lr": scheduler.get_last_lr()[0],
-                        "tokens": int(tokens),
+                        "tokens": step_tokens,
                         "train_tokens": progress.train_tokens,
                         "seconds": round(progress.train_seconds, 2),
                     }
