@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Everything the GPU verification runs, in stages, each logged to its own file in RESULTS:
+# Everything the GPU verification runs, in stages; each stage's output goes to RESULTS/STAGE.log:
 #
 #   bash benchmarks/gpu_suite.sh RESULTS [STAGE ...]
 #
-# Stages (default: env build test sanitize bench generate):
-#   env       GPU, driver and package versions                       -> env.txt
-#   build     the CUDA extension, built just in time with its log    -> build.log
-#   test      every `gpu` test (kernels against the reference, models on CUDA, autocast)
-#                                                                    -> gpu-tests.log, gpu-tests.xml
-#   test-all  the whole test suite on the GPU machine                -> all-tests.log
+# Stages (default: env build test sanitize bench generate), and the files they add to RESULTS:
+#   env       GPU, driver and package versions
+#   build     the CPU and CUDA extensions, built just in time with the compiler's output
+#   test      every `gpu` test (kernels against the reference, models on CUDA, autocast, FSDP)
+#                                                                    -> gpu-tests.xml
+#   test-all  the whole test suite on the GPU machine
 #   sanitize  compute-sanitizer memcheck and racecheck over benchmarks/sanitize_kernels.py
 #                                                                    -> sanitize-*.log
 #   bench     bench_ops.py: the TaLK paper's Table 6 setting, then the default lengths
@@ -19,16 +19,18 @@
 #                                                                    -> train/, curves.png, summary.*
 #
 # A stage that fails is reported and the next one still runs; the exit status is 1 if any failed.
-# Settings (environment): PYTHON (python3), DATA (../shared/data), TRAIN_MINUTES (5),
-# TRAIN_PRESET (iwslt14-de-en), TRAIN_MAX_TOKENS (8192).  The package need not be installed: the
-# repository root goes on PYTHONPATH.
+# Settings (environment): PYTHON (python3), DATA (the data pack: ../shared/data beside the
+# repository), TRAIN_MINUTES (5), TRAIN_PRESET (iwslt14-de-en), TRAIN_MAX_TOKENS (8192).  Relative
+# paths are taken from the current folder.  The package need not be installed: the repository root
+# goes on PYTHONPATH.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-RESULTS=${1:?usage: gpu_suite.sh RESULTS [STAGE ...]}
+RESULTS=$(realpath -m "${1:?usage: gpu_suite.sh RESULTS [STAGE ...]}")
 shift
 STAGES=("$@")
 [ ${#STAGES[@]} -eq 0 ] && STAGES=(env build test sanitize bench generate)
-DATA=$(realpath -m "${DATA:-../shared/data}")
+ROOT=$(realpath "$(dirname "$0")/..")
+DATA=$(realpath -m "${DATA:-$ROOT/../shared/data}")
+cd "$ROOT"
 export TALK_HF_TEST_DATA="$DATA"  # the example tests read the data pack from here
 PYTHON=${PYTHON:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
