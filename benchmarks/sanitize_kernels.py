@@ -32,7 +32,7 @@ def main():
         for length, channels, heads, max_left, max_right, scale in TALK_SHAPES:
             x = leaf(torch.randn(2, length, channels, device="cuda", dtype=dtype))
             left = torch.rand(2, length, heads, device="cuda", dtype=dtype) * scale
-            left[0, length // 2] = float("nan")  # one NaN edge per batch row 0
+            left[0, length // 2] = float("nan")  # one NaN offset: its edge falls back to row 0
             right = leaf(torch.rand(2, length, heads, device="cuda", dtype=dtype) * scale) if max_right else None
             out = talk_conv(x, leaf(left), right, max_left, max_right, backend="cuda")
             out.backward(torch.randn_like(out))

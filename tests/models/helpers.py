@@ -66,6 +66,13 @@ def model_inputs(case: Case, batch: int = 2, source_length: int = 7, target_leng
     return dict(input_ids=random_tokens(batch, target_length))
 
 
+def training_inputs(case: Case, batch: int = 2, device: str = "cpu") -> tuple[dict, torch.Tensor]:
+    """(forward inputs, labels) of a training step: the decoder ids become the seq2seq labels
+    (the model shifts them back in), an LM predicts its own ids."""
+    inputs = {name: tensor.to(device) for name, tensor in model_inputs(case, batch).items()}
+    return inputs, inputs.pop("decoder_input_ids", inputs["input_ids"])
+
+
 def generation_prompt(case: Case, batch: int = 2) -> dict:
     """Prompt for generate(): a source sentence (seq2seq) or a few LM tokens."""
     return dict(input_ids=random_tokens(batch, 7 if case.is_seq2seq else 5, seed=3))

@@ -10,7 +10,7 @@ import torch
 
 from talk_hf.ops import _extension
 
-from .helpers import CASE_IDS, CASES, model_inputs
+from .helpers import CASE_IDS, CASES, training_inputs
 
 
 @pytest.fixture
@@ -24,8 +24,7 @@ def compiled_kernels(monkeypatch):
 
 def _training_step(case, model):
     """Loss and gradients of one forward/backward of `model` (called eager or compiled)."""
-    inputs = model_inputs(case)
-    labels = inputs.pop("decoder_input_ids", inputs["input_ids"])
+    inputs, labels = training_inputs(case)
     model.zero_grad(set_to_none=True)
     loss = model(**inputs, labels=labels).loss
     loss.backward()

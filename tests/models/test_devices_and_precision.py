@@ -12,7 +12,7 @@ import torch
 
 import talk_hf
 
-from .helpers import CASE_IDS, CASES, PAD, SEQ2SEQ_SIZES, Case, generation_prompt, model_inputs
+from .helpers import CASE_IDS, CASES, PAD, SEQ2SEQ_SIZES, Case, generation_prompt, training_inputs
 
 # The shared cases plus the one head they lack: LightConv as an encoder-decoder.
 LIGHTWEIGHT_SEQ2SEQ = Case(
@@ -31,9 +31,8 @@ AUTOCAST = [
 
 
 def _loss(case, model, device):
-    """The training loss of `model` on the case's inputs (seq2seq: the decoder ids as labels)."""
-    inputs = {name: tensor.to(device) for name, tensor in model_inputs(case).items()}
-    labels = inputs.pop("decoder_input_ids", inputs["input_ids"])
+    """The training loss of `model` on the case's inputs."""
+    inputs, labels = training_inputs(case, device=device)
     return model(**inputs, labels=labels).loss
 
 

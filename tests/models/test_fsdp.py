@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from .helpers import CASES, model_inputs
+from .helpers import CASES, training_inputs
 
 WORLD_SIZE = 2
 
@@ -64,8 +64,7 @@ def _check_every_case(rank: int, port: int, folder: Path) -> None:
 
             # Rows of equal length and no padding: the mean of the two halves' losses is the whole
             # batch's loss, and FSDP's reduce-scatter averages the gradients over the processes.
-            inputs = model_inputs(case, batch=2 * WORLD_SIZE)
-            labels = inputs.pop("decoder_input_ids", inputs["input_ids"])
+            inputs, labels = training_inputs(case, batch=2 * WORLD_SIZE)
             rows = slice(2 * rank, 2 * rank + 2)
             sharded(**{k: v[rows] for k, v in inputs.items()}, labels=labels[rows]).loss.backward()
             reference(**inputs, labels=labels).loss.backward()
