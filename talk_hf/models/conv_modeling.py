@@ -196,6 +196,8 @@ class ConvPreTrainedModel(PreTrainedModel):
     base_model_prefix = "model"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
+    # The blocks FSDP shards one by one (Accelerate's TRANSFORMER_BASED_WRAP reads this, and fails on
+    # a class the model does not hold: the decoder-only models override it).
     _no_split_modules = ["ConvEncoderLayer", "ConvDecoderLayer"]
     _skip_keys_device_placement = ["past_key_values"]
     _supports_sdpa = True  # the cross-attention always runs scaled_dot_product_attention
@@ -236,6 +238,9 @@ class ConvSeq2SeqModel(ConvPreTrainedModel):
         self.encoder = ConvEncoder(config, self.make_core)
         self.decoder = ConvDecoder(config, self.make_core, cross_attention=True)
         if config.share_encoder_decoder_embeddings:
+            # One module, not two tied ones: FSDP2 groups modules, and a weight reachable through a
+            # module outside the group that holds the embeddings would be sharded twice.
+            self.encoder.embed_tokens = self.decoder.embed_tokens
             self._tied_weights_keys = {"encoder.embed_tokens.weight": "decoder.embed_tokens.weight"}
         self.post_init()
 
@@ -345,6 +350,8 @@ class ConvForConditionalGeneration(ConvHeadBase):
 class ConvLMModel(ConvPreTrainedModel):
     """Decoder-only stack; returns `BaseModelOutputWithPast`."""
 
+    _no_split_modules = ["ConvDecoderLayer"]
+
     def __init__(self, config):
         super().__init__(config)
         self.decoder = ConvDecoder(config, self.make_core, cross_attention=False)
@@ -370,6 +377,8 @@ class ConvLMModel(ConvPreTrainedModel):
 
 class ConvForCausalLM(ConvHeadBase):
     """Decoder-only LM; subclasses set ``base_model_class`` (the family's `ConvLMModel`)."""
+
+    _no_split_modules = ConvLMModel._no_split_modules
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, past_key_values=None, inputs_embeds=None, labels=None,

@@ -155,8 +155,9 @@ def test_fsdp_matches_plain_training_and_resumes_exactly(tmp_path):
     args = [*TRANSLATION, *"--model_type talk --dropout 0 --max_steps 4 --eval_every 4 --save_every 2".split()]
     args += ["--test_split", ""]
     launcher = [*ACCELERATE, "--config_file", EXAMPLES / "accelerate" / "fsdp.yaml"]
-    fsdp = {"launcher": [*launcher, "--num_processes", str(gpus), "--mixed_precision", "no"], "env": {"TALK_HF_BACKEND": "auto"}}
-    run("translation/train.py", *args, "--output_dir", tmp_path / "one", "--gradient_accumulation_steps", gpus)
+    kernels = {"TALK_HF_BACKEND": "auto"}  # both runs on the CUDA kernels: only FSDP differs
+    fsdp = {"launcher": [*launcher, "--num_processes", str(gpus), "--mixed_precision", "no"], "env": kernels}
+    run("translation/train.py", *args, "--output_dir", tmp_path / "one", "--gradient_accumulation_steps", gpus, env=kernels)
     run("translation/train.py", *args, "--output_dir", tmp_path / "fsdp", **fsdp)
     assert list((tmp_path / "fsdp" / "state").glob("pytorch_model_fsdp_0*")), "the training state is not sharded"
     one_steps, one_evals = read_log(tmp_path / "one")
