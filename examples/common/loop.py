@@ -22,6 +22,7 @@ import math
 import os
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -125,7 +126,7 @@ class Progress:
     epoch: int = 0
     batches_in_epoch: int = 0  # micro-batches this process has consumed in `epoch`
     step: int = 0  # optimizer steps done
-    train_seconds: float = 0.0  # time spent in training steps (evaluation excluded)
+    train_seconds: float = 0.0  # wall time spent training (evaluation and saving excluded)
     train_tokens: int = 0  # target tokens trained on, all processes together
     best: float | None = None  # best validation metric so far
 
@@ -220,6 +221,35 @@ def micro_batch_groups(batches, size):
             group = []
 
 
+class TrainingClock:
+    """Wall time spent training: everything between the laps except the spans spent `paused()`.
+
+    A step's `lap()` therefore holds fetching its batches, launching its work and waiting for the
+    device to finish the previous step (a GPU runs behind the host, so time measured from a step's
+    start to its last launch alone misses most of the device's work), but not evaluation or
+    saving. Time before a pause is banked and handed out with the next lap.
+    """
+
+    def __init__(self):
+        self._mark = time.perf_counter()
+        self._banked = 0.0
+
+    def lap(self) -> float:
+        """Seconds of training since the last lap (or since the clock was made)."""
+        now = time.perf_counter()
+        seconds, self._mark, self._banked = self._banked + now - self._mark, now, 0.0
+        return seconds
+
+    @contextmanager
+    def paused(self):
+        """A span that is not training time (evaluation, saving)."""
+        self._banked += time.perf_counter() - self._mark
+        try:
+            yield
+        finally:
+            self._mark = time.perf_counter()
+
+
 def crossed_multiple(before, after, interval):
     """Whether some whole multiple of `interval` (> 0) lies in (before, after]."""
     return math.floor(after / interval) > math.floor(before / interval)
@@ -287,11 +317,11 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
         return progress.step >= args.max_steps or progress.train_seconds >= budget_seconds
 
     model.train()
+    clock = TrainingClock()
     while not finished():
         sampler.set_epoch(progress.epoch)
         loader = accelerator.skip_first_batches(train_loader, progress.batches_in_epoch)
         for group in micro_batch_groups(loader, accumulation):
-            start = time.perf_counter()
             tokens = accelerator.reduce(sum(b["labels"].ne(-100).sum() for b in group), "sum")
             # backward divides by `accumulation` and DDP averages over processes: undo both.
             scale = accelerator.num_processes * accumulation / tokens
@@ -309,7 +339,7 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
             optimizer.zero_grad(set_to_none=True)
             # One collective for the loss (summed) and the step time (the slowest process's: every
             # process must agree on when the time budget runs out).
-            elapsed = torch.tensor(time.perf_counter() - start, device=accelerator.device)
+            elapsed = torch.tensor(clock.lap(), device=accelerator.device)
             per_process = accelerator.gather(torch.stack([total.float(), elapsed]).unsqueeze(0))  # (P, 2)
             summed_loss, step_seconds = torch.stack([per_process[:, 0].sum(), per_process[:, 1].max()]).tolist()
             step_tokens = int(tokens)
@@ -343,10 +373,11 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
                 eval_due = progress.step % args.eval_every == 0
             else:
                 eval_due = crossed_multiple(seconds_before, progress.train_seconds, eval_interval_seconds)
-            if done or eval_due:
-                evaluate_and_keep_best()
-            if done or progress.step % args.save_every == 0:
-                checkpoint()
+            with clock.paused():
+                if done or eval_due:
+                    evaluate_and_keep_best()
+                if done or progress.step % args.save_every == 0:
+                    checkpoint()
             if done:
                 break
         else:

@@ -186,3 +186,18 @@ def test_language_model_evaluation_in_slices_equals_whole_batches(monkeypatch):
         sliced = script.make_evaluate(Accelerator(cpu=True), blocks, args)(model)
     assert forwards == [3, 1, 3, 1, 2]
     assert sliced["valid_loss"] == pytest.approx(whole["valid_loss"], rel=1e-6)
+
+
+def test_training_clock_counts_everything_between_laps_but_the_pauses(monkeypatch):
+    """Batch fetching and waiting on the device count as training; evaluation and saving do not."""
+    now = [100.0]
+    monkeypatch.setattr(loop.time, "perf_counter", lambda: now[0])
+    clock = loop.TrainingClock()
+    now[0] += 2.0  # fetch a batch, launch the step
+    assert clock.lap() == 2.0
+    now[0] += 0.5  # wait for the device, log
+    with clock.paused():
+        now[0] += 30.0  # evaluate and save
+    now[0] += 1.0  # the next step
+    assert clock.lap() == 1.5  # the half second before the pause is banked, not lost
+    assert clock.lap() == 0.0
