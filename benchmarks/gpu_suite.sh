@@ -3,7 +3,7 @@
 #
 #   bash benchmarks/gpu_suite.sh RESULTS [STAGE ...]
 #
-# Stages (default: env build test sanitize bench generate), and the files they add to RESULTS:
+# Stages (default: env build test sanitize bench profile generate), and the files they add to RESULTS:
 #   env       GPU, driver and package versions
 #   build     the CPU and CUDA extensions, built just in time with the compiler's output
 #   test      every `gpu` test (kernels against the reference, models on CUDA, autocast, FSDP)
@@ -13,21 +13,25 @@
 #                                                                    -> sanitize-*.log
 #   bench     bench_ops.py: the TaLK paper's Table 6 setting, then the default lengths
 #                                                                    -> table6_cuda.json, ops_cuda.json
+#   profile   Nsight Compute over each kernel at the Table 6 shape   -> ncu-table6.txt
 #   generate  bench_generate.py on the GPU                           -> bench_generate_cuda.json
 #   train     Multi30k En->De, TaLK, DynamicConv and the Transformer baseline, bf16, the same
 #             training-time budget each, all three at once on the one GPU; then plot.py
 #                                                                    -> train/, curves.png, summary.*
+#   pack      RESULTS.tgz beside RESULTS: every log, JSON, table and plot, no weights (put it last)
 #
 # A stage that fails is reported and the next one still runs; the exit status is 1 if any failed.
 # Settings (environment): PYTHON (python3), DATA (the data pack: ../shared/data beside the
-# repository), TRAIN_MINUTES (5), TRAIN_PRESET (iwslt14-de-en), TRAIN_MAX_TOKENS (8192).  Relative
+# repository), TRAIN_MINUTES (5: wall time, evaluation excluded), TRAIN_EPOCHS (1000: the budget
+# ends training, not the epochs), TRAIN_PRESET (iwslt14-de-en), TRAIN_MAX_TOKENS (8192), NCU (ncu
+# on the PATH, else the newest under /opt/nvidia/nsight-compute).  Relative
 # paths are taken from the current folder.  The package need not be installed: the repository root
 # goes on PYTHONPATH.
 set -uo pipefail
 RESULTS=$(realpath -m "${1:?usage: gpu_suite.sh RESULTS [STAGE ...]}")
 shift
 STAGES=("$@")
-[ ${#STAGES[@]} -eq 0 ] && STAGES=(env build test sanitize bench generate)
+[ ${#STAGES[@]} -eq 0 ] && STAGES=(env build test sanitize bench profile generate)
 ROOT=$(realpath "$(dirname "$0")/..")
 DATA=$(realpath -m "${DATA:-$ROOT/../shared/data}")
 cd "$ROOT"
@@ -77,6 +81,18 @@ stage_bench() {
         "$PYTHON" benchmarks/bench_ops.py --lengths 256 1024 4096 16384 --out "$RESULTS/ops_cuda.json"
 }
 
+stage_profile() {
+    # Nsight Compute over one forward and backward of each op at the Table 6 shape
+    local ncu=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -n 1)}
+    "${ncu:?no ncu found: set NCU}" --profile-from-start off --clock-control none --section SpeedOfLight --section Occupancy \
+        --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis -k 'regex:talk|conv' \
+        "$PYTHON" benchmarks/profile_kernels.py >"$RESULTS/ncu-table6.txt" 2>&1
+    local status=$?
+    grep -E '^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per' \
+        "$RESULTS/ncu-table6.txt" | head -n 150
+    return "$status"
+}
+
 stage_generate() {
     "$PYTHON" benchmarks/bench_generate.py --device cuda --out "$RESULTS/bench_generate_cuda.json"
 }
@@ -85,7 +101,7 @@ translate() {  # model_type
     "$PYTHON" examples/translation/train.py --data_dir "$DATA/multi30k" --source_lang en --target_lang de \
         --model_type "$1" --preset "${TRAIN_PRESET:-iwslt14-de-en}" --output_dir "$RESULTS/train/multi30k-en-de-$1" \
         --test_split test_2016_flickr --mixed_precision bf16 --max_tokens "${TRAIN_MAX_TOKENS:-8192}" \
-        --max_train_minutes "${TRAIN_MINUTES:-5}" --eval_every_minutes 1 --valid_num_beams 1 --num_beams 5 \
+        --epochs "${TRAIN_EPOCHS:-1000}" --max_train_minutes "${TRAIN_MINUTES:-5}" --eval_every_minutes 1 --valid_num_beams 1 --num_beams 5 \
         --warmup_steps 500 --save_every 100000 --eval_batch_size 256 >"$RESULTS/train/multi30k-en-de-$1.log" 2>&1
 }
 
@@ -102,6 +118,14 @@ stage_train() {
     tail -n 3 "$RESULTS"/train/*.log
     "$PYTHON" examples/results/plot.py "$RESULTS/train" "$RESULTS" || status=1
     return "$status"
+}
+
+stage_pack() {
+    # Everything but model weights and training state, in one archive beside RESULTS (a device
+    # call returns at most 8 files of 16 MiB: pack, then remove RESULTS itself)
+    (cd "$RESULTS" && find . -type f \( -name '*.log' -o -name '*.json' -o -name '*.jsonl' -o -name '*.md' \
+        -o -name '*.png' -o -name '*.txt' -o -name '*.xml' \) -not -path '*/best/*' -not -path '*/last/*' \
+        -not -path '*/state/*' | tar czf "$RESULTS.tgz" -T -) && ls -l "$RESULTS.tgz"
 }
 
 for stage in "${STAGES[@]}"; do

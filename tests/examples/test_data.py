@@ -3,7 +3,6 @@
 import gzip
 import json
 
-import datasets
 import pytest
 from common.data import load_columns, match_split, read_lines
 
@@ -49,6 +48,7 @@ def test_json_lines_with_flat_or_translation_records(tmp_path):
 
 
 def test_datasets_folder(tmp_path):
+    datasets = pytest.importorskip("datasets")  # the GPU machine's image has no `datasets`
     datasets.DatasetDict({"validation": datasets.Dataset.from_dict(PAIRS)}).save_to_disk(tmp_path / "saved")
     assert load_columns(tmp_path / "saved", "valid", ["de", "en"], limit=1) == {
         "de": PAIRS["de"][:1],
