@@ -174,7 +174,7 @@ class ConvSeq2SeqConfigBase(ConvLMConfigBase):
         encoder_normalize_before (`bool`): pre-norm encoder blocks (plus a final LayerNorm).
         attention_dropout (`float`): dropout on the cross-attention probabilities.
         share_encoder_decoder_embeddings (`bool`): one token embedding for source and target
-            (a joint vocabulary).
+            (a joint vocabulary); independent of `tie_word_embeddings`, which ties the LM head to it.
         decoder_start_token_id (`int`): first decoder input; labels are shifted right behind it.
     """
 
@@ -201,11 +201,6 @@ class ConvSeq2SeqConfigBase(ConvLMConfigBase):
         check_divisible("conv_dim", self.conv_dim, "encoder_conv_heads", self.encoder_conv_heads)
         check_divisible("d_model", self.d_model, "decoder_attention_heads", self.decoder_attention_heads)
         check_probability("attention_dropout", self.attention_dropout)
-        if self.share_encoder_decoder_embeddings and not self.tie_word_embeddings:
-            raise ValueError(
-                "share_encoder_decoder_embeddings=True needs tie_word_embeddings=True (one embedding for source, "
-                "target and output, like fairseq's --share-all-embeddings); set share_encoder_decoder_embeddings=False"
-            )
         if self.decoder_start_token_id is None:
             raise ValueError("decoder_start_token_id must be set for an encoder-decoder model")
         check_token_id("decoder_start_token_id", self.decoder_start_token_id, self.vocab_size)

@@ -214,6 +214,11 @@ class ConvPreTrainedModel(PreTrainedModel):
     def _supports_default_dynamic_cache(cls) -> bool:
         return False  # the model builds its own fixed-size ConvCache in forward
 
+    def _switch(self, name: str, value: bool | None) -> bool:
+        """An output switch (``output_hidden_states``, ...): the argument when given, so that an
+        explicit False wins over the config, else the config's value."""
+        return bool(getattr(self.config, name) if value is None else value)
+
     def _cache_for_forward(self, use_cache: bool | None, past_key_values, new_cache: Callable):
         """The cache this forward fills: the given one, a new one, or None when caching is off
         (``use_cache`` False, or training with gradient checkpointing)."""
@@ -261,7 +266,7 @@ class ConvSeq2SeqModel(ConvPreTrainedModel):
                 use_cache=None, output_attentions=None, output_hidden_states=None, return_dict=None,
                 **kwargs) -> Seq2SeqModelOutput:
         """Source (B, S) and target (B, T) ids with their masks; see `Seq2SeqModelOutput`."""
-        output_hidden_states = output_hidden_states or self.config.output_hidden_states
+        output_hidden_states = self._switch("output_hidden_states", output_hidden_states)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(input_ids, attention_mask, inputs_embeds, output_hidden_states)
         elif not isinstance(encoder_outputs, BaseModelOutput):
@@ -271,7 +276,7 @@ class ConvSeq2SeqModel(ConvPreTrainedModel):
         cache = self._cache_for_forward(use_cache, past_key_values, self.new_cache)
         hidden, all_hidden, cross_attentions = self.decoder(
             decoder_input_ids, decoder_attention_mask, decoder_inputs_embeds, encoder_outputs.last_hidden_state,
-            attention_mask, cache, bool(output_attentions), output_hidden_states,
+            attention_mask, cache, self._switch("output_attentions", output_attentions), output_hidden_states,
         )
         return Seq2SeqModelOutput(
             last_hidden_state=hidden,
@@ -370,7 +375,7 @@ class ConvLMModel(ConvPreTrainedModel):
         cache = self._cache_for_forward(use_cache, past_key_values, self.decoder.new_cache)
         hidden, all_hidden, _ = self.decoder(
             input_ids, attention_mask, inputs_embeds, past_key_values=cache,
-            output_hidden_states=output_hidden_states or self.config.output_hidden_states,
+            output_hidden_states=self._switch("output_hidden_states", output_hidden_states),
         )
         return BaseModelOutputWithPast(last_hidden_state=hidden, past_key_values=cache, hidden_states=all_hidden)
 
@@ -384,16 +389,19 @@ class ConvForCausalLM(ConvHeadBase):
     def forward(self, input_ids=None, attention_mask=None, past_key_values=None, inputs_embeds=None, labels=None,
                 use_cache=None, output_hidden_states=None, return_dict=None, logits_to_keep: int = 0,
                 **kwargs) -> CausalLMOutputWithPast:
-        """As the base model, plus ``labels`` (B, T) (shifted inside the loss; -100 = ignored) and
+        """As the base model, plus ``labels`` (B, T) (shifted inside the loss; -100 = ignored),
+        ``shift_labels`` (B, T) (targets already aligned with the logits, as transformers passes them
+        under sequence or context parallelism: used instead of shifting ``labels``) and
         ``logits_to_keep`` (logits for the last N positions only; 0 = all)."""
-        if labels is not None:
+        shift_labels = kwargs.get("shift_labels")
+        if labels is not None or shift_labels is not None:
             use_cache = False
         outputs = self.model(input_ids, attention_mask, past_key_values, inputs_embeds, use_cache,
                              output_hidden_states)
         logits = self.lm_head(outputs.last_hidden_state[:, -logits_to_keep:])
         loss = None
-        if labels is not None:
-            loss = self.loss_function(logits, labels, logits.shape[-1],
+        if labels is not None or shift_labels is not None:
+            loss = self.loss_function(logits, labels, logits.shape[-1], shift_labels=shift_labels,
                                       num_items_in_batch=kwargs.get("num_items_in_batch"))
         return CausalLMOutputWithPast(
             loss=loss, logits=logits, past_key_values=outputs.past_key_values, hidden_states=outputs.hidden_states

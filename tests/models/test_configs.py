@@ -32,8 +32,6 @@ def test_auto_config_round_trip(case, tmp_path):
         (talk_hf.DynamicConvConfig, dict(conv_type="dilated"), "conv_type must be one of"),
         (talk_hf.DynamicConvLMConfig, dict(activation_function="mish2"), "activation_function must be one of"),
         (talk_hf.DynamicConvLMConfig, dict(vocab_size=2, eos_token_id=2), "eos_token_id=2 must be < vocab_size=2"),
-        (talk_hf.DynamicConvConfig, dict(share_encoder_decoder_embeddings=True, tie_word_embeddings=False),
-         "share_encoder_decoder_embeddings=True needs tie_word_embeddings=True"),
     ],
 )
 def test_invalid_fields_raise_naming_the_field(config_class, kwargs, message):

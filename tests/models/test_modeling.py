@@ -54,6 +54,28 @@ def test_output_embeddings_are_tied_to_the_input_embeddings(case, tmp_path):
     assert loaded.lm_head.weight is loaded.get_input_embeddings().weight
     untied = case.model(tie_word_embeddings=False, **({"share_encoder_decoder_embeddings": False} if case.is_seq2seq else {}))
     assert untied.lm_head.weight is not untied.get_input_embeddings().weight
+    if case.is_seq2seq:
+        assert untied.model.encoder.embed_tokens.weight is not untied.model.decoder.embed_tokens.weight
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.is_seq2seq], ids=[c.name for c in CASES if c.is_seq2seq])
+def test_untied_output_projection_with_shared_input_embeddings(case, tmp_path):
+    """As in BART: `tie_word_embeddings=False` unties only the LM head; source and target keep one
+    embedding, through training and a save/load round trip."""
+    model = case.model(tie_word_embeddings=False).train()
+    embeddings = model.get_input_embeddings()
+    assert model.model.encoder.embed_tokens is embeddings and model.lm_head.weight is not embeddings.weight
+    inputs = model_inputs(case)
+    model(**inputs, labels=random_tokens(2, 6, seed=5)).loss.backward()
+    torch.optim.SGD(model.parameters(), lr=1.0).step()
+    assert not torch.equal(model.lm_head.weight, embeddings.weight)
+    model.save_pretrained(tmp_path)
+    loaded, info = case.head.from_pretrained(tmp_path, output_loading_info=True)
+    assert not any(info.values()), info  # no key missing, unexpected or mismatched
+    assert loaded.model.encoder.embed_tokens is loaded.get_input_embeddings()
+    assert loaded.lm_head.weight is not loaded.get_input_embeddings().weight
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[name], tensor, rtol=0, atol=0, msg=name)
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
@@ -100,6 +122,34 @@ def test_loss_honours_num_items_in_batch(case):
     summed = model(**inputs, labels=labels, num_items_in_batch=torch.tensor(5)).loss
     scored = labels if case.is_seq2seq else labels[:, 1:]  # an LM shifts its labels inside the loss
     torch.testing.assert_close(summed, mean_loss * (scored != -100).sum() / 5)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not c.is_seq2seq], ids=[c.name for c in CASES if not c.is_seq2seq])
+def test_causal_lm_loss_takes_shift_labels_when_given(case):
+    """Pre-shifted targets (transformers passes them under sequence/context parallelism) replace the
+    shift of `labels`, with or without `labels` beside them."""
+    model = case.model()
+    inputs = model_inputs(case)
+    labels = random_tokens(2, 6, seed=5)
+    shifted = torch.nn.functional.pad(labels[:, 1:], (0, 1), value=-100)
+    loss = model(**inputs, labels=labels).loss
+    torch.testing.assert_close(model(**inputs, shift_labels=shifted).loss, loss, rtol=0, atol=0)
+    other = random_tokens(2, 6, seed=9)
+    torch.testing.assert_close(model(**inputs, labels=other, shift_labels=shifted).loss, loss, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_an_explicit_false_switch_wins_over_the_config(case):
+    model = case.model(output_hidden_states=True, output_attentions=True)
+    inputs = model_inputs(case)
+    hidden = "decoder_hidden_states" if case.is_seq2seq else "hidden_states"
+    assert getattr(model(**inputs), hidden) is not None  # the config's True when nothing is passed
+    outputs = model(**inputs, output_hidden_states=False, output_attentions=False)
+    assert getattr(outputs, hidden) is None
+    if case.is_seq2seq:
+        assert model(**inputs).cross_attentions is not None and outputs.cross_attentions is None
+        assert outputs.encoder_hidden_states is None
+    assert isinstance(model(**inputs, return_dict=False), tuple)
 
 
 def test_seq2seq_labels_are_shifted_once():
