@@ -31,6 +31,7 @@ from ..layers.dynamic_conv_mixer import LightConvCore
 from ..layers.feed_forward import FeedForwardBlock
 from ..layers.mixer_block import MixerBlock
 from ..layers.sinusoidal_positions import SinusoidalPositions, positions_from_mask
+from .input_checks import InputNames, check_stack_inputs, check_token_ids
 
 CoreFactory = Callable[..., nn.Module]
 
@@ -41,19 +42,6 @@ def shift_tokens_right(input_ids: torch.Tensor, pad_token_id: int, decoder_start
     shifted[:, 1:] = input_ids[:, :-1].clone()
     shifted[:, 0] = decoder_start_token_id
     return shifted.masked_fill(shifted == -100, pad_token_id)
-
-
-def check_token_ids(name: str, input_ids: torch.Tensor, vocab_size: int) -> None:
-    """Raise a ValueError naming ``name`` when a token id is outside [0, vocab_size).
-
-    Eager only: reading the range back is one host synchronisation, and under ``torch.compile`` a
-    graph break, so compiled graphs skip it (an id out of range then fails in the embedding).
-    """
-    if input_ids.numel() == 0 or torch.compiler.is_compiling():
-        return
-    low, high = torch.stack(torch.aminmax(input_ids)).tolist()
-    if low < 0 or high >= vocab_size:
-        raise ValueError(f"{name} must hold token ids in [0, {vocab_size}), got values from {low} to {high}")
 
 
 def _mixer_and_ffn(config, core: nn.Module, ffn_dim: int, normalize_before: bool):
@@ -68,20 +56,24 @@ def _mixer_and_ffn(config, core: nn.Module, ffn_dim: int, normalize_before: bool
 class _ConvStack(nn.Module):
     """Token embedding, positions, input dropout and optional final LayerNorm of a layer stack."""
 
-    def __init__(self, config, normalize_before: bool):
+    def __init__(self, config, normalize_before: bool, names: InputNames):
         super().__init__()
+        self.names = names
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         self.embed_positions = SinusoidalPositions(config.d_model)
         self.dropout = config.dropout
         self.final_layer_norm = nn.LayerNorm(config.d_model) if normalize_before else None
 
-    def embed(self, name: str, input_ids, inputs_embeds, attention_mask, past_length: int) -> torch.Tensor:
-        """(B, T) ids or (B, T, d) embeddings -> (B, T, d) scaled embeddings + positions, dropped out."""
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError(f"pass exactly one of {name} and the matching inputs_embeds")
+    def embed(self, input_ids, inputs_embeds, attention_mask, past_length: int) -> torch.Tensor:
+        """(B, T) ids or (B, T, d) embeddings -> (B, T, d) scaled embeddings + positions, dropped out.
+
+        attention_mask: (B, past_length + T) with 1 at real tokens, or None; every input is checked.
+        """
+        check_stack_inputs(self.names, input_ids, inputs_embeds, attention_mask, past_length,
+                           self.embed_tokens.embedding_dim)
         if inputs_embeds is None:
-            check_token_ids(name, input_ids, self.embed_tokens.num_embeddings)
+            check_token_ids(self.names.ids, input_ids, self.embed_tokens.num_embeddings)
             inputs_embeds = self.embed_tokens(input_ids)
         positions = positions_from_mask(attention_mask, inputs_embeds.shape[1], past_length, inputs_embeds.device)
         hidden = inputs_embeds * self.embed_scale + self.embed_positions(positions).to(inputs_embeds.dtype)
@@ -95,7 +87,7 @@ class ConvEncoder(_ConvStack):
     """Bidirectional mixer layers over the source; (B, S) ids -> `BaseModelOutput` (B, S, d)."""
 
     def __init__(self, config, make_core: CoreFactory):
-        super().__init__(config, config.encoder_normalize_before)
+        super().__init__(config, config.encoder_normalize_before, InputNames())
         self.layers = nn.ModuleList(
             ConvEncoderLayer(*_mixer_and_ffn(config, make_core(config, index, causal=False), config.encoder_ffn_dim,
                                              config.encoder_normalize_before))
@@ -105,7 +97,7 @@ class ConvEncoder(_ConvStack):
     def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_hidden_states=None,
                 **kwargs) -> BaseModelOutput:
         """input_ids (B, S) or inputs_embeds (B, S, d); attention_mask (B, S) with 1 at real tokens."""
-        hidden = self.embed("input_ids", input_ids, inputs_embeds, attention_mask, past_length=0)
+        hidden = self.embed(input_ids, inputs_embeds, attention_mask, past_length=0)
         padding_mask = None if attention_mask is None else attention_mask.bool()
         all_hidden = []
         for layer in self.layers:
@@ -120,7 +112,8 @@ class ConvDecoder(_ConvStack):
     """Causal mixer layers (with cross-attention for seq2seq); keeps its state in a `ConvCache`."""
 
     def __init__(self, config, make_core: CoreFactory, cross_attention: bool):
-        super().__init__(config, config.decoder_normalize_before)
+        names = InputNames("decoder_input_ids", "decoder_attention_mask") if cross_attention else InputNames()
+        super().__init__(config, config.decoder_normalize_before, names)
         self.layers = nn.ModuleList(
             ConvDecoderLayer(
                 index,
@@ -153,13 +146,10 @@ class ConvDecoder(_ConvStack):
             ``(hidden (B, T, d), all hidden states or None, cross-attention weights or None)``.
         """
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        new_length = (input_ids if input_ids is not None else inputs_embeds).shape[1]
-        if attention_mask is not None and attention_mask.shape[1] != past_length + new_length:
-            raise ValueError(
-                f"the decoder's attention mask must cover the {past_length} cached and {new_length} new tokens, "
-                f"got length {attention_mask.shape[1]}"
-            )
-        hidden = self.embed("input_ids", input_ids, inputs_embeds, attention_mask, past_length)
+        hidden = self.embed(input_ids, inputs_embeds, attention_mask, past_length)
+        if encoder_hidden is not None and encoder_hidden.shape[0] != hidden.shape[0]:
+            raise ValueError(f"the encoder's output has batch size {encoder_hidden.shape[0]} but "
+                             f"{self.names.ids} has {hidden.shape[0]}")
         padding_mask = None if attention_mask is None else attention_mask[:, -hidden.shape[1]:].bool()
         all_hidden, all_weights = [], []
         for layer in self.layers:

@@ -232,3 +232,43 @@ def test_a_decoder_mask_of_the_wrong_length_is_rejected():
     cache = model(input_ids=tokens, use_cache=True).past_key_values
     with pytest.raises(ValueError, match="must cover the 4 cached and 1 new tokens"):
         model(input_ids=tokens[:, :1], attention_mask=torch.ones(1, 1, dtype=torch.long), past_key_values=cache)
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_malformed_inputs_raise_naming_the_argument(case):
+    """Float ids, an empty sequence, a mask of another batch size or length, embeddings of the wrong
+    width: each a ValueError that names the argument, never a raw torch error from inside a layer."""
+    model = case.model()
+    inputs = model_inputs(case)
+    ids = "decoder_input_ids" if case.is_seq2seq else "input_ids"
+    mask = "decoder_attention_mask" if case.is_seq2seq else "attention_mask"
+    bad = {
+        "input_ids must hold integer token ids": dict(inputs, input_ids=inputs["input_ids"].float()),
+        f"{ids} must hold at least one token": dict(inputs, **{ids: inputs[ids][:, :0]}),
+        r"attention_mask must have shape \(batch, length\) with the batch of input_ids \(2\), got \(3, ":
+            dict(inputs, attention_mask=torch.ones(3, inputs["input_ids"].shape[1], dtype=torch.long)),
+        r"attention_mask must cover the 7 tokens, got length 5" if case.is_seq2seq
+        else r"attention_mask must cover the 6 tokens, got length 5":
+            dict(inputs, attention_mask=torch.ones(2, 5, dtype=torch.long)),
+        f"{mask} must have shape": dict(inputs, **{mask: torch.ones(1, inputs[ids].shape[1], dtype=torch.long)}),
+        r"inputs_embeds must have shape \(batch, length, 16\), got \(2, 7, 8\)" if case.is_seq2seq
+        else r"inputs_embeds must have shape \(batch, length, 16\), got \(2, 6, 8\)":
+            dict({k: v for k, v in inputs.items() if k != "input_ids"},
+                 inputs_embeds=torch.randn(2, inputs["input_ids"].shape[1], 8)),
+        "pass exactly one of input_ids and inputs_embeds":
+            dict(inputs, inputs_embeds=torch.randn(2, inputs["input_ids"].shape[1], 16)),
+        r"input_ids must have shape \(batch, length\)": dict(inputs, input_ids=inputs["input_ids"][0]),
+    }
+    for message, arguments in bad.items():
+        with pytest.raises(ValueError, match=message):
+            model(**arguments)
+
+
+def test_encoder_outputs_of_another_batch_size_are_rejected():
+    case = CASES[0]
+    model = case.model()
+    inputs = model_inputs(case)
+    encoder_outputs = model.get_encoder()(inputs["input_ids"][:1])
+    with pytest.raises(ValueError, match="the encoder's output has batch size 1 but decoder_input_ids has 2"):
+        model(decoder_input_ids=inputs["decoder_input_ids"], encoder_outputs=encoder_outputs)
+
