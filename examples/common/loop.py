@@ -430,9 +430,9 @@ def report_test(accelerator, args, best, metrics):
 
     `metrics` are an `evaluate` result; the file names them test_loss, test_ppl (and test_bleu).
     """
-    accelerator.print(f"test ({args.test_split}) with {best}: {describe(metrics)}")
+    named = {"test_" + name.removeprefix("valid_"): value for name, value in metrics.items()}
+    accelerator.print(f"test ({args.test_split}) with {best}: {describe(named)}")
     if accelerator.is_main_process:
-        named = {"test_" + name.removeprefix("valid_"): value for name, value in metrics.items()}
         record = {"split": args.test_split, "checkpoint": str(best), **named}
         (Path(args.output_dir) / "test_results.json").write_text(json.dumps(record, indent=1) + "\n")
 

@@ -1,8 +1,11 @@
 """Command-line options shared by the Accelerate scripts, and their checks."""
 
 import argparse
+import copy
 import os
 from pathlib import Path
+
+import talk_hf
 
 from .models import MODEL_TYPES
 from .tokenizer import KINDS
@@ -35,7 +38,11 @@ def add_tokenizer_options(parser, kind, vocab_size, min_frequency):
 def add_model_options(parser, encoder_decoder):
     group = parser.add_argument_group("model (sizes default to the preset's)")
     group.add_argument("--model_type", choices=MODEL_TYPES, default="talk", help="transformer: the same-size baseline")
-    group.add_argument("--preset", default="small", help="a named configuration of our models (XConfig.from_preset)")
+    configs = (talk_hf.TaLKConfig, talk_hf.DynamicConvConfig) if encoder_decoder else (talk_hf.TaLKLMConfig,
+                                                                                         talk_hf.DynamicConvLMConfig)
+    presets = sorted(set().union(*(config.presets for config in configs)))
+    group.add_argument("--preset", default="small", choices=presets,
+                       help="a named configuration of our models (XConfig.from_preset)")
     group.add_argument("--d_model", type=int)
     group.add_argument("--ffn_dim", type=int)
     if encoder_decoder:
@@ -117,8 +124,24 @@ def parse_args(parser, argv=None):
     return check_args(parser.parse_args(argv))
 
 
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows every default and keeps the script docstring's lines as written."""
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Shows every option's default (with or without help text, unless the help already says it)
+    and keeps the script docstring's lines as written; choices show in the option's own line."""
+
+    @staticmethod
+    def _has_default(action) -> bool:
+        return bool(action.option_strings) and not action.required and action.default is not argparse.SUPPRESS
+
+    def add_argument(self, action):
+        if not action.help and self._has_default(action):
+            action = copy.copy(action)  # argparse prints nothing for an option without help text
+            action.help = "(default: %(default)s)"
+        super().add_argument(action)
+
+    def _get_help_string(self, action):
+        if self._has_default(action) and "(default" not in action.help:
+            return action.help + " (default: %(default)s)"
+        return action.help
 
 
 def argument_parser(description):

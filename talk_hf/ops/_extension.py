@@ -7,10 +7,14 @@ Two extensions share the per-element math of ``csrc/talk_math.h``:
 
 Nothing is built at import.  :func:`load` builds an extension on first use with
 ``torch.utils.cpp_extension.load`` (ninja) into :func:`build_directory`, a folder named by the
-package version, torch version, CUDA version (or ``cpu``) and architecture, under
-``$TALK_HF_BUILD_DIR`` (default ``~/.cache/talk_hf/extensions``).  A :func:`preflight` check runs
-first and every failure, of the check or of the build, becomes an :class:`ExtensionUnavailable`
-that says why and how to fix it; :func:`warn_fallback` turns it into one warning per process.
+package version, torch version, CUDA version (or ``cpu``), architecture and a digest of the kernel
+sources' content, under ``$TALK_HF_BUILD_DIR`` (default ``~/.cache/talk_hf/extensions``).  Clones
+and environments with the same sources therefore share one build, and a folder that already holds
+the library is imported as it is, without ninja (whose build file records one clone's absolute
+paths and would rebuild for another).  A compile is announced through ``logging`` (a warning, so
+it shows by default) when it starts and when it ends.  A :func:`preflight` check runs first and
+every failure, of the check or of the build, becomes an :class:`ExtensionUnavailable` that says
+why and how to fix it; :func:`warn_fallback` turns it into one warning per process.
 
 Builds are serialised by an OS-level file lock (``filelock``) with a timeout of
 ``$TALK_HF_BUILD_LOCK_TIMEOUT`` seconds (default 600).  The OS drops that lock when its holder
@@ -20,12 +24,16 @@ when killed and would otherwise wait on forever, is removed while we hold ours.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import logging
 import os
 import platform
 import re
 import shutil
 import subprocess
 import threading
+import time
 import warnings
 from pathlib import Path
 from types import ModuleType
@@ -43,6 +51,7 @@ LOCK_TIMEOUT_ENV = "TALK_HF_BUILD_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT_S = 600.0
 TORCH_BATON = "lock"  # the file torch.utils.cpp_extension waits on while another build runs
 
+logger = logging.getLogger(__name__)
 _results: dict[str, ModuleType | ExtensionUnavailable] = {}
 _results_guard = threading.Lock()
 _warned: set[str] = set()
@@ -92,6 +101,7 @@ def preflight(kind: str) -> None:
     CUDA needs a CUDA build of torch, nvcc of the same major version, and a visible GPU unless
     ``$TORCH_CUDA_ARCH_LIST`` names the architectures (ahead-of-time builds on GPU-less nodes).
     """
+    _check_sources_and_compilers(kind)  # first: a copy without kernel sources never runs nvcc
     if kind == "cuda":
         if torch.version.cuda is None:
             raise ExtensionUnavailable(kind, f"torch {torch.__version__} is a CPU-only build",
@@ -108,7 +118,6 @@ def preflight(kind: str) -> None:
         if major != int(torch.version.cuda.split(".")[0]):
             raise ExtensionUnavailable(kind, f"{nvcc} is CUDA {major} but torch was built with CUDA {torch.version.cuda}",
                                        f"point $CUDA_HOME at a CUDA {torch.version.cuda.split('.')[0]}.x toolkit")
-    _check_sources_and_compilers(kind)
 
 
 def architecture(kind: str) -> str:
@@ -122,12 +131,47 @@ def architecture(kind: str) -> str:
     return f"sm_{major}{minor}"
 
 
+def _compiler_flags(kind: str) -> dict:
+    """The keyword arguments of ``cpp_extension.load`` that decide what ``kind`` compiles to."""
+    flags = ["-O3", "-fvisibility=hidden"]  # the CPU and CUDA modules define the same C++ names
+    ldflags = []
+    if platform.system() == "Linux":
+        flags.append("-fopenmp")
+        ldflags.append("-fopenmp")
+    options = {"extra_cflags": flags, "extra_ldflags": ldflags}
+    if kind == "cuda":
+        options["extra_cuda_cflags"] = ["-O3", "-lineinfo", "-Xcompiler", "-fvisibility=hidden"]
+    return options
+
+
+def source_digest(kind: str) -> str:
+    """12 hex digits of SHA-256 over what ``kind`` is compiled from: its sources, every header of
+    ``csrc/`` and the compiler flags ("nosources" where there are none, as in a remote-code copy)."""
+    files = [CSRC / source for source in SOURCES[kind]] + sorted(CSRC.glob("*.h"))
+    if not all(path.is_file() for path in files):
+        return "nosources"
+    digest = hashlib.sha256(repr(sorted(_compiler_flags(kind).items())).encode())
+    for path in files:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
 def build_directory(kind: str) -> Path:
-    """Where ``kind`` is built: one folder per package, torch, CUDA version and architecture."""
+    """Where ``kind`` is built: one folder per package, torch, CUDA version, architecture and
+    kernel source content (:func:`source_digest`)."""
     root = Path(os.environ.get(BUILD_DIR_ENV) or Path.home() / ".cache" / "talk_hf" / "extensions")
     cuda = f"cu{torch.version.cuda}" if kind == "cuda" else "cpu"
-    name = f"talk_hf-{__version__}_torch-{torch.__version__}_{cuda}_{architecture(kind)}"
+    name = f"talk_hf-{__version__}_torch-{torch.__version__}_{cuda}_{architecture(kind)}_{source_digest(kind)}"
     return root / re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+def _library(kind: str, directory: Path) -> Path:
+    return directory / f"talk_hf_{kind}{cpp_extension.LIB_EXT}"
+
+
+def is_built(kind: str) -> bool:
+    """Whether :func:`build_directory` already holds ``kind``'s compiled library (loading reuses it)."""
+    return _library(kind, build_directory(kind)).is_file()
 
 
 def _lock_timeout() -> float:
@@ -138,29 +182,35 @@ def _lock_timeout() -> float:
         raise ValueError(f"${LOCK_TIMEOUT_ENV} must be a number of seconds, got {value!r}") from None
 
 
+def _import_library(kind: str, library: Path) -> ModuleType:
+    """Import a library built earlier (by this clone or another with the same sources)."""
+    spec = importlib.util.spec_from_file_location(f"talk_hf_{kind}", library)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _compile(kind: str, directory: Path) -> ModuleType:
     """Build (or reuse) ``kind`` in ``directory``; the caller holds the build lock."""
     (directory / TORCH_BATON).unlink(missing_ok=True)  # stale: no other talk_hf build can hold it now
-    flags = ["-O3", "-fvisibility=hidden"]  # the CPU and CUDA modules define the same C++ names
-    ldflags = []
-    if platform.system() == "Linux":
-        flags.append("-fopenmp")
-        ldflags.append("-fopenmp")
-    options = {}
-    if kind == "cuda":
-        if not os.environ.get("TORCH_CUDA_ARCH_LIST"):  # build for this GPU only, as the folder says
-            os.environ["TORCH_CUDA_ARCH_LIST"] = "{}.{}".format(*torch.cuda.get_device_capability())
-        options["extra_cuda_cflags"] = ["-O3", "-lineinfo", "-Xcompiler", "-fvisibility=hidden"]
-    return cpp_extension.load(
+    library = _library(kind, directory)
+    if library.is_file():
+        return _import_library(kind, library)
+    if kind == "cuda" and not os.environ.get("TORCH_CUDA_ARCH_LIST"):  # this GPU only, as the folder says
+        os.environ["TORCH_CUDA_ARCH_LIST"] = "{}.{}".format(*torch.cuda.get_device_capability())
+    logger.warning("talk_hf: compiling the %s kernels, once for these sources and this torch "
+                   "(a minute or more), in %s", kind, directory)
+    start = time.perf_counter()
+    module = cpp_extension.load(
         name=f"talk_hf_{kind}",
         sources=[str(CSRC / source) for source in SOURCES[kind]],
-        extra_cflags=flags,
-        extra_ldflags=ldflags,
         extra_include_paths=[str(CSRC)],
         build_directory=str(directory),
         verbose=os.environ.get("TALK_HF_BUILD_VERBOSE") == "1",
-        **options,
+        **_compiler_flags(kind),
     )
+    logger.warning("talk_hf: the %s kernels were built in %.0f s", kind, time.perf_counter() - start)
+    return module
 
 
 def _build(kind: str) -> ModuleType:

@@ -40,6 +40,8 @@ def test_translation_trains_evaluates_saves_and_reloads(tmp_path, model_type):
     if report:
         test_results = json.loads((tmp_path / "test_results.json").read_text())
         assert test_results["split"] == "test" and 0 <= test_results["test_bleu"] <= 100
+        report_line = next(line for line in output.splitlines() if line.startswith("test (test) with"))
+        assert "test_loss" in report_line and "test_bleu" in report_line and "valid" not in report_line
     for checkpoint in ("best", "last"):
         model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / checkpoint)
         assert model.config.model_type == (

@@ -2,6 +2,7 @@
 pacing by training time and the Hub upload."""
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -201,3 +202,20 @@ def test_training_clock_counts_everything_between_laps_but_the_pauses(monkeypatc
     now[0] += 1.0  # the next step
     assert clock.lap() == 1.5  # the half second before the pause is banked, not lost
     assert clock.lap() == 0.0
+
+
+@pytest.mark.parametrize("script", ["translation/train.py", "language-modeling/train.py"])
+def test_help_shows_every_default_and_the_presets(script, capsys):
+    module = load_script(script)
+    with pytest.raises(SystemExit):
+        module.parse_args(["--help"])
+    text = capsys.readouterr().out
+    options = text.split("\noptions:", 1)[1]
+    blocks = re.split(r"\n  (?=-)", options)[1:]  # one block per option: its line and its help
+    assert len(blocks) > 30
+    for block in blocks:
+        name = block.split()[0]
+        if name not in ("-h,", "--output_dir"):  # --output_dir is required
+            assert "(default" in " ".join(block.split()), block
+    assert "--preset {" in text and "small" in text
+

@@ -193,13 +193,60 @@ def test_a_failed_build_falls_back_once_and_names_the_compiler_error(fresh_loade
         talk_conv(x, offsets, offsets, 2, 2, backend="cpu")
 
 
-def test_build_directory_names_versions_and_architecture(monkeypatch):
+def test_build_directory_names_versions_architecture_and_sources(monkeypatch):
     name = _extension.build_directory("cpu").name
     torch_version = torch.__version__.replace("+", "_")
-    assert name == f"talk_hf-{__version__}_torch-{torch_version}_cpu_{platform.machine()}"
+    digest = _extension.source_digest("cpu")
+    assert len(digest) == 12 and name == f"talk_hf-{__version__}_torch-{torch_version}_cpu_{platform.machine()}_{digest}"
     monkeypatch.setattr(torch.version, "cuda", "12.8")
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
-    assert _extension.build_directory("cuda").name == f"talk_hf-{__version__}_torch-{torch_version}_cu12.8_sm_90"
+    cuda_digest = _extension.source_digest("cuda")
+    assert cuda_digest != digest
+    assert _extension.build_directory("cuda").name == f"talk_hf-{__version__}_torch-{torch_version}_cu12.8_sm_90_{cuda_digest}"
+
+
+def test_clones_with_the_same_sources_share_a_build_and_an_edit_gets_its_own(tmp_path, monkeypatch):
+    """The folder is keyed by the sources' content, not by where the clone is."""
+    shared = _extension.build_directory("cpu")
+    clone = tmp_path / "clone" / "csrc"
+    shutil.copytree(_extension.CSRC, clone)
+    monkeypatch.setattr(_extension, "CSRC", clone)
+    assert _extension.build_directory("cpu") == shared
+    header = clone / "talk_math.h"
+    header.write_text(header.read_text() + "\n// an edit\n")
+    assert _extension.build_directory("cpu") != shared
+
+
+def test_a_built_library_is_imported_without_ninja(built_copy, fresh_loader, monkeypatch, caplog):
+    """A clone at another path finds the shared build and imports it; nothing is compiled or said."""
+    def no_build(**kwargs):
+        raise AssertionError("cpp_extension.load must not run for a folder that holds the library")
+
+    monkeypatch.setattr(cpp_extension, "load", no_build)
+    assert _extension.is_built("cpu")
+    with caplog.at_level("WARNING", logger=_extension.__name__):
+        out = talk_conv(x, offsets, offsets, 2, 2, backend="cpu")
+    torch.testing.assert_close(out, talk_conv(x, offsets, offsets, 2, 2, backend="torch"))
+    assert not caplog.records
+
+
+def test_a_compile_is_announced_when_it_starts_and_ends(fresh_loader, monkeypatch, tmp_path, caplog):
+    compiled = []
+
+    def fake_load(**kwargs):
+        compiled.append(kwargs["build_directory"])
+        return _extension.load  # any module-like object: only the announcement is tested here
+
+    monkeypatch.setenv(_extension.BUILD_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(cpp_extension, "load", fake_load)
+    with caplog.at_level("WARNING", logger=_extension.__name__):
+        _extension.load("cpu")
+        _extension.load("cpu")  # remembered for the process: built once, said once
+    messages = [record.getMessage() for record in caplog.records]
+    assert compiled == [str(_extension.build_directory("cpu"))]
+    assert len(messages) == 2, messages
+    assert messages[0].startswith("talk_hf: compiling the cpu kernels") and str(tmp_path) in messages[0]
+    assert messages[1].startswith("talk_hf: the cpu kernels were built in")
 
 
 def fake_nvcc(tmp_path, release: str) -> str:
@@ -235,10 +282,20 @@ def test_cuda_preflight_names_what_is_missing(torch_cuda, gpu, release, compiler
 
 
 def test_preflight_without_kernel_sources(tmp_path, monkeypatch):
-    """A remote-code copy of the ops has no csrc/ folder: it must say so, not try a build."""
+    """A remote-code copy of the ops has no csrc/ folder: it must say so, not try a build, and
+    never run nvcc."""
+    def no_nvcc():
+        raise AssertionError("nvcc must not run without kernel sources")
+
     monkeypatch.setattr(_extension, "CSRC", tmp_path)
     with pytest.raises(ExtensionUnavailable, match=r"the kernel sources \['cpu_ops.cpp'\] are not in"):
         _extension.preflight("cpu")
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(_extension, "_nvcc_major", no_nvcc)
+    with pytest.raises(ExtensionUnavailable, match=r"the kernel sources \['cuda_ops.cu', 'cuda_bindings.cpp'\]"):
+        _extension.preflight("cuda")
+    assert _extension.source_digest("cuda") == "nosources"
 
 
 def test_build_entry_point(built_copy, tmp_path):
@@ -247,9 +304,17 @@ def test_build_entry_point(built_copy, tmp_path):
         capture_output=True, text=True, timeout=180, env={**os.environ, "TALK_HF_BUILD_DIR": str(tmp_path)},
     )
     assert result.returncode == 0, result.stderr
-    assert f"cpu: built in {built_copy}" in result.stdout
+    assert f"cpu: reused in {built_copy}" in result.stdout
     if not torch.cuda.is_available():
         failed = subprocess.run(
             [sys.executable, "-m", "talk_hf.ops.build", "--cuda"], capture_output=True, text=True, timeout=60
         )
         assert failed.returncode == 1 and "cuda: FAILED" in failed.stderr and "Fix:" in failed.stderr
+        # Without flags: what this machine can build, and what it skipped and why, exit 0
+        everything = subprocess.run(
+            [sys.executable, "-m", "talk_hf.ops.build"],
+            capture_output=True, text=True, timeout=180, env={**os.environ, "TALK_HF_BUILD_DIR": str(tmp_path)},
+        )
+        assert everything.returncode == 0, everything.stderr
+        assert f"cpu: reused in {built_copy}" in everything.stdout
+        assert "cuda: skipped: " in everything.stdout and "(fix: " in everything.stdout
