@@ -195,7 +195,10 @@ def _compile(kind: str, directory: Path) -> ModuleType:
     (directory / TORCH_BATON).unlink(missing_ok=True)  # stale: no other talk_hf build can hold it now
     library = _library(kind, directory)
     if library.is_file():
-        return _import_library(kind, library)
+        try:
+            return _import_library(kind, library)
+        except ImportError:  # e.g. cut short by a build killed while linking: build it again
+            library.unlink()
     if kind == "cuda" and not os.environ.get("TORCH_CUDA_ARCH_LIST"):  # this GPU only, as the folder says
         os.environ["TORCH_CUDA_ARCH_LIST"] = "{}.{}".format(*torch.cuda.get_device_capability())
     logger.warning("talk_hf: compiling the %s kernels, once for these sources and this torch "

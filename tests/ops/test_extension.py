@@ -230,6 +230,18 @@ def test_a_built_library_is_imported_without_ninja(built_copy, fresh_loader, mon
     assert not caplog.records
 
 
+def test_a_truncated_library_is_built_again(fresh_loader, monkeypatch, tmp_path):
+    """A build killed while linking leaves a library that does not import: it is rebuilt, not kept."""
+    rebuilt = []
+    monkeypatch.setenv(_extension.BUILD_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: rebuilt.append(True) or _extension)
+    library = _extension.build_directory("cpu") / f"talk_hf_cpu{cpp_extension.LIB_EXT}"
+    library.parent.mkdir(parents=True)
+    library.write_bytes(b"\x7fELF cut short")
+    assert _extension.load("cpu") is _extension and rebuilt == [True]
+    assert not library.exists()
+
+
 def test_a_compile_is_announced_when_it_starts_and_ends(fresh_loader, monkeypatch, tmp_path, caplog):
     compiled = []
 
