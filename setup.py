@@ -19,9 +19,11 @@ setup(
     long_description_content_type="text/markdown",
     license="MIT",
     python_requires=">=3.10",
-    # Namespace discovery also lists talk_hf/csrc (no __init__.py): the kernel sources travel with
-    # the package and are compiled on first use, not at install.
-    packages=find_namespace_packages(include=["talk_hf", "talk_hf.*"], exclude=["*.__pycache__"]),
+    # The kernel sources live in the top-level csrc/ and travel inside the package as talk_hf/csrc
+    # (package data, compiled on first use, not at install); an editable install or the source
+    # tree reads them from csrc/ itself (talk_hf.ops._extension.CSRC).
+    packages=find_namespace_packages(include=["talk_hf", "talk_hf.*"], exclude=["*.__pycache__"]) + ["talk_hf.csrc"],
+    package_dir={"talk_hf.csrc": "csrc"},
     package_data={"talk_hf.csrc": ["*.cu", "*.cuh", "*.cpp", "*.h"]},
     install_requires=[
         "torch>=2.4",

@@ -1,4 +1,4 @@
-"""Just-in-time build and loading of the compiled backends in ``talk_hf/csrc``, with a safe fallback.
+"""Just-in-time build and loading of the compiled backends in ``csrc/``, with a safe fallback.
 
 Two extensions share the per-element math of ``csrc/talk_math.h``:
 
@@ -44,7 +44,15 @@ import torch.utils.cpp_extension as cpp_extension
 
 from ..version import __version__
 
-CSRC = Path(__file__).resolve().parent.parent / "csrc"
+def _kernel_sources() -> Path:
+    """The folder of the kernel sources: ``talk_hf/csrc`` inside an installed wheel, else the
+    repository's top-level ``csrc/`` (a source tree or an editable install); the first that exists."""
+    package = Path(__file__).resolve().parent.parent
+    installed, repository = package / "csrc", package.parent / "csrc"
+    return installed if installed.is_dir() or not repository.is_dir() else repository
+
+
+CSRC = _kernel_sources()
 SOURCES = {"cpu": ("cpu_ops.cpp",), "cuda": ("cuda_ops.cu", "cuda_bindings.cpp")}
 BUILD_DIR_ENV = "TALK_HF_BUILD_DIR"
 LOCK_TIMEOUT_ENV = "TALK_HF_BUILD_LOCK_TIMEOUT"

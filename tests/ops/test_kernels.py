@@ -2,7 +2,7 @@
 machine) the CUDA kernels match the reference in every dtype, forward and backward.
 
 The CPU tests run the C++ kernels (backend="cpu"), which share their per-element math with the
-CUDA kernels (talk_hf/csrc/talk_math.h); tests marked ``gpu`` run only where CUDA is available.
+CUDA kernels (csrc/talk_math.h); tests marked ``gpu`` run only where CUDA is available.
 """
 
 import warnings
