@@ -50,14 +50,13 @@ def check_stack_inputs(names: InputNames, input_ids, inputs_embeds, attention_ma
             raise ValueError(f"{names.ids} must hold integer token ids (torch.long), got dtype {input_ids.dtype}")
         if input_ids.dim() != 2:
             raise ValueError(f"{names.ids} must have shape (batch, length), got {tuple(input_ids.shape)}")
-        tokens = input_ids
+        name, tokens = names.ids, input_ids
     else:
         if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != d_model:
             raise ValueError(f"{names.embeds} must have shape (batch, length, {d_model}), "
                              f"got {tuple(inputs_embeds.shape)}")
-        tokens = inputs_embeds
+        name, tokens = names.embeds, inputs_embeds
     batch, length = tokens.shape[:2]
-    name = names.ids if input_ids is not None else names.embeds
     if length == 0:
         raise ValueError(f"{name} must hold at least one token, got shape {tuple(tokens.shape)}")
     if attention_mask is None:
