@@ -8,32 +8,57 @@ to zero padding), so memory and step cost do not grow with the generated length.
 For encoder-decoder models `ConvEncoderDecoderCache` (an ``EncoderDecoderCache``) pairs a
 `ConvCache` with a ``DynamicCache`` that holds the cross-attention keys/values of the encoder
 output, computed once.
+
+Assisted and speculative decoding roll rejected draft tokens back with ``crop``: while recording
+(``activate_past_recording``), a layer keeps the rows of the chunk it last verified until then.
 """
 
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache, EncoderDecoderCache
+
+from .transformers_internals import Cache, CacheLayerMixin, DynamicCache, FixedStateEncoderDecoderCache
 
 
 class ConvWindowLayer(CacheLayerMixin):
-    """The state of one decoder layer: ``window`` (B, window_size, C) and the count of tokens seen."""
+    """The state of one decoder layer: the last ``window_size`` mixer inputs and the count of tokens seen.
+
+    ``context`` (B, window_size [+ recorded rows], C) holds the inputs, oldest first.  Normally it
+    is cut back to ``window_size`` rows after every update.  After ``activate_past_recording()``
+    (assisted and speculative decoding) the rows of each new chunk are kept until the next
+    ``crop``, so that drafted tokens the verifier rejected can be rolled back exactly; ``crop`` then
+    cuts the context back to ``window_size`` rows, and the state stays fixed-size.
+    """
+
+    is_croppable = True
 
     def __init__(self, window_size: int):
         super().__init__()
         self.window_size = window_size
-        self.window: torch.Tensor | None = None
+        self.context: torch.Tensor | None = None
         self.seen_tokens = 0
+        self.record_past = False
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}(window_size={self.window_size}, seen_tokens={self.seen_tokens})"
 
+    @property
+    def window(self) -> torch.Tensor | None:
+        """(B, window_size, C): the mixer inputs a causal step of the next token needs."""
+        if self.context is None:
+            return None
+        return self.context[:, self.context.shape[1] - self.window_size:]
+
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor | None = None) -> None:
         """Allocate a zero window for the batch size, width, dtype and device of ``key_states`` (B, T, C)."""
         batch, _, channels = key_states.shape
-        self.window = key_states.new_zeros(batch, self.window_size, channels)
+        self.context = key_states.new_zeros(batch, self.window_size, channels)
         self.device = key_states.device
         self.is_initialized = True
+
+    def activate_past_recording(self) -> None:
+        """Keep each update's rows until the next ``crop`` (transformers calls this for assisted decoding)."""
+        self.record_past = True
 
     def update_window(self, inputs: torch.Tensor) -> torch.Tensor:
         """Record new mixer inputs and return the window that preceded them.
@@ -47,8 +72,9 @@ class ConvWindowLayer(CacheLayerMixin):
         if not self.is_initialized:
             self.lazy_initialization(inputs)
         past = self.window
-        context = torch.cat([past, inputs.to(past.dtype)], dim=1)
-        self.window = context[:, context.shape[1] - self.window_size:].clone()
+        context = torch.cat([self.context if self.record_past else past, inputs.to(past.dtype)], dim=1)
+        # Without recording, keep a copy of the last rows only, so that the chunk's storage is freed.
+        self.context = context if self.record_past else context[:, context.shape[1] - self.window_size:].clone()
         self.seen_tokens += inputs.shape[1]
         return past
 
@@ -66,35 +92,54 @@ class ConvWindowLayer(CacheLayerMixin):
 
     def reset(self) -> None:
         if self.is_initialized:
-            self.window.zero_()
+            self.context = self.window.clone().zero_()
         self.seen_tokens = 0
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Forget the last ``-tokens_to_remove`` tokens (transformers' convention: a count <= 0) and
+        cut the recorded context back to ``window_size`` rows.
+
+        Only rows recorded since ``activate_past_recording()`` and the last ``crop`` can be removed:
+        older ones have left the fixed-size window.
+        """
+        if tokens_to_remove > 0:
+            raise ValueError(
+                f"crop takes minus the number of tokens to remove (transformers' convention), got {tokens_to_remove}"
+            )
+        removed = -tokens_to_remove
+        if removed == 0 or not self.is_initialized:
+            if self.is_initialized:
+                self.context = self.window
+            return
+        recorded = self.context.shape[1] - self.window_size
+        if removed > recorded:
+            raise ValueError(
+                f"cannot remove {removed} tokens from a ConvCache layer that recorded {recorded} since its last crop "
+                "(a fixed window keeps only the rows recorded since activate_past_recording() and the last crop)"
+            )
+        self.context = self.context[:, recorded - removed:self.context.shape[1] - removed]
+        self.seen_tokens -= removed
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Beam search: row i of the new state is row ``beam_idx[i]`` of the old one."""
         if self.is_initialized:
-            self.window = self.window.index_select(0, beam_idx.to(self.window.device))
+            self.context = self.context.index_select(0, beam_idx.to(self.context.device))
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         if self.is_initialized:
-            self.window = self.window.repeat_interleave(repeats, dim=0)
+            self.context = self.context.repeat_interleave(repeats, dim=0)
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         if self.is_initialized:
-            self.window = self.window[indices]
-
-    def crop(self, tokens_to_remove: int) -> None:
-        raise NotImplementedError(
-            "a ConvCache keeps a fixed window of the past and cannot be rolled back (crop), so it does not "
-            "support assisted or speculative decoding"
-        )
+            self.context = self.context[indices]
 
     def offload(self) -> None:
         if self.is_initialized:
-            self.window = self.window.to("cpu", non_blocking=True)
+            self.context = self.context.to("cpu", non_blocking=True)
 
     def prefetch(self) -> None:
-        if self.is_initialized and self.window.device != self.device:
-            self.window = self.window.to(self.device, non_blocking=True)
+        if self.is_initialized and self.context.device != self.device:
+            self.context = self.context.to(self.device, non_blocking=True)
 
 
 class ConvCache(Cache):
@@ -109,23 +154,19 @@ class ConvCache(Cache):
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the windows (constant during generation)."""
-        return sum(layer.window.nbytes for layer in self.layers if layer.is_initialized)
+        """Bytes held by the windows (constant during generation; larger between a recorded chunk and
+        its ``crop`` in assisted decoding)."""
+        return sum(layer.context.nbytes for layer in self.layers if layer.is_initialized)
 
 
-class ConvEncoderDecoderCache(EncoderDecoderCache):
+class ConvEncoderDecoderCache(FixedStateEncoderDecoderCache):
     """``EncoderDecoderCache(ConvCache(window_sizes), DynamicCache())`` for the seq2seq models.
 
-    transformers' batch operations of an ``EncoderDecoderCache`` accept only ``DynamicCache``
-    parts; a `ConvCache` supports them too (repeat and select rows), so they are allowed here.
+    The batch operations and ``crop`` act on the `ConvCache` row by row / window by window; ``crop``
+    leaves the cross-attention keys and values of the source alone.
     """
+
+    decoder_cache_class = ConvCache
 
     def __init__(self, window_sizes: list[int]):
         super().__init__(ConvCache(window_sizes), DynamicCache())
-
-    def check_dynamic_cache(self, method: str) -> None:
-        if not isinstance(self.self_attention_cache, ConvCache):
-            super().check_dynamic_cache(method)
-
-    def crop(self, tokens_to_remove: int) -> None:
-        self.self_attention_cache.crop(tokens_to_remove)  # raises: a fixed window cannot be rolled back

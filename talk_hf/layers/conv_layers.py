@@ -7,8 +7,8 @@ recomputes them in the backward pass (and drops the generation cache, which trai
 from __future__ import annotations
 
 import torch
-from transformers.modeling_layers import GradientCheckpointingLayer
 
+from ..transformers_internals import GradientCheckpointingLayer, split_cache
 from .cross_attention import CrossAttentionBlock
 from .feed_forward import FeedForwardBlock
 from .mixer_block import MixerBlock
@@ -63,11 +63,3 @@ class ConvDecoderLayer(GradientCheckpointingLayer):
             )
         return self.ffn(hidden), weights
 
-
-def split_cache(past_key_values):
-    """``(conv_cache, cross_attention_cache)`` of an `EncoderDecoderCache`, a `ConvCache`, or None."""
-    if past_key_values is None:
-        return None, None
-    if hasattr(past_key_values, "self_attention_cache"):
-        return past_key_values.self_attention_cache, past_key_values.cross_attention_cache
-    return past_key_values, None

@@ -12,6 +12,7 @@ import math
 import torch
 from torch import nn
 
+from ..transformers_internals import cross_attention_keys_values
 from .residual import NormedResidual
 
 
@@ -33,15 +34,9 @@ class CrossAttentionBlock(nn.Module):
         """(B, L, d) -> (B, heads, L, head_dim)."""
         return x.view(x.shape[0], x.shape[1], self.heads, self.head_dim).transpose(1, 2)
 
-    def _keys_values(self, encoder_hidden: torch.Tensor, cache, layer_idx: int):
-        """(B, heads, S, head_dim) keys and values, from the cache when it already holds them."""
-        if cache is not None and cache.get_seq_length(layer_idx) > 0:
-            return cache.layers[layer_idx].keys, cache.layers[layer_idx].values
-        keys = self._split_heads(self.k_proj(encoder_hidden))
-        values = self._split_heads(self.v_proj(encoder_hidden))
-        if cache is not None:
-            cache.update(keys, values, layer_idx)
-        return keys, values
+    def _project_keys_values(self, encoder_hidden: torch.Tensor):
+        """(B, S, d) encoder output -> (B, heads, S, head_dim) keys and values."""
+        return self._split_heads(self.k_proj(encoder_hidden)), self._split_heads(self.v_proj(encoder_hidden))
 
     def forward(self, hidden: torch.Tensor, encoder_hidden: torch.Tensor, encoder_mask: torch.Tensor | None,
                 cache=None, layer_idx: int = 0, output_attentions: bool = False):
@@ -58,7 +53,7 @@ class CrossAttentionBlock(nn.Module):
             ``(hidden, weights)``: (B, T, d) block output and the weights or None.
         """
         queries = self._split_heads(self.q_proj(self.residual.pre(hidden)))
-        keys, values = self._keys_values(encoder_hidden, cache, layer_idx)
+        keys, values = cross_attention_keys_values(cache, layer_idx, lambda: self._project_keys_values(encoder_hidden))
         mask = None if encoder_mask is None else encoder_mask[:, None, None, :].to(torch.bool)
         dropout = self.attention_dropout if self.training else 0.0
         weights = None

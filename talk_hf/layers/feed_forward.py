@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from transformers.activations import ACT2FN
 
+from ..transformers_internals import ACT2FN
 from .residual import NormedResidual
 
 

@@ -14,7 +14,6 @@ from collections.abc import Callable
 import torch
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
-from transformers import initialization as init
 from transformers.modeling_outputs import (
     BaseModelOutput,
     BaseModelOutputWithPast,
@@ -22,7 +21,6 @@ from transformers.modeling_outputs import (
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
 )
-from transformers.utils.generic import can_return_tuple
 
 from ..cache import ConvCache, ConvEncoderDecoderCache
 from ..layers.conv_layers import ConvDecoderLayer, ConvEncoderLayer
@@ -31,6 +29,13 @@ from ..layers.dynamic_conv_mixer import LightConvCore
 from ..layers.feed_forward import FeedForwardBlock
 from ..layers.mixer_block import MixerBlock
 from ..layers.sinusoidal_positions import SinusoidalPositions, positions_from_mask
+from ..transformers_internals import (
+    FixedStateGenerationMixin,
+    activation_checkpointing_enabled,
+    can_return_tuple,
+    init,
+    split_cache,
+)
 from .input_checks import InputNames, check_stack_inputs, check_token_ids
 
 CoreFactory = Callable[..., nn.Module]
@@ -166,21 +171,12 @@ class ConvDecoder(_ConvStack):
         )
 
 
-def _checkpointing_activations(model: PreTrainedModel) -> bool:
-    """Whether activation (gradient) checkpointing is on, without the FutureWarning of the old name.
-
-    transformers 5.23 renamed ``is_gradient_checkpointing`` to ``is_activation_checkpointing``
-    (the old property warns); earlier 5.x releases have only the old name.
-    """
-    if hasattr(type(model), "is_activation_checkpointing"):
-        return model.is_activation_checkpointing
-    return model.is_gradient_checkpointing
-
-
-class ConvPreTrainedModel(PreTrainedModel):
+class ConvPreTrainedModel(FixedStateGenerationMixin, PreTrainedModel):
     """Weight init, cache policy and HF switches shared by every model of the package.
 
-    Subclasses set ``config_class`` and ``make_core`` (a staticmethod building a mixer core).
+    Subclasses set ``config_class`` and ``make_core`` (a staticmethod building a mixer core).  A
+    base model provides ``new_cache()``: the empty fixed-size generation state of its decoder, which
+    ``generate`` puts in place before the first forward (see `FixedStateGenerationMixin`).
     """
 
     base_model_prefix = "model"
@@ -200,10 +196,6 @@ class ConvPreTrainedModel(PreTrainedModel):
         elif isinstance(module, LightConvCore):
             init.xavier_uniform_(module.weight)
 
-    @classmethod
-    def _supports_default_dynamic_cache(cls) -> bool:
-        return False  # the model builds its own fixed-size ConvCache in forward
-
     def _switch(self, name: str, value: bool | None) -> bool:
         """An output switch (``output_hidden_states``, ...): the argument when given, so that an
         explicit False wins over the config, else the config's value."""
@@ -213,10 +205,10 @@ class ConvPreTrainedModel(PreTrainedModel):
         """The cache this forward fills: the given one, a new one, or None when caching is off
         (``use_cache`` False, or training with gradient checkpointing)."""
         use_cache = self.config.use_cache if use_cache is None else use_cache
-        if not use_cache or (self.training and _checkpointing_activations(self)):
+        if not use_cache or (self.training and activation_checkpointing_enabled(self)):
             return None
         cache = new_cache() if past_key_values is None else past_key_values
-        conv_cache = getattr(cache, "self_attention_cache", cache)
+        conv_cache, _ = split_cache(cache)
         if not isinstance(conv_cache, ConvCache):
             raise TypeError(
                 f"past_key_values must be the ConvCache (or EncoderDecoderCache around one) that this model "
@@ -294,6 +286,9 @@ class ConvHeadBase(ConvPreTrainedModel, GenerationMixin):
     def get_input_embeddings(self) -> nn.Embedding:
         return self.model.get_input_embeddings()
 
+    def new_cache(self):
+        return self.model.new_cache()
+
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.model.set_input_embeddings(value)
 
@@ -358,11 +353,14 @@ class ConvLMModel(ConvPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.decoder.embed_tokens = value
 
+    def new_cache(self) -> ConvCache:
+        return self.decoder.new_cache()
+
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, past_key_values=None, inputs_embeds=None,
                 use_cache=None, output_hidden_states=None, return_dict=None, **kwargs) -> BaseModelOutputWithPast:
         """input_ids (B, T); attention_mask (B, past + T) with 1 at real tokens (left padding allowed)."""
-        cache = self._cache_for_forward(use_cache, past_key_values, self.decoder.new_cache)
+        cache = self._cache_for_forward(use_cache, past_key_values, self.new_cache)
         hidden, all_hidden, _ = self.decoder(
             input_ids, attention_mask, inputs_embeds, past_key_values=cache,
             output_hidden_states=self._switch("output_hidden_states", output_hidden_states),

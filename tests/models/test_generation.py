@@ -3,9 +3,11 @@ left padding, continuation, and a state that does not grow."""
 
 import pytest
 import torch
+import transformers
+from packaging.version import Version
 from transformers import GenerationConfig
 
-from talk_hf import ConvCache
+from talk_hf import ConvCache, ConvWindowLayer
 
 from .helpers import CASE_IDS, CASES, PAD, generation_prompt, random_tokens
 
@@ -22,6 +24,15 @@ def _generate(model, inputs, seed=0, **kwargs):
     settings = dict(max_new_tokens=8, min_new_tokens=8, return_dict_in_generate=True, output_scores=True,
                     pad_token_id=PAD)
     return model.generate(**inputs, **{**settings, **kwargs})
+
+
+def _assert_same_generation(output, expected):
+    """The same tokens, and the same scores (-inf where the expected scores are -inf) at every step."""
+    assert torch.equal(output.sequences, expected.sequences)
+    for step, expected_step in zip(output.scores, expected.scores, strict=True):
+        finite = torch.isfinite(expected_step)
+        assert torch.equal(finite, torch.isfinite(step))
+        torch.testing.assert_close(step[finite], expected_step[finite], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
@@ -49,11 +60,7 @@ def test_generate_is_identical_with_and_without_cache(case, mode):
     inputs = generation_prompt(case)
     cached = _generate(model, inputs, use_cache=True, **MODES[mode])
     uncached = _generate(model, inputs, use_cache=False, **MODES[mode])
-    assert torch.equal(cached.sequences, uncached.sequences)
-    for step_cached, step_uncached in zip(cached.scores, uncached.scores, strict=True):
-        finite = torch.isfinite(step_uncached)
-        assert torch.equal(finite, torch.isfinite(step_cached))
-        torch.testing.assert_close(step_cached[finite], step_uncached[finite], rtol=1e-4, atol=1e-4)
+    _assert_same_generation(cached, uncached)
     assert isinstance(getattr(cached.past_key_values, "self_attention_cache", cached.past_key_values), ConvCache)
 
 
@@ -153,5 +160,84 @@ def test_cache_rows_can_be_repeated_and_selected(case):
     repeated = {key: value.repeat(2, 1) for key, value in source.items()}
     logits = model(**repeated, **{key: step.repeat(2, 1)}, past_key_values=cache).logits
     torch.testing.assert_close(logits, expected.expand(2, -1, -1), rtol=1e-5, atol=1e-5)
-    with pytest.raises(NotImplementedError, match="cannot be rolled back"):
-        cache.crop(1)
+
+
+def test_crop_rolls_a_recorded_window_back_exactly():
+    """After activate_past_recording, crop(-n) gives the state of a layer that never saw the last n rows."""
+    chunks = torch.randn(2, 9, 3).split([4, 5], dim=1)
+    recorded, reference = ConvWindowLayer(3), ConvWindowLayer(3)
+    recorded.activate_past_recording()
+    for layer in (recorded, reference):
+        layer.update_window(chunks[0])
+    recorded.update_window(chunks[1])
+    reference.update_window(chunks[1][:, :2])
+    recorded.crop(-3)
+    assert recorded.get_seq_length() == reference.get_seq_length() == 6
+    assert torch.equal(recorded.window, reference.window)
+    assert recorded.context.shape[1] == 3  # back to the fixed size
+    step = torch.randn(2, 1, 3)
+    assert torch.equal(recorded.update_window(step), reference.update_window(step))
+
+
+def test_crop_refuses_what_the_window_no_longer_holds():
+    layer = ConvWindowLayer(2)
+    layer.update_window(torch.randn(1, 5, 4))
+    with pytest.raises(ValueError, match="recorded 0 since its last crop"):
+        layer.crop(-1)  # not recording: the rows before the window are gone
+    layer.activate_past_recording()
+    layer.update_window(torch.randn(1, 2, 4))
+    layer.crop(0)  # cuts the context back to the window
+    with pytest.raises(ValueError, match="recorded 0"):
+        layer.crop(-1)
+    with pytest.raises(ValueError, match="minus the number of tokens"):
+        layer.crop(1)
+
+
+def _count_rollbacks(monkeypatch) -> list[int]:
+    """Record how many tokens each ConvWindowLayer.crop removes."""
+    removed, crop = [], ConvWindowLayer.crop
+
+    def counting_crop(self, tokens_to_remove):
+        removed.append(-tokens_to_remove)
+        crop(self, tokens_to_remove)
+
+    monkeypatch.setattr(ConvWindowLayer, "crop", counting_crop)
+    return removed
+
+
+def _repetitive_prompt() -> dict:
+    """A prompt that repeats a phrase, so that prompt lookup finds n-gram matches to draft from."""
+    phrase = random_tokens(1, 4, seed=11)
+    return dict(input_ids=phrase.repeat(1, 4))
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_prompt_lookup_decoding_gives_the_greedy_tokens(case, monkeypatch):
+    if case.is_seq2seq and Version(transformers.__version__) < Version("5.23"):
+        pytest.skip("prompt lookup on encoder-decoder models returns no tokens in transformers 5.17 (BART too)")
+    model = case.model()
+    inputs = _repetitive_prompt()
+    settings = dict(do_sample=False, max_new_tokens=24, min_new_tokens=24)
+    greedy = _generate(model, inputs, **settings)
+    removed = _count_rollbacks(monkeypatch)
+    drafted = _generate(model, inputs, prompt_lookup_num_tokens=4, max_matching_ngram_size=2, **settings)
+    _assert_same_generation(drafted, greedy)
+    assert any(count > 0 for count in removed), "no draft was rejected: the rollback went untested"
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_assisted_decoding_gives_the_greedy_tokens(case, monkeypatch):
+    """A different assistant (drafts are often rejected) and the model itself (always accepted).
+
+    The scores are compared too: with a crop that forgets to roll the windows back, the tokens
+    of these tiny models can survive, their scores do not."""
+    model = case.model()
+    torch.manual_seed(5)
+    other = case.head(case.config()).eval()
+    inputs = generation_prompt(case, batch=1)
+    settings = dict(do_sample=False, max_new_tokens=20, min_new_tokens=20)
+    greedy = _generate(model, inputs, **settings)
+    removed = _count_rollbacks(monkeypatch)
+    for assistant in (other, model):
+        _assert_same_generation(_generate(model, inputs, assistant_model=assistant, **settings), greedy)
+    assert any(count > 0 for count in removed)

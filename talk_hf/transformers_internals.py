@@ -1,0 +1,135 @@
+"""Every use of transformers' semi-internal API, in one place.
+
+The package otherwise imports only transformers' documented top-level names (``PreTrainedModel``,
+``PretrainedConfig``, ``GenerationMixin``, the ``modeling_outputs`` dataclasses).  What follows is
+public enough to rely on but not promised stable across 5.x minor releases: a release that moves
+or renames one of these breaks this file only.  Each item says what it is, why the package needs
+it, and which releases it was checked against (5.17 and 5.23 at the time of writing; the CI runs
+both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+# Cache base classes (``transformers.cache_utils``).  ``CacheLayerMixin`` is the per-layer state
+# protocol (``lazy_initialization``, ``get_seq_length``, ``reorder_cache``, ``crop``, batch ops,
+# ``is_initialized``) that `ConvWindowLayer` implements; ``Cache`` holds a list of such layers.
+# ``EncoderDecoderCache`` pairs a decoder cache with a ``DynamicCache`` of cross-attention keys/values.
+from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache, EncoderDecoderCache
+
+# Guarded weight initialisers (``init.normal_``, ``init.copy_`` ...) that skip weights loaded from a
+# checkpoint; ``PreTrainedModel._init_weights`` overrides must use them (transformers 5.x).
+from transformers import initialization as init
+
+# ``@can_return_tuple`` turns a model output into a tuple when ``return_dict=False`` (or the config
+# says so), as every built-in model's forward does.  Lives in ``transformers.utils.generic``.
+from transformers.utils.generic import can_return_tuple
+
+# The base class that makes a layer recomputable under gradient checkpointing (``modeling_layers``).
+from transformers.modeling_layers import GradientCheckpointingLayer
+
+# Activation functions by name, as in the built-in models' configs (``activations.ACT2FN``).
+from transformers.activations import ACT2FN
+
+__all__ = [
+    "ACT2FN",
+    "Cache",
+    "CacheLayerMixin",
+    "DynamicCache",
+    "EncoderDecoderCache",
+    "FixedStateEncoderDecoderCache",
+    "FixedStateGenerationMixin",
+    "GradientCheckpointingLayer",
+    "activation_checkpointing_enabled",
+    "can_return_tuple",
+    "cross_attention_keys_values",
+    "init",
+    "split_cache",
+]
+
+
+def activation_checkpointing_enabled(model: torch.nn.Module) -> bool:
+    """Whether activation (gradient) checkpointing is on.
+
+    transformers 5.23 renamed ``PreTrainedModel.is_gradient_checkpointing`` to
+    ``is_activation_checkpointing`` (the old property warns); 5.17 has only the old name.
+    """
+    if hasattr(type(model), "is_activation_checkpointing"):
+        return model.is_activation_checkpointing
+    return model.is_gradient_checkpointing
+
+
+def split_cache(past_key_values) -> tuple[Cache | None, Cache | None]:
+    """``(decoder_cache, cross_attention_cache)`` of an ``EncoderDecoderCache``, of a decoder-only
+    cache (cross part None), or of None.
+
+    Reads ``EncoderDecoderCache.self_attention_cache`` / ``.cross_attention_cache``: attributes, not
+    methods, of transformers' class.
+    """
+    if past_key_values is None:
+        return None, None
+    if isinstance(past_key_values, EncoderDecoderCache):
+        return past_key_values.self_attention_cache, past_key_values.cross_attention_cache
+    return past_key_values, None
+
+
+def cross_attention_keys_values(cache: DynamicCache | None, layer_idx: int, compute: Callable):
+    """A layer's cross-attention keys and values: from ``cache`` when it holds them, else
+    ``compute()`` (-> ``(keys, values)``, each (B, heads, S, head_dim)), stored into ``cache``.
+
+    Reads the ``keys`` / ``values`` tensors of a ``DynamicCache`` layer directly: ``update`` would
+    append the encoder keys again at every decoding step.
+    """
+    if cache is not None and cache.get_seq_length(layer_idx) > 0:
+        return cache.layers[layer_idx].keys, cache.layers[layer_idx].values
+    keys, values = compute()
+    if cache is not None:
+        cache.update(keys, values, layer_idx)
+    return keys, values
+
+
+class FixedStateEncoderDecoderCache(EncoderDecoderCache):
+    """An ``EncoderDecoderCache`` whose decoder half may be a fixed-size (non-``DynamicCache``) cache.
+
+    transformers' batch operations on an ``EncoderDecoderCache`` (repeat/select rows for contrastive
+    search, ``crop`` to roll back rejected draft tokens in assisted decoding) first call the
+    internal ``check_dynamic_cache``, which accepts only ``DynamicCache`` halves.  Subclasses whose
+    decoder cache implements those operations itself name its class in ``decoder_cache_class``.
+    """
+
+    decoder_cache_class: type[Cache]
+
+    def check_dynamic_cache(self, method: str) -> None:
+        if not isinstance(self.self_attention_cache, self.decoder_cache_class):
+            super().check_dynamic_cache(method)
+
+
+class FixedStateGenerationMixin:
+    """The two ``GenerationMixin`` hooks a model with its own fixed-size cache overrides.
+
+    The model provides ``new_cache()`` (an empty cache for one generation).
+
+    * ``_supports_default_dynamic_cache`` -> False: ``generate`` must not build a ``DynamicCache``.
+    * ``_prepare_cache_for_generation(generation_config, model_kwargs, ...)``: after transformers'
+      own checks (a user cache, ``use_cache=False``), put ``new_cache()`` into
+      ``model_kwargs["past_key_values"]``.  Assisted decoding requires a cache before the first
+      forward, and an assistant model's cache must record its past (``activate_past_recording``) so
+      that rejected draft tokens can be rolled back; transformers does that only for caches it
+      builds itself.  Same signature in 5.17 and 5.23.
+    """
+
+    new_cache: Callable[[], Cache]
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs):
+        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        if model_kwargs.get("past_key_values") is None and generation_config.use_cache:
+            model_kwargs["past_key_values"] = self.new_cache()
+            if generation_config.is_assistant:
+                model_kwargs["past_key_values"].activate_past_recording()
