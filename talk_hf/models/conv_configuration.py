@@ -22,11 +22,11 @@ def check_int(name: str, value: Any, minimum: int) -> None:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
 
 
-def check_token_id(name: str, value: Any, vocab_size: int) -> None:
-    """Require an int in [0, vocab_size)."""
+def check_token_id(name: str, value: Any, vocab_size: int, vocab_name: str = "vocab_size") -> None:
+    """Require an int in [0, vocab_size); ``vocab_name`` is the field that holds the size."""
     check_int(name, value, 0)
     if value >= vocab_size:
-        raise ValueError(f"{name}={value} must be < vocab_size={vocab_size}")
+        raise ValueError(f"{name}={value} must be < {vocab_name}={vocab_size}")
 
 
 def check_probability(name: str, value: Any) -> None:
@@ -76,8 +76,13 @@ class ConvLMConfigBase(PretrainedConfig):
             `Linear(d_model, conv_dim)` otherwise.
         activation_function (`str`): FFN activation, one of `relu`, `gelu`, `swish`, `silu`,
             `gelu_new`, `tanh`.
-        decoder_normalize_before (`bool`): pre-norm decoder blocks (plus a final LayerNorm) when
-            True, post-norm otherwise.
+        decoder_normalize_before (`bool`): pre-norm decoder blocks (plus a final LayerNorm, see
+            `decoder_final_layer_norm`) when True, post-norm otherwise.
+        decoder_final_layer_norm (`bool`): with pre-norm decoder blocks, a LayerNorm after the last
+            block (True, as in fairseq's translation models); fairseq's conv LM has none (False).
+            Ignored with post-norm blocks.
+        position_offset (`int`): added to every token's position (0 for the first real token)
+            before the sinusoidal embedding; fairseq's models count from `padding_idx + 1` (2).
         dropout (`float`): dropout after embeddings and on every block's output.
         activation_dropout (`float`): dropout after the FFN activation.
         input_dropout (`float`): dropout on a mixer block's input (before its projection).
@@ -109,6 +114,8 @@ class ConvLMConfigBase(PretrainedConfig):
     use_glu: bool = True
     activation_function: str = "relu"
     decoder_normalize_before: bool = False
+    decoder_final_layer_norm: bool = True
+    position_offset: int = 0
     dropout: float = 0.1
     activation_dropout: float = 0.0
     input_dropout: float = 0.0
@@ -138,6 +145,7 @@ class ConvLMConfigBase(PretrainedConfig):
         check_int("conv_dim", self.conv_dim, 1)
         check_int("decoder_layers", self.decoder_layers, 1)
         check_int("decoder_ffn_dim", self.decoder_ffn_dim, 1)
+        check_int("position_offset", self.position_offset, 0)
         check_divisible("conv_dim", self.conv_dim, "decoder_conv_heads", self.decoder_conv_heads)
         if self.activation_function not in ACTIVATIONS:
             raise ValueError(f"activation_function must be one of {ACTIVATIONS}, got {self.activation_function!r}")
@@ -175,6 +183,10 @@ class ConvSeq2SeqConfigBase(ConvLMConfigBase):
         attention_dropout (`float`): dropout on the cross-attention probabilities.
         share_encoder_decoder_embeddings (`bool`): one token embedding for source and target
             (a joint vocabulary); independent of `tie_word_embeddings`, which ties the LM head to it.
+        decoder_vocab_size (`int`, *optional*): size of the target vocabulary (decoder embeddings and
+            LM head) when it differs from the source's `vocab_size`, as in fairseq models with two
+            dictionaries; defaults to `vocab_size`. A separate size needs
+            `share_encoder_decoder_embeddings=False`.
         decoder_start_token_id (`int`): first decoder input; labels are shifted right behind it.
     """
 
@@ -191,11 +203,23 @@ class ConvSeq2SeqConfigBase(ConvLMConfigBase):
     encoder_normalize_before: bool = False
     attention_dropout: float = 0.0
     share_encoder_decoder_embeddings: bool = True
+    decoder_vocab_size: int | None = None
     decoder_start_token_id: int | None = 2
     is_encoder_decoder: bool = True
 
     def validate_fields(self) -> None:
+        if self.decoder_vocab_size is None:
+            self.decoder_vocab_size = self.vocab_size
         super().validate_fields()
+        check_int("decoder_vocab_size", self.decoder_vocab_size, 1)
+        if self.share_encoder_decoder_embeddings and self.decoder_vocab_size != self.vocab_size:
+            raise ValueError(
+                f"share_encoder_decoder_embeddings=True needs one vocabulary, but decoder_vocab_size="
+                f"{self.decoder_vocab_size} differs from vocab_size={self.vocab_size}"
+            )
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            if getattr(self, name) is not None:
+                check_token_id(name, getattr(self, name), self.decoder_vocab_size, "decoder_vocab_size")
         check_int("encoder_layers", self.encoder_layers, 1)
         check_int("encoder_ffn_dim", self.encoder_ffn_dim, 1)
         check_divisible("conv_dim", self.conv_dim, "encoder_conv_heads", self.encoder_conv_heads)
@@ -203,7 +227,8 @@ class ConvSeq2SeqConfigBase(ConvLMConfigBase):
         check_probability("attention_dropout", self.attention_dropout)
         if self.decoder_start_token_id is None:
             raise ValueError("decoder_start_token_id must be set for an encoder-decoder model")
-        check_token_id("decoder_start_token_id", self.decoder_start_token_id, self.vocab_size)
+        check_token_id("decoder_start_token_id", self.decoder_start_token_id, self.decoder_vocab_size,
+                       "decoder_vocab_size")
 
 
 def _preset(d_model: int, ffn_dim: int, heads: int, use_glu: bool, sizes_name: str, decoder_sizes: list[int],

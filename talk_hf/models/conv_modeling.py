@@ -59,16 +59,24 @@ def _mixer_and_ffn(config, core: nn.Module, ffn_dim: int, normalize_before: bool
 
 
 class _ConvStack(nn.Module):
-    """Token embedding, positions, input dropout and optional final LayerNorm of a layer stack."""
+    """Token embedding, positions, input dropout and optional final LayerNorm of a layer stack.
 
-    def __init__(self, config, normalize_before: bool, names: InputNames):
+    Args:
+        config: the model's configuration (``d_model``, ``scale_embedding``, ``position_offset``...).
+        vocab_size: rows of this stack's token embedding.
+        final_layer_norm: end with a LayerNorm (pre-norm stacks).
+        names: the argument names that input errors mention.
+    """
+
+    def __init__(self, config, vocab_size: int, final_layer_norm: bool, names: InputNames):
         super().__init__()
         self.names = names
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.embed_tokens = nn.Embedding(vocab_size, config.d_model, padding_idx=config.pad_token_id)
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         self.embed_positions = SinusoidalPositions(config.d_model)
+        self.position_offset = config.position_offset
         self.dropout = config.dropout
-        self.final_layer_norm = nn.LayerNorm(config.d_model) if normalize_before else None
+        self.final_layer_norm = nn.LayerNorm(config.d_model) if final_layer_norm else None
 
     def embed(self, input_ids, inputs_embeds, attention_mask, past_length: int) -> torch.Tensor:
         """(B, T) ids or (B, T, d) embeddings -> (B, T, d) scaled embeddings + positions, dropped out.
@@ -81,6 +89,7 @@ class _ConvStack(nn.Module):
             check_token_ids(self.names.ids, input_ids, self.embed_tokens.num_embeddings)
             inputs_embeds = self.embed_tokens(input_ids)
         positions = positions_from_mask(attention_mask, inputs_embeds.shape[1], past_length, inputs_embeds.device)
+        positions = positions + self.position_offset
         hidden = inputs_embeds * self.embed_scale + self.embed_positions(positions).to(inputs_embeds.dtype)
         return nn.functional.dropout(hidden, p=self.dropout, training=self.training)
 
@@ -92,7 +101,7 @@ class ConvEncoder(_ConvStack):
     """Bidirectional mixer layers over the source; (B, S) ids -> `BaseModelOutput` (B, S, d)."""
 
     def __init__(self, config, make_core: CoreFactory):
-        super().__init__(config, config.encoder_normalize_before, InputNames())
+        super().__init__(config, config.vocab_size, config.encoder_normalize_before, InputNames())
         self.layers = nn.ModuleList(
             ConvEncoderLayer(*_mixer_and_ffn(config, make_core(config, index, causal=False), config.encoder_ffn_dim,
                                              config.encoder_normalize_before))
@@ -118,7 +127,9 @@ class ConvDecoder(_ConvStack):
 
     def __init__(self, config, make_core: CoreFactory, cross_attention: bool):
         names = InputNames("decoder_input_ids", "decoder_attention_mask") if cross_attention else InputNames()
-        super().__init__(config, config.decoder_normalize_before, names)
+        vocab_size = config.decoder_vocab_size if cross_attention else config.vocab_size
+        final_layer_norm = config.decoder_normalize_before and config.decoder_final_layer_norm
+        super().__init__(config, vocab_size, final_layer_norm, names)
         self.layers = nn.ModuleList(
             ConvDecoderLayer(
                 index,
@@ -280,7 +291,9 @@ class ConvHeadBase(ConvPreTrainedModel, GenerationMixin):
     def __init__(self, config):
         super().__init__(config)
         self.model = self.base_model_class(config)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        # The head predicts the tokens its decoder reads: the target vocabulary.
+        target_vocab_size = self.model.get_input_embeddings().num_embeddings
+        self.lm_head = nn.Linear(config.d_model, target_vocab_size, bias=False)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -304,6 +317,19 @@ class ConvForConditionalGeneration(ConvHeadBase):
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def resize_token_embeddings(self, *args, **kwargs) -> nn.Embedding:
+        """Resize the target vocabulary (decoder embeddings and LM head; the source's too when they
+        are shared).  transformers writes the new size into ``vocab_size``; with separate source
+        and target embeddings it belongs in ``decoder_vocab_size``, and ``vocab_size`` (the
+        source's) stays."""
+        source_vocab_size = self.config.vocab_size
+        embeddings = super().resize_token_embeddings(*args, **kwargs)
+        if getattr(self.config, "decoder_vocab_size", None) is not None:
+            self.config.decoder_vocab_size = embeddings.num_embeddings
+            if not self.config.share_encoder_decoder_embeddings:
+                self.config.vocab_size = source_vocab_size
+        return embeddings
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
