@@ -1,6 +1,6 @@
-"""talk_hf: TaLK convolutions and DynamicConv/LightConv for HuggingFace Transformers.
+"""talk_hf: TaLK convolutions, DynamicConv/LightConv and SliceNet for HuggingFace Transformers.
 
-Importing the package registers its four model types with the Auto classes:
+Importing the package registers its five model types with the Auto classes:
 
 =================  ==========================  ====================================================
 model_type         config                      AutoModel / AutoModelForSeq2SeqLM / ...ForCausalLM
@@ -9,6 +9,7 @@ model_type         config                      AutoModel / AutoModelForSeq2SeqLM
 ``talk_lm``        `TaLKLMConfig`              `TaLKLMModel` / `TaLKForCausalLM`
 ``dynamic_conv``   `DynamicConvConfig`         `DynamicConvModel` / `DynamicConvForConditionalGeneration`
 ``dynamic_conv_lm``  `DynamicConvLMConfig`     `DynamicConvLMModel` / `DynamicConvForCausalLM`
+``slicenet``       `SliceNetConfig`            `SliceNetModel` / `SliceNetForConditionalGeneration`
 =================  ==========================  ====================================================
 """
 
@@ -25,6 +26,7 @@ from .models.dynamic_conv import (
     DynamicConvLMModel,
     DynamicConvModel,
 )
+from .models.slicenet import SliceNetConfig, SliceNetForConditionalGeneration, SliceNetModel
 from .models.talk import (
     TaLKConfig,
     TaLKForCausalLM,
@@ -60,6 +62,9 @@ __all__ = [
     "DynamicConvLMModel",
     "DynamicConvModel",
     "MODEL_FAMILIES",
+    "SliceNetConfig",
+    "SliceNetForConditionalGeneration",
+    "SliceNetModel",
     "TaLKConfig",
     "TaLKForCausalLM",
     "TaLKForConditionalGeneration",

@@ -1,4 +1,4 @@
-"""The package's four model types: (config, base model, generative head, Auto class of the head)."""
+"""The package's model types: (config, base model, generative head, Auto class of the head)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from .dynamic_conv.modeling_dynamic_conv import (
     DynamicConvLMModel,
     DynamicConvModel,
 )
+from .slicenet.configuration_slicenet import SliceNetConfig
+from .slicenet.modeling_slicenet import SliceNetForConditionalGeneration, SliceNetModel
 from .talk.configuration_talk import TaLKConfig, TaLKLMConfig
 from .talk.modeling_talk import TaLKForCausalLM, TaLKForConditionalGeneration, TaLKLMModel, TaLKModel
 
@@ -17,6 +19,7 @@ MODEL_FAMILIES = (
     (TaLKLMConfig, TaLKLMModel, TaLKForCausalLM, "AutoModelForCausalLM"),
     (DynamicConvConfig, DynamicConvModel, DynamicConvForConditionalGeneration, "AutoModelForSeq2SeqLM"),
     (DynamicConvLMConfig, DynamicConvLMModel, DynamicConvForCausalLM, "AutoModelForCausalLM"),
+    (SliceNetConfig, SliceNetModel, SliceNetForConditionalGeneration, "AutoModelForSeq2SeqLM"),
 )
 
 

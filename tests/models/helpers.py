@@ -14,6 +14,12 @@ SIZES = dict(vocab_size=VOCAB, d_model=16, decoder_layers=2, decoder_ffn_dim=32,
              dropout=0.0, init_std=0.5, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS)
 SEQ2SEQ_SIZES = dict(SIZES, encoder_layers=2, encoder_ffn_dim=32, encoder_conv_heads=2, decoder_attention_heads=2,
                      decoder_start_token_id=EOS)
+# SliceNet has no FFN or heads.  Separability -1 gives super-separable steps of 2 and 1 groups; 4
+# timescales fit the 16 channels; num_beams=1 because the generic tests expect greedy defaults
+# (SliceNet's own default is the paper's beam 4).
+SLICENET_SIZES = dict(vocab_size=VOCAB, d_model=16, encoder_layers=2, decoder_layers=2, kernel_sizes=[3, 5, 3],
+                      dilations=[1, 2, 1], separability=-1, timing_num_timescales=4, dropout=0.0, num_beams=1,
+                      pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS, decoder_start_token_id=EOS)
 
 
 @dataclass(frozen=True)
@@ -28,7 +34,7 @@ class Case:
 
     @property
     def is_seq2seq(self) -> bool:
-        return self.config_class.model_type in ("talk", "dynamic_conv")
+        return self.config_class.model_type in ("talk", "dynamic_conv", "slicenet")
 
     def config(self, **overrides):
         return self.config_class(**{**self.config_kwargs, **overrides})
@@ -49,6 +55,8 @@ CASES = [
          dict(SIZES, decoder_kernel_sizes=[3, 4])),
     Case("lightweight-lm", talk_hf.DynamicConvForCausalLM, talk_hf.DynamicConvLMModel, talk_hf.DynamicConvLMConfig,
          dict(SIZES, decoder_kernel_sizes=[2, 5], conv_type="lightweight")),
+    Case("slicenet", talk_hf.SliceNetForConditionalGeneration, talk_hf.SliceNetModel, talk_hf.SliceNetConfig,
+         SLICENET_SIZES),
 ]
 CASE_IDS = [case.name for case in CASES]
 

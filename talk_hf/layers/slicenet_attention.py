@@ -1,0 +1,112 @@
+"""SliceNet's timing signal and its single-head inner-product attention to the source.
+
+"Simple" attention (tensor2tensor, June 2017): no projections and one head; the source (the encoder
+output) is both keys and values.  Only causal convolutions mix decoder positions, so a decoder
+query depends on a bounded window of the past (see ``SliceNetDecoder``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .slicenet_conv import ConvStep
+
+
+class TimingSignal(nn.Module):
+    """Positions (B, T) -> (B, T, depth) sinusoids.
+
+    t2t (``num_timescales`` n): [sin(p * f_0..f_{n-1}), cos(p * f_0..f_{n-1}), zeros], with
+    f_i = min_timescale * exp(-i * ln(max_timescale / min_timescale) / (n - 1)), so only the first
+    2n channels carry timing.  The paper (``num_timescales=None``): channel 2i holds
+    sin(p / max_timescale^(2i / depth)) and channel 2i + 1 the cos, over the whole depth.
+
+    ``inv_freq`` is a non-persistent buffer; ``compute_inv_freq`` rebuilds it (models are built on
+    the meta device, so the model's ``_init_weights`` refills it).
+    """
+
+    def __init__(self, depth: int, num_timescales: int | None, min_timescale: float, max_timescale: float):
+        super().__init__()
+        self.depth = depth
+        self.num_timescales = num_timescales
+        self.min_timescale = min_timescale
+        self.max_timescale = max_timescale
+        self.register_buffer("inv_freq", self.compute_inv_freq(), persistent=False)
+
+    def compute_inv_freq(self) -> torch.Tensor:
+        """(n,) frequencies for t2t's signal, or (ceil(depth / 2),) for the paper's."""
+        if self.num_timescales is None:
+            pairs = torch.arange(0, self.depth, 2, dtype=torch.float32)
+            return torch.exp(pairs / self.depth * -math.log(self.max_timescale))
+        increment = math.log(self.max_timescale / self.min_timescale) / max(self.num_timescales - 1, 1)
+        return self.min_timescale * torch.exp(torch.arange(self.num_timescales, dtype=torch.float32) * -increment)
+
+    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        """positions: (B, T) (or (1, T)) absolute positions -> (B, T, depth) float32."""
+        angles = positions.unsqueeze(-1).float() * self.inv_freq
+        if self.num_timescales is None:
+            return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)[..., : self.depth]
+        signal = torch.cat([angles.sin(), angles.cos()], dim=-1)
+        return nn.functional.pad(signal, (0, self.depth - signal.shape[-1]))
+
+
+def simple_attention(query: torch.Tensor, source: torch.Tensor, source_mask: torch.Tensor | None):
+    """Attend(source, query) = softmax(query . source^T / sqrt(d)) . source, one head.
+
+    Args:
+        query: (B, T, d).
+        source: (B, S, d), the keys and the values.
+        source_mask: (B, S) bool, True at real source tokens, or None.
+
+    Returns:
+        ``(attended (B, T, d), weights (B, T, S))``; the softmax runs in float32 and padded
+        sources get weight 0.
+    """
+    scores = torch.matmul(query, source.transpose(1, 2)).float() / math.sqrt(query.shape[-1])
+    if source_mask is not None:
+        scores = scores.masked_fill(~source_mask.unsqueeze(1), torch.finfo(scores.dtype).min)
+    weights = torch.softmax(scores, dim=-1).to(source.dtype)
+    return torch.matmul(weights, source), weights
+
+
+class SliceAttention(nn.Module):
+    """The attention block: a query from causal ConvSteps over x + timing, then `simple_attention`.
+
+    ``residual="t2t"``: returns LN(x + Attend(source, q)); ``"paper"``: returns Attend(source, q).
+
+    Args:
+        d_model: channels.
+        kernel_sizes / dilations / separabilities: of the query steps (t2t: 5, 5 / 1, 4).
+        residual: ``"t2t"`` or ``"paper"``.
+        eps: LayerNorm epsilon.
+    """
+
+    def __init__(self, d_model: int, kernel_sizes: list[int], dilations: list[int], separabilities: list[int],
+                 residual: str, eps: float):
+        super().__init__()
+        self.query_steps = nn.ModuleList(
+            ConvStep(d_model, d_model, kernel, dilation, separability, causal=True, eps=eps)
+            for kernel, dilation, separability in zip(kernel_sizes, dilations, separabilities, strict=True)
+        )
+        self.norm = nn.LayerNorm(d_model, eps=eps) if residual == "t2t" else None
+
+    def forward(self, x: torch.Tensor, timing: torch.Tensor, source: torch.Tensor, source_mask: torch.Tensor | None,
+                padding_mask: torch.Tensor | None = None, cache=None):
+        """
+        Args:
+            x: (B, T, d) decoder states.
+            timing: (B or 1, T, d) timing signal of their positions.
+            source / source_mask: (B, S, d) encoder output and its (B, S) bool mask (or None).
+            padding_mask: (B, T) bool, True at real target tokens, or None.
+            cache: the decoder's `ConvCache`, or None.
+
+        Returns:
+            ``(out (B, T, d), weights (B, T, S))``.
+        """
+        query = x + timing
+        for step in self.query_steps:
+            query = step(query, padding_mask, cache)
+        attended, weights = simple_attention(query, source, source_mask)
+        return (attended if self.norm is None else self.norm(x + attended)), weights

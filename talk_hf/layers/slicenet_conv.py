@@ -1,0 +1,210 @@
+"""SliceNet's convolutions: `SliceConv` (t2t's ``subseparable_conv``), `ConvStep` and `ConvModule`.
+
+Layout (B, T, C) everywhere; the convolutions transpose to (B, C, T) for ``conv1d``.  A separability
+s selects the convolution type exactly as tensor2tensor does (paper Table 1, c channels, k taps):
+
+    s == 0   depthwise k-tap conv, then 1x1 conv                  k*c + c^2        ("Full")
+    s == 1   regular k-tap conv                                   k*c^2            ("None")
+    s  > 1   k-tap conv in s channel groups, then 1x1 with bias   k*c^2/s + c^2 + c  (sub-separable)
+    s  < 0   depthwise k-tap conv, then 1x1 in |s| groups         k*c + c^2/|s|    (super-separable)
+
+No k-tap convolution has a bias: a LayerNorm follows each one.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import initialization as init
+
+
+def tf_orthogonal_grouped(out_channels: int, in_per_group: int, kernel_size: int, groups: int,
+                          gain: float) -> torch.Tensor:
+    """A grouped ``conv1d`` weight (out_channels, in_per_group, kernel_size) initialised as
+    TensorFlow's orthogonal initialiser does one kernel per group.
+
+    TF flattens a kernel [k, 1, c_in, c_out] to the matrix (k * c_in, c_out) and makes that
+    orthogonal; ``torch.nn.init.orthogonal_`` would flatten (c_out, c_in * k) instead.
+    """
+    out_per_group = out_channels // groups
+    blocks = []
+    for _ in range(groups):
+        matrix = torch.nn.init.orthogonal_(torch.empty(kernel_size * in_per_group, out_per_group), gain)
+        blocks.append(matrix.view(kernel_size, in_per_group, out_per_group).permute(2, 1, 0))
+    return torch.cat(blocks)
+
+
+def tf_orthogonal_depthwise(channels: int, kernel_size: int, parts: int, gain: float) -> torch.Tensor:
+    """A depthwise ``conv1d`` weight (channels, 1, kernel_size) as TF initialises ``parts`` separate
+    depthwise kernels [k, 1, channels / parts, 1]: each flattens to one column, a unit vector
+    (times ``gain``) over its k * channels / parts entries."""
+    per_part = channels // parts
+    blocks = [torch.nn.init.orthogonal_(torch.empty(kernel_size * per_part, 1), gain).view(kernel_size, per_part).t()
+              for _ in range(parts)]
+    return torch.cat(blocks).unsqueeze(1)
+
+
+class SliceConv(nn.Module):
+    """t2t's ``subseparable_conv`` with "VALID" padding: (B, T + (k-1)*dilation, C_in) -> (B, T, C_out).
+
+    Args:
+        in_channels / out_channels: C_in and C_out.
+        kernel_size / dilation: taps k of the spatial convolution and their spacing.
+        separability: the convolution type (module docstring).
+
+    Parameters (``conv1d`` weights, (out, in / groups, taps)):
+        spatial_weight: the k-tap convolution, depthwise (C_in, 1, k) for s <= 0, else
+            (C_out, C_in / max(s, 1), k) in max(s, 1) groups.
+        pointwise_weight: the 1x1 convolution after it, in |s| groups for s < 0; None for s == 1.
+        pointwise_bias: (C_out,) for s > 1, else None.
+
+    ``parts`` is the number of channel parts t2t convolves separately (TensorFlow kernels per weight).
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, dilation: int, separability: int):
+        super().__init__()
+        self.separability = separability
+        self.dilation = dilation
+        self.parts = max(abs(separability), 1)
+        depthwise = separability <= 0
+        self.spatial_groups = in_channels if depthwise else separability
+        spatial_out = in_channels if depthwise else out_channels
+        self.spatial_weight = nn.Parameter(torch.empty(spatial_out, in_channels // self.spatial_groups, kernel_size))
+        self.pointwise_groups = self.parts if depthwise else 1
+        pointwise = None if separability == 1 else torch.empty(out_channels, spatial_out // self.pointwise_groups, 1)
+        self.pointwise_weight = None if pointwise is None else nn.Parameter(pointwise)
+        self.pointwise_bias = nn.Parameter(torch.empty(out_channels)) if separability > 1 else None
+
+    @property
+    def window(self) -> int:
+        """Input positions before an output's own that it reads: (k - 1) * dilation."""
+        return (self.spatial_weight.shape[-1] - 1) * self.dilation
+
+    def forward(self, context: torch.Tensor) -> torch.Tensor:
+        """context: (B, window + T, C_in), already padded (or preceded by cached inputs) -> (B, T, C_out)."""
+        out = self._spatial_step(context) if context.shape[1] == self.window + 1 else self._spatial(context)
+        return out if self.pointwise_weight is None else self._pointwise(out)
+
+    def _spatial(self, context: torch.Tensor) -> torch.Tensor:
+        """The k-tap convolution over a sequence: (B, window + T, C_in) -> (B, T, C_spatial)."""
+        out = nn.functional.conv1d(context.transpose(1, 2), self.spatial_weight, dilation=self.dilation,
+                                   groups=self.spatial_groups)
+        return out.transpose(1, 2)
+
+    def _spatial_step(self, context: torch.Tensor) -> torch.Tensor:
+        """The k-tap convolution of one position from its window + 1 inputs, in O(k C_in C_spatial / groups):
+        (B, window + 1, C_in) -> (B, 1, C_spatial).  (A decoding step; ``conv1d``'s per-call cost on
+        the CPU is far larger than this for a single position.)"""
+        groups = self.spatial_groups
+        taps = context[:, :: self.dilation].unflatten(-1, (groups, -1))  # (B, k, groups, C_in / groups)
+        weight = self.spatial_weight.unflatten(0, (groups, -1))  # (groups, C_spatial / groups, C_in / groups, k)
+        return torch.einsum("bkgi,goik->bgo", taps, weight).flatten(1).unsqueeze(1)
+
+    def _pointwise(self, x: torch.Tensor) -> torch.Tensor:
+        """The 1x1 convolution, as a (grouped) linear map: (B, T, C_spatial) -> (B, T, C_out)."""
+        weight = self.pointwise_weight.squeeze(-1)  # (C_out, C_spatial / groups)
+        if self.pointwise_groups == 1:
+            return nn.functional.linear(x, weight, self.pointwise_bias)
+        grouped = weight.unflatten(0, (self.pointwise_groups, -1))  # (groups, C_out / groups, C_spatial / groups)
+        return torch.einsum("btgi,goi->btgo", x.unflatten(-1, (self.pointwise_groups, -1)), grouped).flatten(-2)
+
+    @torch.no_grad()
+    def init_weights(self, initializer: str, gain: float, std: float) -> None:
+        """t2t's initialisation (``initializer="orthogonal"``, TF orientation) or N(0, std); the 1x1
+        bias is zero.  Weights loaded from a checkpoint are left alone."""
+        if self.pointwise_bias is not None:
+            init.zeros_(self.pointwise_bias)
+        for weight, parts in ((self.spatial_weight, self.parts), (self.pointwise_weight, self.pointwise_groups)):
+            if weight is None or getattr(weight, "_is_hf_initialized", False):
+                continue
+            if initializer == "normal":
+                init.normal_(weight, mean=0.0, std=std)
+            elif weight is self.spatial_weight and self.separability <= 0:
+                init.copy_(weight, tf_orthogonal_depthwise(weight.shape[0], weight.shape[-1], parts, gain))
+            else:
+                init.copy_(weight, tf_orthogonal_grouped(*weight.shape, parts, gain))
+
+
+class ConvStep(nn.Module):
+    """ReLU, zeroing of padded positions, `SliceConv`, LayerNorm: (B, T, C_in) -> (B, T, C_out).
+
+    The paper's ConvStep_{d,s}(W, x) = LN(SepConv_{d,s}(W, ReLU(x))), with t2t's zeroing of padding
+    after the ReLU.  An encoder step pads (k-1)*dilation/2 zeros on each side ("SAME").  A causal
+    (decoder) step sees (k-1)*dilation inputs to the left: zeros without a cache; with a cache, the
+    step's window in it (index ``cache_index``, set by the decoder), which it also updates.
+
+    Args:
+        in_channels / out_channels / kernel_size / dilation / separability: as `SliceConv`.
+        causal: decoder step.
+        eps: LayerNorm epsilon.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, dilation: int, separability: int,
+                 causal: bool, eps: float):
+        super().__init__()
+        self.causal = causal
+        self.conv = SliceConv(in_channels, out_channels, kernel_size, dilation, separability)
+        self.norm = nn.LayerNorm(out_channels, eps=eps)
+        self.cache_index: int | None = None
+
+    @property
+    def window(self) -> int:
+        """Past inputs a causal step needs: (k - 1) * dilation."""
+        return self.conv.window
+
+    def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None, cache=None) -> torch.Tensor:
+        """
+        Args:
+            x: (B, T, C_in) step input.
+            padding_mask: (B, T) bool, True at real tokens, or None.
+            cache: the decoder's `ConvCache`, or None (causal steps only).
+
+        Returns:
+            (B, T, C_out).
+        """
+        u = torch.relu(x)
+        if padding_mask is not None:
+            u = u * padding_mask.unsqueeze(-1).to(u.dtype)
+        if not self.causal:
+            half = self.window // 2
+            context = nn.functional.pad(u, (0, 0, half, half))
+        elif cache is not None:
+            past = cache.layers[self.cache_index].update_window(u)
+            context = torch.cat([past.to(u.dtype), u], dim=1)
+        else:
+            context = nn.functional.pad(u, (0, 0, self.window, 0))
+        return self.norm(self.conv(context))
+
+
+class ConvModule(nn.Module):
+    """A stack of ConvSteps with t2t's two residual sub-blocks: (B, T, d) -> (B, T, d).
+
+    With y = S2(S1(x)) and z = S_n(... S3(x + y)), it returns x + y + z (``residual="t2t"``) or
+    x + z (``residual="paper"``: skips from the module input to steps 2 and 4).
+
+    Args:
+        d_model: channels.
+        kernel_sizes / dilations / separabilities: per step (at least 3 steps).
+        causal: decoder module.
+        residual: ``"t2t"`` or ``"paper"``.
+        eps: LayerNorm epsilon.
+    """
+
+    def __init__(self, d_model: int, kernel_sizes: list[int], dilations: list[int], separabilities: list[int],
+                 causal: bool, residual: str, eps: float):
+        super().__init__()
+        self.residual = residual
+        self.steps = nn.ModuleList(
+            ConvStep(d_model, d_model, kernel, dilation, separability, causal, eps)
+            for kernel, dilation, separability in zip(kernel_sizes, dilations, separabilities, strict=True)
+        )
+
+    def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None, cache=None) -> torch.Tensor:
+        """x: (B, T, d); padding_mask: (B, T) bool or None; cache: `ConvCache` or None (decoder)."""
+        y = x
+        for step in self.steps[:2]:
+            y = step(y, padding_mask, cache)
+        z = x + y
+        for step in self.steps[2:]:
+            z = step(z, padding_mask, cache)
+        return x + y + z if self.residual == "t2t" else x + z

@@ -1,0 +1,275 @@
+"""SliceNet (Kaiser, Gomez & Chollet 2017): separable convolution stacks with attention, for translation.
+
+Data flow, as tensor2tensor's paper-era code (``attention_type="simple"``):
+
+    source ids -> embeddings * sqrt(d) + timing -> encoder layers (ConvModules, padding zeroed) -> [dropout] = enc
+    target ids (shifted right) -> embeddings * sqrt(d) = e
+        -> IO mixer: ConvStep([attention(e, enc) ; e]) -> decoder layers (ConvModule + attention to enc)
+        -> [dropout] -> LM head (tied to the embeddings, no bias)
+
+The decoder's only sequence mixers are causal convolutions (the attention reads the source), so a
+new token depends on a bounded window of the past: the generation cache keeps, per causal
+ConvStep, its last (k-1)*dilation inputs (`SliceNetDecoder.window_sizes`), and nothing grows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from transformers import initialization as init
+from transformers.modeling_outputs import BaseModelOutput, Seq2SeqModelOutput
+from transformers.utils.generic import can_return_tuple
+
+from ...cache import ConvEncoderDecoderCache
+from ...layers.conv_layers import split_cache
+from ...layers.sinusoidal_positions import positions_from_mask
+from ...layers.slicenet_attention import SliceAttention, TimingSignal
+from ...layers.slicenet_conv import ConvModule, ConvStep, SliceConv
+from ...layers.slicenet_layers import SliceNetDecoderLayer, SliceNetEncoderLayer, SliceNetIOMixer
+from ..conv_modeling import ConvForConditionalGeneration, ConvPreTrainedModel
+from ..input_checks import InputNames, check_stack_inputs, check_token_ids
+from .configuration_slicenet import SliceNetConfig
+
+
+class _SliceNetStack(nn.Module):
+    """Token embedding (scaled, with token dropout in training) and timing signal of a stack."""
+
+    def __init__(self, config: SliceNetConfig, names: InputNames):
+        super().__init__()
+        self.names = names
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.token_dropout = config.token_dropout
+        self.pad_token_id = config.pad_token_id
+        self.timing = TimingSignal(config.d_model, config.timing_num_timescales, config.timing_min_timescale,
+                                   config.timing_max_timescale)
+
+    def embed(self, input_ids, inputs_embeds, attention_mask, past_length: int) -> torch.Tensor:
+        """(B, T) ids or (B, T, d) embeddings -> (B, T, d) scaled embeddings.
+
+        attention_mask: (B, past_length + T) with 1 at real tokens, or None; every input is checked.
+        In training, ``token_dropout`` of the ids become the pad id (t2t's symbol dropout).
+        """
+        check_stack_inputs(self.names, input_ids, inputs_embeds, attention_mask, past_length,
+                           self.embed_tokens.embedding_dim)
+        if inputs_embeds is None:
+            check_token_ids(self.names.ids, input_ids, self.embed_tokens.num_embeddings)
+            if self.training and self.token_dropout > 0:
+                dropped = torch.rand(input_ids.shape, device=input_ids.device) < self.token_dropout
+                input_ids = input_ids.masked_fill(dropped, self.pad_token_id)
+            inputs_embeds = self.embed_tokens(input_ids)
+        return inputs_embeds * self.embed_scale
+
+    def timing_signal(self, attention_mask, length: int, past_length: int, like: torch.Tensor) -> torch.Tensor:
+        """(B or 1, T, d) timing of the last ``length`` positions, counted from the first real token."""
+        positions = positions_from_mask(attention_mask, length, past_length, like.device)
+        return self.timing(positions).to(like.dtype)
+
+
+class SliceNetEncoder(_SliceNetStack):
+    """InputEncoder(x) = ConvModule^L(x + timing): (B, S) ids -> `BaseModelOutput` (B, S, d), zero at padding."""
+
+    def __init__(self, config: SliceNetConfig):
+        super().__init__(config, InputNames())
+        module_dropout = config.dropout if config.dropout_placement == "module" else 0.0
+        self.layers = nn.ModuleList(
+            SliceNetEncoderLayer(
+                ConvModule(config.d_model, config.kernel_sizes, config.dilations, config.module_separabilities(),
+                           causal=False, residual=config.module_residual, eps=config.layer_norm_eps),
+                module_dropout,
+            )
+            for _ in range(config.encoder_layers)
+        )
+        self.dropout = nn.Dropout(config.dropout if config.dropout_placement == "stack" else 0.0)
+
+    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_hidden_states=None,
+                **kwargs) -> BaseModelOutput:
+        """input_ids (B, S) or inputs_embeds (B, S, d); attention_mask (B, S) with 1 at real tokens.
+
+        ``hidden_states``: the input of each layer, then the (dropped out) output.
+        """
+        hidden = self.embed(input_ids, inputs_embeds, attention_mask, past_length=0)
+        hidden = hidden + self.timing_signal(attention_mask, hidden.shape[1], 0, hidden)
+        padding_mask = None if attention_mask is None else attention_mask.bool()
+        all_hidden = []
+        for layer in self.layers:
+            all_hidden.append(hidden)
+            hidden = layer(hidden, padding_mask)
+        hidden = self.dropout(hidden)
+        all_hidden.append(hidden)
+        return BaseModelOutput(last_hidden_state=hidden, hidden_states=tuple(all_hidden) if output_hidden_states else None)
+
+
+class SliceNetDecoder(_SliceNetStack):
+    """Decoder(IOMixer(enc, e)) with causal convolutions; keeps its state in a `ConvCache`.
+
+    Every causal `ConvStep` owns one window of the cache: ``cache_index`` numbers them in the order
+    of `causal_steps` (IO mixer's attention, its mixing step, then each layer's module and attention).
+    """
+
+    def __init__(self, config: SliceNetConfig):
+        super().__init__(config, InputNames("decoder_input_ids", "decoder_attention_mask"))
+        d_model, eps = config.d_model, config.layer_norm_eps
+
+        def attention_block() -> SliceAttention:
+            return SliceAttention(d_model, config.attention_kernel_sizes, config.attention_dilations,
+                                  config.attention_separabilities(), config.attention_residual, eps)
+
+        self.io_mixer = SliceNetIOMixer(
+            attention_block(),
+            ConvStep(2 * d_model, d_model, config.io_mixer_kernel_size, 1, config.io_mixer_separability, causal=True,
+                     eps=eps),
+        )
+        module_dropout = config.dropout if config.dropout_placement == "module" else 0.0
+        self.layers = nn.ModuleList(
+            SliceNetDecoderLayer(
+                ConvModule(d_model, config.kernel_sizes, config.dilations, config.module_separabilities(),
+                           causal=True, residual=config.module_residual, eps=eps),
+                attention_block(), config.attention_residual, module_dropout,
+            )
+            for _ in range(config.decoder_layers)
+        )
+        self.dropout = nn.Dropout(config.dropout if config.dropout_placement == "stack" else 0.0)
+        for index, step in enumerate(self.causal_steps()):
+            step.cache_index = index
+
+    def causal_steps(self) -> list[ConvStep]:
+        """The decoder's ConvSteps, in registration order (the order of their cache windows)."""
+        return [module for module in self.modules() if isinstance(module, ConvStep)]
+
+    def window_sizes(self) -> list[int]:
+        """Per causal step, the number of past step inputs a new token needs; their sum is the
+        receptive field: target token t reaches the logits of positions t .. t + sum."""
+        return [step.window for step in self.causal_steps()]
+
+    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, encoder_hidden=None,
+                encoder_mask=None, past_key_values=None, output_attentions=False, output_hidden_states=False):
+        """
+        Args:
+            input_ids: (B, T) new target tokens (or inputs_embeds (B, T, d)).
+            attention_mask: (B, past + T) with 1 at real tokens, or None.
+            encoder_hidden / encoder_mask: (B, S, d) encoder output and its (B, S) mask (or None).
+            past_key_values: the `ConvCache` updated in place, or None.
+
+        Returns:
+            ``(hidden (B, T, d), hidden states or None, attention weights or None)``: the hidden states
+            are the IO mixer's output (the first layer's input) and each layer's output (the last one
+            dropped out); the weights, (B, 1, T, S) each, come from the IO mixer and then each layer.
+        """
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        embedded = self.embed(input_ids, inputs_embeds, attention_mask, past_length)
+        if encoder_hidden.shape[0] != embedded.shape[0]:
+            raise ValueError(f"the encoder's output has batch size {encoder_hidden.shape[0]} but "
+                             f"{self.names.ids} has {embedded.shape[0]}")
+        timing = self.timing_signal(attention_mask, embedded.shape[1], past_length, embedded)
+        padding_mask = None if attention_mask is None else attention_mask[:, -embedded.shape[1]:].bool()
+        source_mask = None if encoder_mask is None else encoder_mask.bool()
+        hidden, weights = self.io_mixer(embedded, timing, encoder_hidden, source_mask, padding_mask, past_key_values)
+        all_hidden, all_weights = [], [weights]
+        for layer in self.layers:
+            all_hidden.append(hidden)
+            hidden, weights = layer(hidden, timing, encoder_hidden, source_mask, padding_mask, past_key_values)
+            all_weights.append(weights)
+        hidden = self.dropout(hidden)
+        all_hidden.append(hidden)
+        return (
+            hidden,
+            tuple(all_hidden) if output_hidden_states else None,
+            tuple(weights.unsqueeze(1) for weights in all_weights) if output_attentions else None,
+        )
+
+
+class SliceNetPreTrainedModel(ConvPreTrainedModel):
+    """t2t's initialisation and the blocks FSDP shards one by one (``_no_split_modules``)."""
+
+    config_class = SliceNetConfig
+    _no_split_modules = ["SliceNetEncoderLayer", "SliceNetIOMixer", "SliceNetDecoderLayer"]
+    _supports_sdpa = False  # the attention has one head and no projections: plain matmuls
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """Convolutions orthogonal in TensorFlow's orientation (or normal); embeddings and an untied
+        output projection N(0, d_model^-0.5) with a zero pad row; LayerNorms 1 and 0; timing rebuilt."""
+        config = self.config
+        if isinstance(module, SliceConv):
+            module.init_weights(config.initializer, config.initializer_gain, config.init_std)
+        elif isinstance(module, (nn.Embedding, nn.Linear)):  # the token embeddings, an untied LM head
+            init.normal_(module.weight, mean=0.0, std=config.d_model**-0.5)
+            # Checked here: the row slice below loses the flag of a weight loaded from a checkpoint.
+            loaded = getattr(module.weight, "_is_hf_initialized", False)
+            if isinstance(module, nn.Embedding) and module.padding_idx is not None and not loaded:
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, TimingSignal):
+            init.copy_(module.inv_freq, module.compute_inv_freq())
+
+
+class SliceNetModel(SliceNetPreTrainedModel):
+    """SliceNet encoder and decoder without a head; returns `Seq2SeqModelOutput` (decoder states)."""
+
+    def __init__(self, config: SliceNetConfig):
+        super().__init__(config)
+        self.encoder = SliceNetEncoder(config)
+        self.decoder = SliceNetDecoder(config)
+        if config.share_encoder_decoder_embeddings:
+            # One module, not two tied ones: FSDP2 groups modules, and a weight reachable through a
+            # module outside the group that holds the embeddings would be sharded twice.
+            self.encoder.embed_tokens = self.decoder.embed_tokens
+            self._tied_weights_keys = {"encoder.embed_tokens.weight": "decoder.embed_tokens.weight"}
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.decoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.decoder.embed_tokens = value
+        if self.config.share_encoder_decoder_embeddings:
+            self.encoder.embed_tokens = value
+
+    def new_cache(self) -> ConvEncoderDecoderCache:
+        """An empty generation state: one window per causal step; the cross-attention half stays
+        empty (the attention reads the encoder output itself, which generate() carries)."""
+        return ConvEncoderDecoderCache(self.decoder.window_sizes())
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
+                encoder_outputs=None, past_key_values=None, inputs_embeds=None, decoder_inputs_embeds=None,
+                use_cache=None, output_attentions=None, output_hidden_states=None, return_dict=None,
+                **kwargs) -> Seq2SeqModelOutput:
+        """Source (B, S) and target (B, T) ids with their masks; see `Seq2SeqModelOutput`.
+
+        ``cross_attentions``: decoder_layers + 1 tensors (B, 1, T, S), the IO mixer's then each layer's.
+        """
+        output_hidden_states = self._switch("output_hidden_states", output_hidden_states)
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(input_ids, attention_mask, inputs_embeds, output_hidden_states)
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
+            raise ValueError("pass decoder_input_ids (or labels, which are shifted into decoder_input_ids)")
+        cache = self._cache_for_forward(use_cache, past_key_values, self.new_cache)
+        conv_cache, _ = split_cache(cache)
+        hidden, all_hidden, cross_attentions = self.decoder(
+            decoder_input_ids, decoder_attention_mask, decoder_inputs_embeds, encoder_outputs.last_hidden_state,
+            attention_mask, conv_cache, self._switch("output_attentions", output_attentions), output_hidden_states,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=hidden,
+            past_key_values=cache,
+            decoder_hidden_states=all_hidden,
+            cross_attentions=cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+        )
+
+
+class SliceNetForConditionalGeneration(SliceNetPreTrainedModel, ConvForConditionalGeneration):
+    """SliceNet with its LM head (tied to the token embeddings), for translation."""
+
+    base_model_class = SliceNetModel
+
+
+__all__ = ["SliceNetForConditionalGeneration", "SliceNetModel", "SliceNetPreTrainedModel"]
