@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from transformers import initialization as init
+
+from ..transformers_internals import init
 
 
 def tf_orthogonal_grouped(out_channels: int, in_per_group: int, kernel_size: int, groups: int,

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from transformers.modeling_layers import GradientCheckpointingLayer
 
+from ..transformers_internals import GradientCheckpointingLayer
 from .slicenet_attention import SliceAttention
 from .slicenet_conv import ConvModule, ConvStep
 

@@ -43,7 +43,7 @@ def test_trainer_lowers_the_lm_loss(case, tmp_path):
     assert trainer.evaluate(_lm_rows())["eval_loss"] < before
 
 
-@pytest.mark.parametrize("case", [CASES[0], CASES[2]], ids=["talk-seq2seq", "dynamic-seq2seq"])
+@pytest.mark.parametrize("case", [c for c in CASES if c.is_seq2seq], ids=[c.name for c in CASES if c.is_seq2seq])
 def test_seq2seq_trainer_trains_and_predicts_with_generate(case, tmp_path):
     model = case.model().train()
     args = _arguments(Seq2SeqTrainingArguments, tmp_path, predict_with_generate=True, generation_max_length=6)

@@ -18,16 +18,14 @@ import math
 
 import torch
 from torch import nn
-from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqModelOutput
-from transformers.utils.generic import can_return_tuple
 
 from ...cache import ConvEncoderDecoderCache
-from ...layers.conv_layers import split_cache
 from ...layers.sinusoidal_positions import positions_from_mask
 from ...layers.slicenet_attention import SliceAttention, TimingSignal
 from ...layers.slicenet_conv import ConvModule, ConvStep, SliceConv
 from ...layers.slicenet_layers import SliceNetDecoderLayer, SliceNetEncoderLayer, SliceNetIOMixer
+from ...transformers_internals import can_return_tuple, init, split_cache
 from ..conv_modeling import ConvForConditionalGeneration, ConvPreTrainedModel
 from ..input_checks import InputNames, check_stack_inputs, check_token_ids
 from .configuration_slicenet import SliceNetConfig
