@@ -9,14 +9,30 @@ baseline and our models compared by one script always have the same width, depth
 
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, GPT2Config, MarianConfig
 
-MODEL_TYPES = ("talk", "dynamic_conv", "lightconv", "transformer")
+MODEL_TYPES = ("talk", "dynamic_conv", "lightconv", "slicenet", "transformer")
+SEQ2SEQ_ONLY = ("slicenet",)  # SliceNet has no decoder-only form
 
 # model_type: (seq2seq config class, LM config class, name of the per-layer size lists, fixed fields)
 _FAMILIES = {
     "talk": ("TaLKConfig", "TaLKLMConfig", "max_offsets", {}),
     "dynamic_conv": ("DynamicConvConfig", "DynamicConvLMConfig", "kernel_sizes", {"conv_type": "dynamic"}),
     "lightconv": ("DynamicConvConfig", "DynamicConvLMConfig", "kernel_sizes", {"conv_type": "lightweight"}),
+    # SliceNet's kernel sizes are per step of every module, not per layer; it has no FFN and one head.
+    "slicenet": ("SliceNetConfig", None, None, {}),
 }
+
+
+def model_types(encoder_decoder):
+    """The `--model_type` choices of a translation (True) or language-modelling (False) script."""
+    return MODEL_TYPES if encoder_decoder else tuple(name for name in MODEL_TYPES if name not in SEQ2SEQ_ONLY)
+
+
+def config_classes(encoder_decoder):
+    """Our configuration classes a script can build (their presets are the `--preset` choices)."""
+    import talk_hf
+
+    names = {family[0 if encoder_decoder else 1] for family in _FAMILIES.values()} - {None}
+    return [getattr(talk_hf, name) for name in sorted(names)]
 
 
 def _size_fields(
@@ -31,6 +47,12 @@ def _size_fields(
 ):
     """Config fields for the size flags that were given (None leaves the preset's value)."""
     lists = _FAMILIES[family][2]
+    if family == "slicenet":
+        given = [f"--{name}" for name, value in (("ffn_dim", ffn_dim), ("heads", heads)) if value is not None]
+        if given:
+            raise ValueError(f"{' and '.join(given)} do not apply to slicenet (no feed-forward blocks, one attention head)")
+        fields = dict(d_model=d_model, dropout=dropout, encoder_layers=encoder_layers, decoder_layers=decoder_layers)
+        return {name: value for name, value in fields.items() if value is not None}
     sides = ("encoder", "decoder") if encoder_decoder else ("decoder",)
     fields = {"d_model": d_model, "dropout": dropout}
     for side in sides:
@@ -119,8 +141,8 @@ def build_model(model_type, tokenizer, encoder_decoder, preset="small", max_posi
         max_positions: longest sequence of the baseline (its position table); ours have none.
         sizes: d_model, ffn_dim, encoder_layers, decoder_layers, heads, dropout; None keeps the preset's.
     """
-    if model_type not in MODEL_TYPES:
-        raise ValueError(f"model_type must be one of {MODEL_TYPES}, not {model_type!r}")
+    if model_type not in model_types(encoder_decoder):
+        raise ValueError(f"model_type must be one of {model_types(encoder_decoder)}, not {model_type!r}")
     if model_type == "transformer":
         config = baseline_config(tokenizer, encoder_decoder, preset, max_positions, **sizes)
     else:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import talk_hf
 
-from .models import MODEL_TYPES
+from .models import config_classes, model_types
 from .tokenizer import KINDS
 
 
@@ -37,10 +37,9 @@ def add_tokenizer_options(parser, kind, vocab_size, min_frequency):
 
 def add_model_options(parser, encoder_decoder):
     group = parser.add_argument_group("model (sizes default to the preset's)")
-    group.add_argument("--model_type", choices=MODEL_TYPES, default="talk", help="transformer: the same-size baseline")
-    configs = (talk_hf.TaLKConfig, talk_hf.DynamicConvConfig) if encoder_decoder else (talk_hf.TaLKLMConfig,
-                                                                                         talk_hf.DynamicConvLMConfig)
-    presets = sorted(set().union(*(config.presets for config in configs)))
+    group.add_argument("--model_type", choices=model_types(encoder_decoder), default="talk",
+                       help="transformer: the same-size baseline")
+    presets = sorted(set().union(*(config.presets for config in config_classes(encoder_decoder))))
     group.add_argument("--preset", default="small", choices=presets,
                        help="a named configuration of our models (XConfig.from_preset)")
     group.add_argument("--d_model", type=int)

@@ -23,6 +23,23 @@ TRANSLATION = [
     *"--max_train_samples 200 --max_eval_samples 8 --vocab_size 300 --max_tokens 300 --num_beams 2".split(),
     *"--warmup_steps 2 --log_every 1".split(),
 ]
+
+
+def without_options(args: list[str], *names: str) -> list[str]:
+    """``args`` without the options ``names`` and their values."""
+    kept, skip = [], False
+    for arg in args:
+        if arg in names:
+            skip = True
+        elif skip:
+            skip = False
+        else:
+            kept.append(arg)
+    return kept
+
+
+# SliceNet has no feed-forward blocks and one attention head: the script rejects those flags.
+SLICENET_TRANSLATION = without_options(TRANSLATION, "--ffn_dim", "--heads")
 LANGUAGE_MODELING = [
     *("--data_dir", str(WIKITEXT), *TINY_MODEL),
     *"--max_train_samples 120 --max_eval_samples 40 --block_size 32 --max_tokens 128".split(),

@@ -11,10 +11,20 @@ from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokeni
 
 import talk_hf  # noqa: F401  (registers our models with the Auto classes)
 
-from .conftest import EXAMPLES, LANGUAGE_MODELING, TRANSLATION, load_script, read_log, requires_data, run
+from .conftest import (
+    EXAMPLES,
+    LANGUAGE_MODELING,
+    SLICENET_TRANSLATION,
+    TRANSLATION,
+    load_script,
+    read_log,
+    requires_data,
+    run,
+)
 
 pytestmark = [requires_data, pytest.mark.slow]  # subprocess runs of the scripts
-MODEL_TYPES = ["talk", "dynamic_conv", "lightconv", "transformer"]
+LM_MODEL_TYPES = ["talk", "dynamic_conv", "lightconv", "transformer"]
+TRANSLATION_MODEL_TYPES = [*LM_MODEL_TYPES, "slicenet"]
 # Two CPU processes on gloo. `accelerate launch --cpu --num_processes 2` would start only one (it
 # needs MPI for CPU); the multi-process launcher plus ACCELERATE_USE_CPU gives gloo processes.
 ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch"]  # `accelerate launch` of this Python
@@ -25,14 +35,14 @@ def without_time(records):
     return [{k: v for k, v in r.items() if k != "seconds"} for r in records]
 
 
-@pytest.mark.parametrize("model_type", MODEL_TYPES)
+@pytest.mark.parametrize("model_type", TRANSLATION_MODEL_TYPES)
 def test_translation_trains_evaluates_saves_and_reloads(tmp_path, model_type):
     report = model_type == "talk"  # the final test-set report (reload, BLEU, translations), once
     flags = ["--model_type", model_type, "--output_dir", tmp_path, *"--max_steps 2 --eval_every 2".split()]
     flags += ["--save_every", "1", "--test_split", "test" if report else ""]
     if model_type in ("dynamic_conv", "lightconv"):  # bf16 autocast (CPU here), as GPU runs train
         flags += ["--mixed_precision", "bf16"]
-    output = run("translation/train.py", *TRANSLATION, *flags)
+    output = run("translation/train.py", *(SLICENET_TRANSLATION if model_type == "slicenet" else TRANSLATION), *flags)
     steps, evaluations = read_log(tmp_path)
     assert [r["step"] for r in steps] == [1, 2] and all(r["tokens"] > 0 for r in steps)
     assert [r["step"] for r in evaluations] == [2] and 0 <= evaluations[0]["bleu"] <= 100
@@ -56,7 +66,7 @@ def test_translation_trains_evaluates_saves_and_reloads(tmp_path, model_type):
     assert ("auto_map" in hub_config) == (model_type != "transformer")
 
 
-@pytest.mark.parametrize("model_type", MODEL_TYPES)
+@pytest.mark.parametrize("model_type", LM_MODEL_TYPES)
 def test_language_model_trains_evaluates_saves_and_reloads(tmp_path, model_type):
     report = model_type == "talk"
     flags = ["--model_type", model_type, "--output_dir", tmp_path, *"--max_steps 2 --eval_every 2".split()]

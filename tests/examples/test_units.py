@@ -14,6 +14,7 @@ from accelerate import Accelerator
 from common import loop
 from common.batching import TokenBatchSampler, TranslationCollator, collate_lm, lm_blocks
 from common.loop import crossed_multiple, existing_dir, replace_dir, token_loss
+from common.models import build_model, our_config
 from common.tokenizer import get_tokenizer, train_tokenizer
 from transformers import AutoTokenizer
 
@@ -219,3 +220,23 @@ def test_help_shows_every_default_and_the_presets(script, capsys):
             assert "(default" in " ".join(block.split()), block
     assert "--preset {" in text and "small" in text
 
+
+
+class _Vocabulary(SimpleNamespace):
+    """What `build_model` reads of a tokenizer: its length and special ids."""
+
+    def __len__(self):
+        return 50
+
+
+def test_slicenet_is_a_translation_model_type_with_its_own_size_flags():
+    translation, language_modeling = load_script("translation/train.py"), load_script("language-modeling/train.py")
+    assert translation.parse_args(["--output_dir", "x", "--model_type", "slicenet"]).model_type == "slicenet"
+    with pytest.raises(SystemExit):  # not a choice of the LM script: SliceNet has no decoder-only form
+        language_modeling.parse_args(["--output_dir", "x", "--model_type", "slicenet"])
+    tokenizer = _Vocabulary(pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    with pytest.raises(ValueError, match="--ffn_dim and --heads do not apply to slicenet"):
+        build_model("slicenet", tokenizer, True, ffn_dim=64, heads=2)
+    config = our_config("slicenet", tokenizer, True, d_model=48, encoder_layers=1, dropout=0.2)
+    assert (config.model_type, config.d_model, config.encoder_layers, config.dropout) == ("slicenet", 48, 1, 0.2)
+    assert config.vocab_size == 50 and config.decoder_start_token_id == 2
