@@ -61,10 +61,12 @@ def simple_attention(query: torch.Tensor, source: torch.Tensor, source_mask: tor
         source_mask: (B, S) bool, True at real source tokens, or None.
 
     Returns:
-        ``(attended (B, T, d), weights (B, T, S))``; the softmax runs in float32 and padded
+        ``(attended (B, T, d), weights (B, T, S))``; the softmax runs in float32 at least (the
+        encoder output is an un-normalised residual sum: bf16/fp16 logits saturate), and padded
         sources get weight 0.
     """
-    scores = torch.matmul(query, source.transpose(1, 2)).float() / math.sqrt(query.shape[-1])
+    scores = torch.matmul(query, source.transpose(1, 2))
+    scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) / math.sqrt(query.shape[-1])
     if source_mask is not None:
         scores = scores.masked_fill(~source_mask.unsqueeze(1), torch.finfo(scores.dtype).min)
     weights = torch.softmax(scores, dim=-1).to(source.dtype)

@@ -60,6 +60,8 @@ class SliceConv(nn.Module):
         pointwise_bias: (C_out,) for s > 1, else None.
 
     ``parts`` is the number of channel parts t2t convolves separately (TensorFlow kernels per weight).
+    The parameters are allocated uninitialised: `init_weights` fills them (the model's
+    ``_init_weights`` calls it, once, after building on any device).
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, dilation: int, separability: int):
