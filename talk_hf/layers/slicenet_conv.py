@@ -1,6 +1,7 @@
 """SliceNet's convolutions: `SliceConv` (t2t's ``subseparable_conv``), `ConvStep` and `ConvModule`.
 
-Layout (B, T, C) everywhere; the convolutions transpose to (B, C, T) for ``conv1d``.  A separability
+Layout (B, T, C) everywhere: the k-tap convolutions transpose to (B, C, T) for ``conv1d``, the 1x1
+ones are linear maps over the channels, and the weights keep ``conv1d``'s shapes.  A separability
 s selects the convolution type exactly as tensor2tensor does (paper Table 1, c channels, k taps):
 
     s == 0   depthwise k-tap conv, then 1x1 conv                  k*c + c^2        ("Full")

@@ -234,6 +234,8 @@ class SliceNetConfig(PretrainedConfig):
             _check_positive(name, getattr(self, name))
         check_probability("dropout", self.dropout)
         check_probability("token_dropout", self.token_dropout)
+        if self.token_dropout > 0 and self.pad_token_id is None:
+            raise ValueError("token_dropout > 0 replaces ids by pad_token_id, which must then be set")
         _check_choice("dropout_placement", self.dropout_placement, ("stack", "module"))
         _check_choice("module_residual", self.module_residual, ("t2t", "paper"))
         _check_choice("attention_residual", self.attention_residual, ("t2t", "paper"))
