@@ -62,7 +62,7 @@ class SliceConv(nn.Module):
 
     ``parts`` is the number of channel parts t2t convolves separately (TensorFlow kernels per weight).
     The parameters are allocated uninitialised: `init_weights` fills them (the model's
-    ``_init_weights`` calls it, once, after building on any device).
+    ``_init_weights`` calls it).
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, dilation: int, separability: int):

@@ -138,8 +138,9 @@ class SliceNetDecoder(_SliceNetStack):
         return [module for module in self.modules() if isinstance(module, ConvStep)]
 
     def window_sizes(self) -> list[int]:
-        """Per causal step, the number of past step inputs a new token needs; their sum is the
-        receptive field: target token t reaches the logits of positions t .. t + sum."""
+        """Per causal step, the number of past step inputs a new token needs.  Their sum R bounds the
+        receptive field, target token t reaching the logits of positions t .. t + R; with t2t's
+        residuals every step lies on one path and the bound is reached."""
         return [step.window for step in self.causal_steps()]
 
     def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, encoder_hidden=None,
