@@ -20,7 +20,8 @@ TINY = dict(vocab_size=VOCAB, d_model=24, encoder_layers=2, decoder_layers=2, ke
 # Receptive field of TINY: attention 4 + 16 and IO mixer 2, then per layer module 2 + 8 + 2 and attention 20.
 TINY_REACH = 22 + 2 * (12 + 20)
 # Shorter windows for the generation tests (receptive field 8 + 2 * 12 = 32).
-SHORT = dict(TINY, kernel_sizes=[3, 3, 3], dilations=[1, 1, 1], attention_kernel_sizes=[3, 3], attention_dilations=[1, 2])
+SHORT = dict(TINY, kernel_sizes=[3, 3, 3], dilations=[1, 1, 1], attention_kernel_sizes=[3, 3],
+             attention_dilations=[1, 2])
 SHORT_REACH = 32
 
 OPTIONS = {

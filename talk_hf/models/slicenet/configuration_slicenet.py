@@ -204,7 +204,8 @@ class SliceNetConfig(PretrainedConfig):
 
     def module_separabilities(self) -> list[int]:
         """Per step of a ConvModule: t2t's rule applied to each residual sub-block."""
-        return step_separabilities(self.separability, 2) + step_separabilities(self.separability, len(self.kernel_sizes) - 2)
+        second_block = len(self.kernel_sizes) - 2
+        return step_separabilities(self.separability, 2) + step_separabilities(self.separability, second_block)
 
     def attention_separabilities(self) -> list[int]:
         """Per query step of an attention block (t2t: [s - 1, s] for s < 0)."""

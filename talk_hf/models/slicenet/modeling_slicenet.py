@@ -97,7 +97,8 @@ class SliceNetEncoder(_SliceNetStack):
             hidden = layer(hidden, padding_mask)
         hidden = self.dropout(hidden)
         all_hidden.append(hidden)
-        return BaseModelOutput(last_hidden_state=hidden, hidden_states=tuple(all_hidden) if output_hidden_states else None)
+        return BaseModelOutput(last_hidden_state=hidden,
+                               hidden_states=tuple(all_hidden) if output_hidden_states else None)
 
 
 class SliceNetDecoder(_SliceNetStack):
