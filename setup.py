@@ -37,7 +37,9 @@ setup(
         "ninja",  # torch.utils.cpp_extension builds the kernels with it on first use
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6.100", "sacrebleu>=2.4", "matplotlib>=3.7"],
+        # sacremoses: the Moses tokenizer of converted fairseq checkpoints (transformers' FSMTTokenizer)
+        "test": ["pytest>=8", "hypothesis>=6.100", "sacrebleu>=2.4", "matplotlib>=3.7", "sacremoses>=0.1"],
+        "convert": ["sacremoses>=0.1"],
         "examples": ["sacrebleu>=2.4", "matplotlib>=3.7", "tensorboard>=2.15"],
     },
     classifiers=[
