@@ -229,18 +229,34 @@ class ConvPreTrainedModel(FixedStateGenerationMixin, PreTrainedModel):
 
 
 class ConvSeq2SeqModel(ConvPreTrainedModel):
-    """Encoder + decoder with cross-attention; returns `Seq2SeqModelOutput` (decoder states)."""
+    """Encoder + decoder with cross-attention; returns `Seq2SeqModelOutput` (decoder states).
+
+    A family plugs in its mixer core (``make_core``), or its own stacks by overriding
+    ``build_encoder`` / ``build_decoder`` (SliceNet).  The stacks' contract, as `ConvEncoder` and
+    `ConvDecoder` keep it:
+
+    * encoder ``(input_ids, attention_mask, inputs_embeds, output_hidden_states) -> BaseModelOutput``;
+    * decoder ``(input_ids, attention_mask, inputs_embeds, encoder_hidden, encoder_mask, past_key_values,
+      output_attentions, output_hidden_states) -> (hidden, hidden states or None, attentions or None)``,
+      with ``embed_tokens`` (the target embeddings) and ``window_sizes()`` (its `ConvCache` windows).
+    """
 
     def __init__(self, config):
         super().__init__(config)
-        self.encoder = ConvEncoder(config, self.make_core)
-        self.decoder = ConvDecoder(config, self.make_core, cross_attention=True)
+        self.encoder = self.build_encoder(config)
+        self.decoder = self.build_decoder(config)
         if config.share_encoder_decoder_embeddings:
             # One module, not two tied ones: FSDP2 groups modules, and a weight reachable through a
             # module outside the group that holds the embeddings would be sharded twice.
             self.encoder.embed_tokens = self.decoder.embed_tokens
             self._tied_weights_keys = {"encoder.embed_tokens.weight": "decoder.embed_tokens.weight"}
         self.post_init()
+
+    def build_encoder(self, config) -> nn.Module:
+        return ConvEncoder(config, self.make_core)
+
+    def build_decoder(self, config) -> nn.Module:
+        return ConvDecoder(config, self.make_core, cross_attention=True)
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.decoder.embed_tokens

@@ -18,15 +18,14 @@ import math
 
 import torch
 from torch import nn
-from transformers.modeling_outputs import BaseModelOutput, Seq2SeqModelOutput
+from transformers.modeling_outputs import BaseModelOutput
 
-from ...cache import ConvEncoderDecoderCache
 from ...layers.sinusoidal_positions import positions_from_mask
 from ...layers.slicenet_attention import SliceAttention, TimingSignal
 from ...layers.slicenet_conv import ConvModule, ConvStep, SliceConv
 from ...layers.slicenet_layers import SliceNetDecoderLayer, SliceNetEncoderLayer, SliceNetIOMixer
-from ...transformers_internals import can_return_tuple, init, split_cache
-from ..conv_modeling import ConvForConditionalGeneration, ConvPreTrainedModel
+from ...transformers_internals import init, split_cache
+from ..conv_modeling import ConvForConditionalGeneration, ConvPreTrainedModel, ConvSeq2SeqModel
 from ..input_checks import InputNames, check_stack_inputs, check_token_ids
 from .configuration_slicenet import SliceNetConfig
 
@@ -151,13 +150,14 @@ class SliceNetDecoder(_SliceNetStack):
             input_ids: (B, T) new target tokens (or inputs_embeds (B, T, d)).
             attention_mask: (B, past + T) with 1 at real tokens, or None.
             encoder_hidden / encoder_mask: (B, S, d) encoder output and its (B, S) mask (or None).
-            past_key_values: the `ConvCache` updated in place, or None.
+            past_key_values: the `ConvEncoderDecoderCache` (its `ConvCache` is updated in place), or None.
 
         Returns:
             ``(hidden (B, T, d), hidden states or None, attention weights or None)``: the hidden states
             are the IO mixer's output (the first layer's input) and each layer's output (the last one
             dropped out); the weights, (B, 1, T, S) each, come from the IO mixer and then each layer.
         """
+        past_key_values, _ = split_cache(past_key_values)
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         embedded = self.embed(input_ids, inputs_embeds, attention_mask, past_length)
         if encoder_hidden.shape[0] != embedded.shape[0]:
@@ -207,63 +207,19 @@ class SliceNetPreTrainedModel(ConvPreTrainedModel):
             init.copy_(module.inv_freq, module.compute_inv_freq())
 
 
-class SliceNetModel(SliceNetPreTrainedModel):
-    """SliceNet encoder and decoder without a head; returns `Seq2SeqModelOutput` (decoder states)."""
+class SliceNetModel(SliceNetPreTrainedModel, ConvSeq2SeqModel):
+    """SliceNet encoder and decoder without a head; returns `Seq2SeqModelOutput` (decoder states).
 
-    def __init__(self, config: SliceNetConfig):
-        super().__init__(config)
-        self.encoder = SliceNetEncoder(config)
-        self.decoder = SliceNetDecoder(config)
-        if config.share_encoder_decoder_embeddings:
-            # One module, not two tied ones: FSDP2 groups modules, and a weight reachable through a
-            # module outside the group that holds the embeddings would be sharded twice.
-            self.encoder.embed_tokens = self.decoder.embed_tokens
-            self._tied_weights_keys = {"encoder.embed_tokens.weight": "decoder.embed_tokens.weight"}
-        self.post_init()
+    ``cross_attentions``: decoder_layers + 1 tensors (B, 1, T, S), the IO mixer's then each layer's.
+    The cache's cross-attention half stays empty: the attention reads the encoder output itself,
+    which generate() carries.
+    """
 
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.decoder.embed_tokens
+    def build_encoder(self, config: SliceNetConfig) -> SliceNetEncoder:
+        return SliceNetEncoder(config)
 
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.decoder.embed_tokens = value
-        if self.config.share_encoder_decoder_embeddings:
-            self.encoder.embed_tokens = value
-
-    def new_cache(self) -> ConvEncoderDecoderCache:
-        """An empty generation state: one window per causal step; the cross-attention half stays
-        empty (the attention reads the encoder output itself, which generate() carries)."""
-        return ConvEncoderDecoderCache(self.decoder.window_sizes())
-
-    @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
-                encoder_outputs=None, past_key_values=None, inputs_embeds=None, decoder_inputs_embeds=None,
-                use_cache=None, output_attentions=None, output_hidden_states=None, return_dict=None,
-                **kwargs) -> Seq2SeqModelOutput:
-        """Source (B, S) and target (B, T) ids with their masks; see `Seq2SeqModelOutput`.
-
-        ``cross_attentions``: decoder_layers + 1 tensors (B, 1, T, S), the IO mixer's then each layer's.
-        """
-        output_hidden_states = self._switch("output_hidden_states", output_hidden_states)
-        if encoder_outputs is None:
-            encoder_outputs = self.encoder(input_ids, attention_mask, inputs_embeds, output_hidden_states)
-        elif not isinstance(encoder_outputs, BaseModelOutput):
-            encoder_outputs = BaseModelOutput(*encoder_outputs)
-        if decoder_input_ids is None and decoder_inputs_embeds is None:
-            raise ValueError("pass decoder_input_ids (or labels, which are shifted into decoder_input_ids)")
-        cache = self._cache_for_forward(use_cache, past_key_values, self.new_cache)
-        conv_cache, _ = split_cache(cache)
-        hidden, all_hidden, cross_attentions = self.decoder(
-            decoder_input_ids, decoder_attention_mask, decoder_inputs_embeds, encoder_outputs.last_hidden_state,
-            attention_mask, conv_cache, self._switch("output_attentions", output_attentions), output_hidden_states,
-        )
-        return Seq2SeqModelOutput(
-            last_hidden_state=hidden,
-            past_key_values=cache,
-            decoder_hidden_states=all_hidden,
-            cross_attentions=cross_attentions,
-            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
-            encoder_hidden_states=encoder_outputs.hidden_states,
-        )
+    def build_decoder(self, config: SliceNetConfig) -> SliceNetDecoder:
+        return SliceNetDecoder(config)
 
 
 class SliceNetForConditionalGeneration(SliceNetPreTrainedModel, ConvForConditionalGeneration):
