@@ -30,3 +30,24 @@ def synchronize(device: torch.device | str) -> None:
     device = torch.device(device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def run_metadata(device: torch.device | str) -> dict:
+    """What a benchmark's JSON records about the run: device, threads, versions, the ops backend."""
+    import transformers
+
+    import talk_hf
+
+    return {
+        "device": str(device),
+        "device_name": device_name(device),
+        "cpu_threads": torch.get_num_threads(),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "talk_hf": talk_hf.__version__},
+        "ops_backend": talk_hf.ops._backend.requested_backend(None),
+    }
+
+
+def add_cpu_options(parser) -> None:
+    """``--threads`` and ``--out``, the options every benchmark script has."""
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--out", type=Path, default=None, help="JSON path (default: benchmarks/results/...)")

@@ -28,11 +28,10 @@ import time
 from pathlib import Path
 
 import torch
-import transformers
 from transformers import GPT2Config, GPT2LMHeadModel, MarianConfig, MarianMTModel
 
 import talk_hf
-from _device import device_name, synchronize
+from _device import add_cpu_options, run_metadata, synchronize
 
 SETTINGS = {"greedy-b1": (1, 1), "beam5-b8": (8, 5)}  # name: (batch, beams)
 
@@ -187,8 +186,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2, help="timed steps per (model, position) and round")
     parser.add_argument("--rounds", type=int, default=20, help="interleaved rounds over the (model, position) pairs")
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--out", type=Path, default=None, help="JSON path (default: benchmarks/results/...)")
+    add_cpu_options(parser)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -208,11 +206,7 @@ def main() -> None:
     statistic = "step_min_s" if args.device.startswith("cuda") else "step_cpu_s"
     report = {
         "benchmark": "bench_generate",
-        "device": args.device,
-        "device_name": device_name(args.device),
-        "cpu_threads": torch.get_num_threads(),
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "talk_hf": talk_hf.__version__},
-        "ops_backend": talk_hf.ops._backend.requested_backend(None),
+        **run_metadata(args.device),
         "shapes": {key: getattr(args, key) for key in ("d_model", "layers", "heads", "ffn", "vocab", "source_length", "positions")},
         "settings": {name: {"batch": batch, "beams": beams} for name, (batch, beams) in SETTINGS.items()},
         "results": results,

@@ -29,11 +29,10 @@ import time
 from pathlib import Path
 
 import torch
-import transformers
 from transformers import GPT2Config, GPT2LMHeadModel
 
 import talk_hf
-from _device import device_name, synchronize
+from _device import add_cpu_options, run_metadata, synchronize
 from talk_hf.models.conv_configuration import doubling_schedule
 
 
@@ -161,8 +160,7 @@ def main() -> None:
     parser.add_argument("--lookup-tokens", type=int, default=10, help="prompt_lookup_num_tokens")
     parser.add_argument("--ngram", type=int, default=2, help="max_matching_ngram_size")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--out", type=Path, default=None, help="JSON path (default: benchmarks/results/...)")
+    add_cpu_options(parser)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -182,11 +180,7 @@ def main() -> None:
 
     report = {
         "benchmark": "bench_speculative",
-        "device": args.device,
-        "device_name": device_name(args.device),
-        "cpu_threads": torch.get_num_threads(),
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "talk_hf": talk_hf.__version__},
-        "ops_backend": talk_hf.ops._backend.requested_backend(None),
+        **run_metadata(args.device),
         "settings": {key: value for key, value in vars(args).items() if key not in ("out",)},
         "speedup_statistic": "wall_s" if args.device.startswith("cuda") else "cpu_s",
         "results": results,

@@ -5,7 +5,6 @@ import copy
 import os
 from pathlib import Path
 
-import talk_hf
 
 from .models import config_classes, model_types
 from .tokenizer import KINDS

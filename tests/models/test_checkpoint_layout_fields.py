@@ -4,9 +4,8 @@ pre-norm decoder without a final LayerNorm, and separate source and target vocab
 import pytest
 import torch
 
-import talk_hf
 
-from .helpers import CASE_IDS, CASES, random_tokens
+from .helpers import CASES, random_tokens
 
 OUR_CASES = [case for case in CASES if hasattr(case.config_class, "position_offset")]
 SEQ2SEQ_CASES = [case for case in OUR_CASES if case.is_seq2seq]
