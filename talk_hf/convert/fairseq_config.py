@@ -29,6 +29,13 @@ _CONFIG_CLASSES = {
 # The FFN activation is fixed in fairseq's code: ReLU in lightconv.py, swish x*sigmoid(x) in the
 # TaLK plugin (transformers' "swish" is the same function).
 _ACTIVATIONS = {"lightconv": "relu", "talk": "swish"}
+# The architectures' default kernel sizes (LightConv/DynamicConv) or reaches (TaLK) per stack.
+_DEFAULT_KERNEL_SIZES = {
+    ("lightconv", "encoder"): [3, 7, 15, 31, 31, 31, 31],
+    ("lightconv", "decoder"): [3, 7, 15, 31, 31, 31],
+    ("talk", "encoder"): [1, 3, 7, 15, 15, 15, 15],
+    ("talk", "decoder"): [1, 3, 7, 15, 15, 15],
+}
 
 
 def detect_family(checkpoint: FairseqCheckpoint) -> str:
@@ -64,8 +71,7 @@ class _Arguments:
 
     def kernel_sizes(self, side: str, family: str) -> list[int]:
         """``<side>_kernel_size_list`` with fairseq's defaults; one entry is repeated to every layer."""
-        default = [3, 7, 15, 31, 31, 31, 31] if family == "lightconv" else [1, 3, 7, 15, 15, 15, 15]
-        sizes = list(self.get(f"{side}_kernel_size_list", default))
+        sizes = list(self.get(f"{side}_kernel_size_list", _DEFAULT_KERNEL_SIZES[family, side]))
         layers = self.require(f"{side}_layers")
         return sizes * layers if len(sizes) == 1 else sizes
 
@@ -89,6 +95,8 @@ def unsupported_features(checkpoint: FairseqCheckpoint, family: str) -> list[str
         problems.append(f"learned positional embeddings ({', '.join(learned)})")
     if args.get("no_token_positional_embeddings"):
         problems.append("no positional embeddings (no_token_positional_embeddings=True)")
+    if args.get("layernorm_embedding"):
+        problems.append("a LayerNorm on the embeddings (layernorm_embedding=True)")
     width = args.require("decoder_embed_dim")
     for name in ("decoder_input_dim", "decoder_output_dim"):
         if args.get(name, width) != width:

@@ -20,6 +20,8 @@ import json
 import re
 from pathlib import Path
 
+from transformers import FSMTTokenizer
+
 from .fairseq_dictionary import SPECIAL_SYMBOLS
 
 BPE_CONTINUATION = "@@"
@@ -61,7 +63,7 @@ def fsmt_merges(bpecodes: Path) -> str:
 
 
 def write_fsmt_tokenizer(output_dir: Path, source_symbols: list[str], target_symbols: list[str], bpecodes: Path,
-                         langs: tuple[str, str], lowercase: bool, model_max_length: int):
+                         langs: tuple[str, str], lowercase: bool, model_max_length: int) -> None:
     """Write an ``FSMTTokenizer`` into ``output_dir`` (its files and ``tokenizer_config.json``).
 
     Args:
@@ -71,24 +73,21 @@ def write_fsmt_tokenizer(output_dir: Path, source_symbols: list[str], target_sym
         lowercase: lowercase the input first (IWSLT14 was lowercased before BPE).
         model_max_length: the model's maximum source length (fairseq's ``max_source_positions``).
 
-    Returns:
-        The tokenizer, loaded from the written files.
-
     Raises:
         ImportError: ``sacremoses`` is not installed.
+        ValueError: the codes cannot be reproduced (see :func:`fsmt_merges`); nothing is written then.
     """
     if importlib.util.find_spec("sacremoses") is None:
         raise ImportError("the Moses tokenizer needs sacremoses: pip install 'talk_hf[convert]' "
                           "(or convert with --no-tokenizer)")
-    from transformers import FSMTTokenizer
-
+    merges = fsmt_merges(bpecodes)
     files = {"src_vocab_file": "vocab-src.json", "tgt_vocab_file": "vocab-tgt.json", "merges_file": "merges.txt"}
     paths = {key: output_dir / name for key, name in files.items()}
+    output_dir.mkdir(parents=True, exist_ok=True)
     for key, symbols in (("src_vocab_file", source_symbols), ("tgt_vocab_file", target_symbols)):
         paths[key].write_text(json.dumps(fsmt_vocabulary(symbols), ensure_ascii=False, indent=1) + "\n",
                               encoding="utf-8")
-    paths["merges_file"].write_text(fsmt_merges(bpecodes), encoding="utf-8")
+    paths["merges_file"].write_text(merges, encoding="utf-8")
     tokenizer = FSMTTokenizer(langs=list(langs), do_lower_case=lowercase, model_max_length=model_max_length,
                               **{key: str(path) for key, path in paths.items()})
-    tokenizer.save_pretrained(output_dir)
-    return tokenizer
+    tokenizer.save_pretrained(output_dir)  # adds tokenizer_config.json

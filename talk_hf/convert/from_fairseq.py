@@ -112,12 +112,13 @@ def convert_fairseq_checkpoint(checkpoint_path: str | Path, output_dir: str | Pa
         _check_dictionary_size(checkpoint, path, side_symbols, f"{stack}.embed_tokens.weight")
 
     config = config_from_fairseq(checkpoint, family, len(symbols[0]), len(symbols[1]))
-    model = family_of(config.model_type)[2](config)
+    head_class = family_of(config.model_type)[2]  # (config, base model, head, Auto class of the head)
+    model = head_class(config)
     load_converted(model, convert_state_dict(checkpoint.state_dict, config.tie_word_embeddings))
     model.generation_config = fairseq_generation_config(not language_model, num_beams, length_penalty)
-    output_dir = Path(output_dir)
-    model.to(dtype).save_pretrained(output_dir)
 
+    # The tokenizer before the weights: it can still fail (no sacremoses, codes of another format).
+    output_dir = Path(output_dir)
     if language_model:
         tokenizer_note = "No tokenizer: FSMTTokenizer is a translation tokenizer; inputs are dict.txt ids."
     elif not tokenizer:
@@ -125,7 +126,8 @@ def convert_fairseq_checkpoint(checkpoint_path: str | Path, output_dir: str | Pa
     else:
         tokenizer_note = _write_tokenizer(checkpoint, output_dir, symbols, langs, lowercase)
     logger.info(tokenizer_note)
-    card = model_card(checkpoint.path.parent.name, checkpoint.arch, family, config, model.generation_config,
-                      tokenizer_note)
+    model.to(dtype).save_pretrained(output_dir)
+    card = model_card(checkpoint.path.parent.name, output_dir.name, checkpoint.arch, family, config,
+                      model.generation_config, tokenizer_note)
     (output_dir / "README.md").write_text(card, encoding="utf-8")
     return config

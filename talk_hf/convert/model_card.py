@@ -21,12 +21,13 @@ SOURCES = {
 }
 
 
-def model_card(name: str, arch: str, family: str, config: PretrainedConfig, generation: GenerationConfig,
-               tokenizer_note: str) -> str:
+def model_card(name: str, folder: str, arch: str, family: str, config: PretrainedConfig,
+               generation: GenerationConfig, tokenizer_note: str) -> str:
     """Markdown with a YAML header (license, tags) for ``output_dir/README.md``.
 
     Args:
         name: the checkpoint's name (its archive folder).
+        folder: the converted model's folder, as the usage example loads it.
         arch: fairseq's architecture name.
         family: ``"lightconv"`` or ``"talk"``.
         config: the converted model's configuration.
@@ -35,14 +36,16 @@ def model_card(name: str, arch: str, family: str, config: PretrainedConfig, gene
     """
     origin, page, license_statement = SOURCES[family]
     seq2seq = config.is_encoder_decoder
-    auto_class = "AutoModelForSeq2SeqLM" if seq2seq else "AutoModelForCausalLM"
+    imports = "AutoModelForSeq2SeqLM, AutoTokenizer" if seq2seq else "AutoModelForCausalLM"
+    auto_class = imports.split(",")[0]
     usage = (
-        'tokenizer = AutoTokenizer.from_pretrained("PATH")\n'
+        f'tokenizer = AutoTokenizer.from_pretrained("{folder}")\n'
         'batch = tokenizer(["A sentence to translate."], return_tensors="pt", padding=True)\n'
         "print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))"
         if seq2seq else
-        "# fairseq's LMs read </s> (id 2) first: prepend it to every prompt\n"
-        "output = model.generate(input_ids=torch.tensor([[2, ...]]))"
+        "# fairseq's LMs read </s> (id 2) first: prepend it to the prompt's dict.txt ids\n"
+        "prompt_ids = [4, 5, 6]\n"
+        "print(model.generate(input_ids=torch.tensor([[2] + prompt_ids]))[0].tolist())"
     )
     return f"""---
 license: mit
@@ -66,9 +69,9 @@ Converted with `python -m talk_hf.convert fairseq` into talk_hf's `{config.model
 ```python
 import torch
 import talk_hf  # registers the model types
-from transformers import {auto_class}, AutoTokenizer
+from transformers import {imports}
 
-model = {auto_class}.from_pretrained("PATH")
+model = {auto_class}.from_pretrained("{folder}")
 {usage}
 ```
 
@@ -80,7 +83,7 @@ allowed first, `<pad>` never generated.
 
 The converter maps every parameter by name with exact shape checks and refuses options talk_hf cannot
 reproduce. Its tests convert small random checkpoints written by fairseq 0.12.2 (and by a CPU
-re-implementation of the TaLK plugin) and match fairseq's encoder outputs, logits and greedy
-translations to 1e-5 in float32. This checkpoint itself was not compared with fairseq's outputs.
+re-implementation of the TaLK plugin) and match fairseq's encoder outputs, logits, incremental
+decoding and greedy outputs to 1e-5 in float32. This checkpoint itself was not compared with fairseq's outputs.
 """
 

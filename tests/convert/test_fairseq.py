@@ -26,6 +26,7 @@ import talk_hf  # noqa: F401  (registers the model types with the Auto classes)
 from talk_hf.convert import convert_fairseq_checkpoint
 from talk_hf.convert.__main__ import main
 from talk_hf.convert.fairseq_checkpoint import load_fairseq_checkpoint
+from talk_hf.convert import fairseq_tokenizer
 from talk_hf.convert.fairseq_tokenizer import fsmt_merges, fsmt_vocabulary
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "fairseq"
@@ -202,6 +203,33 @@ def test_older_and_gpu_layouts_convert_to_the_same_model(layout, tmp_path):
     torch.testing.assert_close(*teacher_forced_logits(model, expected_outputs(name)), **TOLERANCE)
 
 
+def _widen_lightconv_iwslt_convolutions(state_dict):
+    """Random linear1 / linear2 for conv_dim 24 instead of d = 16 (LightConv kernels do not depend on it)."""
+    generator = torch.Generator().manual_seed(0)
+    shapes = {"linear1.weight": (24, 16), "linear1.bias": (24,), "linear2.weight": (16, 24)}
+    widened = {}
+    for name, tensor in state_dict.items():
+        shape = shapes.get(name.split(".", 3)[-1])  # "encoder.layers.0.linear1.weight" -> "linear1.weight"
+        widened[name] = tensor if shape is None else torch.randn(shape, generator=generator)
+    return widened
+
+
+def test_conv_width_other_than_the_model_width(tmp_path):
+    """No fixture has encoder_conv_dim = decoder_conv_dim != d: the mapping and the shape checks only."""
+    widened = write_variant(tmp_path, "lightconv_iwslt_de_en_args", {"encoder_conv_dim": 24, "decoder_conv_dim": 24},
+                            _widen_lightconv_iwslt_convolutions)
+    assert convert_fairseq_checkpoint(widened, tmp_path / "out", tokenizer=False).conv_dim == 24
+    model = load_converted_model(tmp_path / "out")
+    state_dict = load_fairseq_checkpoint(widened).state_dict
+    torch.testing.assert_close(model.model.decoder.layers[1].mixer.out_proj.weight,
+                               state_dict["decoder.layers.1.linear2.weight"], rtol=0, atol=0)
+    # The same weights under arguments that say conv_dim 16: refused, each shape named.
+    write_variant(tmp_path, "lightconv_iwslt_de_en_args", state_dict_update=_widen_lightconv_iwslt_convolutions)
+    with pytest.raises(ValueError, match=r"model.encoder.layers.0.mixer.in_proj.weight: checkpoint \(24, 16\), "
+                                         r"expected \(16, 16\)"):
+        convert_fairseq_checkpoint(tmp_path / "model.pt", tmp_path / "refused", tokenizer=False)
+
+
 @pytest.mark.parametrize("name", UNSUPPORTED)
 def test_unsupported_architectures_are_refused_by_name(name, tmp_path):
     features = json.loads((FIXTURES / name / "unsupported.json").read_text())["unsupported"]
@@ -348,5 +376,14 @@ def test_tokenizer_needs_subword_nmt_codes_version_0_2(tmp_path):
     checkpoint = _fixture_with_codes(tmp_path, IWSLT_CODES.replace("#version: 0.2\n", ""))
     with pytest.raises(ValueError, match="does not start with '#version: 0.2'.*--no-tokenizer"):
         convert_fairseq_checkpoint(checkpoint, tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # refused before anything is written
     convert_fairseq_checkpoint(checkpoint, tmp_path / "out", tokenizer=False)
     assert not (tmp_path / "out" / "tokenizer_config.json").exists()
+
+
+def test_tokenizer_without_sacremoses_says_how_to_install_it(tmp_path, monkeypatch):
+    checkpoint = _fixture_with_codes(tmp_path, IWSLT_CODES)
+    monkeypatch.setattr(fairseq_tokenizer.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ImportError, match=r"needs sacremoses: pip install 'talk_hf\[convert\]'.*--no-tokenizer"):
+        convert_fairseq_checkpoint(checkpoint, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
