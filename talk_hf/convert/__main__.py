@@ -42,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="source language of dict.<lang>.txt (default: the checkpoint's)")
     fairseq.add_argument("--target-lang", default=None,
                          help="target language of dict.<lang>.txt (default: the checkpoint's)")
-    fairseq.add_argument("--beam", type=int, default=5, help="beam size of the saved generation settings (default: %(default)s)")
+    fairseq.add_argument("--beam", type=int, default=5,
+                         help="beam size of the saved generation settings (default: %(default)s)")
     fairseq.add_argument("--lenpen", type=float, default=1.0,
                          help="length penalty of the saved generation settings, fairseq-generate's --lenpen "
                               "(default: %(default)s)")
@@ -50,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the tokenizer lowercases its input (the IWSLT14 models were trained lowercased)")
     fairseq.add_argument("--no-tokenizer", action="store_true",
                          help="write no tokenizer even if bpecodes is there (no sacremoses needed)")
-    fairseq.add_argument("--dtype", choices=DTYPES, default="float32", help="dtype of the saved weights (default: %(default)s)")
+    fairseq.add_argument("--dtype", choices=DTYPES, default="float32",
+                         help="dtype of the saved weights (default: %(default)s)")
     fairseq.add_argument("--allow-global", action="append", default=[], metavar="MODULE.NAME",
                          help="let the unpickler build this class too (only for a file you trust and a class "
                               "that holds plain data; by default only argparse.Namespace and numpy "

@@ -36,7 +36,7 @@ BPE_CODES_NAMES = ("bpecodes", "code")
 def fairseq_generation_config(seq2seq: bool, num_beams: int, length_penalty: float) -> GenerationConfig:
     """fairseq's ``SequenceGenerator`` defaults in transformers' terms.
 
-    fairseq starts the decoder with ``</s>``, bans ``<pad>`` always and ``</s>`` at the first step
+    fairseq starts the decoder (an LM too) with ``</s>``, bans ``<pad>`` always and ``</s>`` at the first step
     (``min_len`` 1), allows only ``</s>`` at step ``max_len`` and stops a beam search once
     ``num_beams`` hypotheses are finished (``early_stopping``).  ``max_length`` counts the start token.
     """
@@ -47,10 +47,10 @@ def fairseq_generation_config(seq2seq: bool, num_beams: int, length_penalty: flo
         min_length=2,
         forced_eos_token_id=EOS_ID,
         suppress_tokens=[PAD_ID],
-        bos_token_id=BOS_ID,
         eos_token_id=EOS_ID,
         pad_token_id=PAD_ID,
-        **({"decoder_start_token_id": EOS_ID} if seq2seq else {}),
+        # fairseq's decoders read </s> first: a translation starts from it, an LM without a prompt too.
+        **({"bos_token_id": BOS_ID, "decoder_start_token_id": EOS_ID} if seq2seq else {"bos_token_id": EOS_ID}),
         **beam_settings,
     )
 

@@ -8,8 +8,8 @@ from transformers import GenerationConfig, PretrainedConfig
 # family -> (origin, page with the released checkpoints, the license statement quoted from it)
 SOURCES = {
     "lightconv": (
-        "fairseq's LightConv/DynamicConv release (Wu et al., *Pay Less Attention with Lightweight and Dynamic "
-        "Convolutions*, ICLR 2019)",
+        ("fairseq's LightConv/DynamicConv release (Wu et al., *Pay Less Attention with Lightweight and Dynamic "
+         "Convolutions*, ICLR 2019)"),
         "https://github.com/facebookresearch/fairseq/blob/main/examples/pay_less_attention_paper/README.md",
         "fairseq(-py) is MIT-licensed. The license applies to the pre-trained models as well.",
     ),
