@@ -1,1 +1,2 @@
-"""The model families: TaLK (``models.talk``) and DynamicConv/LightConv (``models.dynamic_conv``)."""
+"""The model families: TaLK (``models.talk``), DynamicConv/LightConv (``models.dynamic_conv``) and
+SliceNet (``models.slicenet``); their shared encoder-decoder and LM classes are in ``conv_modeling``."""
