@@ -21,11 +21,11 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 RAYON_NUM_THREADS=1 TOKENIZERS_PARALL
 mkdir -p "$RUNS"
 python -m talk_hf.ops.build --cpu  # compile the C++ kernels now, not inside the first timed training step
 
-translation() {  # model_type source target
+translation() {  # model_type source target [extra flags]
     python examples/translation/train.py --data_dir "$DATA/multi30k" --source_lang "$2" --target_lang "$3" \
         --model_type "$1" --output_dir "$RUNS/multi30k-$2-$3-$1" --test_split test_2016_flickr \
         --max_train_minutes 25 --eval_every_minutes 5 --valid_num_beams 1 --num_beams 5 \
-        --warmup_steps 200 --save_every 100000 --eval_batch_size 128 \
+        --warmup_steps 200 --save_every 100000 --eval_batch_size 128 "${@:4}" \
         >"$RUNS/multi30k-$2-$3-$1.log" 2>&1
 }
 
@@ -46,6 +46,8 @@ if [[ " $PARTS " == *" translation "* ]]; then
         translation transformer en de
         translation lightconv en de
         translation transformer de en
+        # t2t's slicenet_1 structure at about the others' parameter count (no FFN: width instead)
+        translation slicenet en de --preset t2t-slicenet_1 --d_model 384 --dropout 0.1
     ) &
     wait
 fi
