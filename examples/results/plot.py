@@ -25,7 +25,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 
 # model_type in the checkpoint's config (and, for DynamicConv, its conv_type) -> label
-LABELS = {"talk": "TaLK", "marian": "Transformer", "gpt2": "GPT-2", "dynamic": "DynamicConv", "lightweight": "LightConv"}
+LABELS = {"talk": "TaLK", "marian": "Transformer", "gpt2": "GPT-2", "dynamic": "DynamicConv", "lightweight": "LightConv",
+          "slicenet": "SliceNet"}
 TASKS = {  # TASK prefix of the run folders -> (panel title, validation metric, whether higher is better)
     "multi30k-en-de": ("Multi30k En→De", "bleu", True),
     "multi30k-de-en": ("Multi30k De→En", "bleu", True),

@@ -36,6 +36,11 @@ def test_plot_writes_the_figure_summary_and_table(tmp_path):
         [*steps, {"step": 1, "seconds": 60.0, "train_tokens": 100, "valid_loss": 4.0, "bleu": 6.0}],
     )
     make_run(
+        runs / "multi30k-en-de-slicenet",
+        {"model_type": "slicenet"},
+        [*steps, {"step": 1, "seconds": 60.0, "train_tokens": 100, "valid_loss": 5.0, "bleu": 2.0}],
+    )
+    make_run(
         runs / "wikitext2-transformer",
         {"model_type": "gpt2"},
         [*steps, {"step": 1, "seconds": 60.0, "train_tokens": 100, "valid_loss": 6.0, "valid_ppl": 403.4}],
@@ -54,7 +59,8 @@ def test_plot_writes_the_figure_summary_and_table(tmp_path):
     assert result.returncode == 0, result.stderr
     summary = {(r["task"], r["model"]): r for r in json.loads((output / "summary.json").read_text())}
     assert set(summary) == {
-        ("multi30k-en-de", "TaLK"), ("multi30k-en-de", "LightConv"), ("wikitext2", "GPT-2"), ("wikitext2", "TaLK")
+        ("multi30k-en-de", "TaLK"), ("multi30k-en-de", "LightConv"), ("multi30k-en-de", "SliceNet"),
+        ("wikitext2", "GPT-2"), ("wikitext2", "TaLK"),
     }
     talk = summary["multi30k-en-de", "TaLK"]
     assert talk["parameters"] == 44 and talk["steps"] == 2 and talk["tokens_per_second"] == 3.0
