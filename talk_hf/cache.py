@@ -72,7 +72,7 @@ class ConvWindowLayer(CacheLayerMixin):
         if not self.is_initialized:
             self.lazy_initialization(inputs)
         past = self.window
-        context = torch.cat([self.context if self.record_past else past, inputs.to(past.dtype)], dim=1)
+        context = torch.cat([self.context, inputs.to(past.dtype)], dim=1)  # the window, + recorded rows
         # Without recording, keep a copy of the last rows only, so that the chunk's storage is freed.
         self.context = context if self.record_past else context[:, context.shape[1] - self.window_size:].clone()
         self.seen_tokens += inputs.shape[1]

@@ -48,7 +48,7 @@ def test_pre_norm_decoder_without_final_layer_norm(case, tmp_path):
         assert with_encoder_norm.model.encoder.final_layer_norm is not None  # the field is the decoder's
     assert case.model(decoder_normalize_before=True).model.decoder.final_layer_norm is not None
     model.save_pretrained(tmp_path)
-    assert type(case.head.from_pretrained(tmp_path).model.decoder.final_layer_norm) is type(None)
+    assert case.head.from_pretrained(tmp_path).model.decoder.final_layer_norm is None
 
 
 def _two_vocabularies(case, **overrides):
