@@ -11,6 +11,7 @@ Output folder layout (`output_dir`):
     last/       the latest model + tokenizer, `save_pretrained` format
     best/       the model + tokenizer with the best validation metric so far
     log.jsonl   one JSON record per logged step and per evaluation
+    args.json   the command-line settings of the run, defaults included (of its latest start)
 
 Every folder is written beside its final name and then renamed into place, so a run killed at any
 moment leaves the previous complete version (`X` or, if it died between two renames, `X.old`).
@@ -22,6 +23,7 @@ import math
 import os
 import shutil
 import time
+from collections import deque
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -58,6 +60,9 @@ def make_accelerator(args):
     set_seed(args.seed)
     hparams = {k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool))}
     accelerator.init_trackers("train", config=hparams)
+    if accelerator.is_main_process:  # the run's full settings, defaults included, beside its outputs
+        Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(args.output_dir) / "args.json").write_text(json.dumps(vars(args), indent=1) + "\n")
     return accelerator
 
 
@@ -117,6 +122,45 @@ class LossMeter:
     def result(self):
         loss = (torch.cat(self.nll).sum() / torch.cat(self.tokens).sum()).item()
         return {"valid_loss": loss, "valid_ppl": math.exp(min(loss, 50))}
+
+
+class WeightAverage:
+    """The parameters at the last `count` evaluations, and their mean: fairseq's checkpoint averaging.
+
+    The snapshots are float32 copies on the CPU (`count` x the model's size in memory). They are
+    saved with the Accelerate state (`register_for_checkpointing`), so a resumed run averages what an
+    uninterrupted one would. Every process keeps the same snapshots of its replicated parameters,
+    which is why sharded (FSDP) training is refused.
+    """
+
+    def __init__(self, model, count):
+        self.parameters = list(model.parameters())
+        self.snapshots = deque(maxlen=count)
+
+    def add(self):
+        """Keep the current parameters (the oldest snapshot drops out once there are `count`)."""
+        self.snapshots.append([p.detach().to("cpu", torch.float32, copy=True) for p in self.parameters])
+
+    @contextmanager
+    def swapped_in(self):
+        """Inside the block the model holds the mean of the snapshots; afterwards its own weights again."""
+        own = [p.detach().clone() for p in self.parameters]
+        with torch.no_grad():
+            for index, parameter in enumerate(self.parameters):
+                mean = sum(snapshot[index] for snapshot in self.snapshots) / len(self.snapshots)
+                parameter.copy_(mean)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for parameter, weights in zip(self.parameters, own, strict=True):
+                    parameter.copy_(weights)
+
+    def state_dict(self):
+        return {"snapshots": list(self.snapshots)}
+
+    def load_state_dict(self, state):
+        self.snapshots = deque(state["snapshots"], maxlen=self.snapshots.maxlen)
 
 
 @dataclass
@@ -260,6 +304,8 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
 
     Evaluates every `args.eval_every` steps, or each time the training time (evaluation and saving
     excluded) passes a multiple of `args.eval_every_minutes` when that is given, and at the end.
+    With `args.average_last` N, the mean of the weights of the last N evaluations is evaluated at the
+    end too (its log record says `averaged`: how many), and becomes best/ if it scores better.
 
     Args:
         model, optimizer, scheduler, train_loader: already passed through `accelerator.prepare`
@@ -268,8 +314,8 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
         loss_fn: (model, batch) -> (loss_sum, token_count) over the batch's target tokens.
         evaluate: (model) -> {name: float}, run on every process (evaluation is distributed).
         tokenizer: saved beside every model checkpoint.
-        args: max_steps, max_train_minutes, eval_every, eval_every_minutes, save_every, log_every,
-            clip_norm, output_dir, resume, stop_after_steps (see `options.add_training_options`).
+        args: max_steps, max_train_minutes, eval_every, eval_every_minutes, save_every, average_last,
+            log_every, clip_norm, output_dir, resume, stop_after_steps (see `options.add_training_options`).
         metric: (name, "max" or "min"), the key of `evaluate`'s result that picks `best/`.
     Returns:
         True when training reached `max_steps` or its time budget, False when `stop_after_steps`
@@ -278,6 +324,12 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
     output_dir = Path(args.output_dir)
     progress = Progress()
     accelerator.register_for_checkpointing(progress)
+    average = None
+    if args.average_last:
+        if accelerator.distributed_type == DistributedType.FSDP:
+            raise ValueError("--average_last keeps full copies of the weights: it does not work with FSDP sharding")
+        average = WeightAverage(model, args.average_last)
+        accelerator.register_for_checkpointing(average)
     state_dir = existing_dir(output_dir / "state")
     if args.resume and state_dir is not None:
         accelerator.load_state(state_dir)
@@ -293,7 +345,8 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
         save_model(accelerator, model, tokenizer, output_dir / "last", asdict(progress))
         save_state(accelerator, output_dir / "state")
 
-    def evaluate_and_keep_best():
+    def evaluate_and_keep_best(**about):
+        """Evaluate the model as it is; `about` (e.g. averaged=N) goes into the log and best/'s metadata."""
         model.eval()
         with torch.no_grad():
             metrics = evaluate(model)
@@ -303,15 +356,16 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
                 "step": progress.step,
                 "seconds": round(progress.train_seconds, 2),
                 "train_tokens": progress.train_tokens,
+                **about,
                 **metrics,
             }
         )
         if accelerator.is_main_process:
-            bar.write(f"step {progress.step}: {describe(metrics)}")
+            bar.write(f"step {progress.step}{' ' + describe(about) if about else ''}: {describe(metrics)}")
         value = metrics[metric_name]
         if progress.best is None or (value > progress.best if mode == "max" else value < progress.best):
             progress.best = value
-            save_model(accelerator, model, tokenizer, output_dir / "best", {**asdict(progress), **metrics})
+            save_model(accelerator, model, tokenizer, output_dir / "best", {**asdict(progress), **about, **metrics})
 
     def finished():
         return progress.step >= args.max_steps or progress.train_seconds >= budget_seconds
@@ -376,6 +430,11 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
             with clock.paused():
                 if done or eval_due:
                     evaluate_and_keep_best()
+                    if average is not None:
+                        average.add()
+                if done and average is not None and len(average.snapshots) > 1:
+                    with average.swapped_in():
+                        evaluate_and_keep_best(averaged=len(average.snapshots))
                 if done or progress.step % args.save_every == 0:
                     checkpoint()
             if done:

@@ -84,6 +84,13 @@ def add_training_options(parser, lr, max_tokens, schedule, warmup_steps, label_s
         help="evaluate after every this much training time instead of every --eval_every steps",
     )
     group.add_argument("--save_every", type=int, default=500, help="optimizer steps between last/ + state/ saves")
+    group.add_argument(
+        "--average_last",
+        type=int,
+        default=0,
+        help="at the end, also evaluate the mean of the weights of the last N evaluations (checkpoint "
+        "averaging) and keep it as best/ if it scores better; 0: off",
+    )
     group.add_argument("--log_every", type=int, default=20)
     group.add_argument("--eval_batch_size", type=int, default=64, help="sequences per evaluation batch and process")
     group.add_argument("--stop_after_steps", type=int, help="simulate a crash: stop after N steps without saving")
@@ -108,6 +115,8 @@ def check_args(args):
     for name in ("max_tokens", "gradient_accumulation_steps", "eval_every", "save_every", "log_every", "vocab_size"):
         if getattr(args, name) < 1:
             fail(f"--{name} must be >= 1")
+    if args.average_last == 1 or args.average_last < 0:
+        fail("--average_last must be 0 (off) or >= 2")
     if args.max_steps is not None and args.max_steps < 1:
         fail("--max_steps must be >= 1")
     for name in ("max_train_minutes", "eval_every_minutes"):

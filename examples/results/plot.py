@@ -2,20 +2,25 @@
 
     python examples/results/plot.py runs/results [examples/results]
 
-Each run folder is named TASK-MODEL_TYPE (`multi30k-en-de-talk`, `wikitext2-transformer`, ...) and
-holds the training script's `log.jsonl`, `test_results.json` and `best/`. Writes to the output
-folder (default: this script's):
+Each run folder is named TASK-MODEL_TYPE-sSEED (`multi30k-en-de-talk-s0`, `wikitext2-transformer-s2`,
+...; without `-sSEED` it is seed 0) and holds the training script's `log.jsonl`, `test_results.json`
+and `best/`. The runs of one task and model are its seeds. Writes to the output folder (default:
+this script's):
 
-    curves.png     validation BLEU (translation) or perplexity (LM) against training minutes,
-                   one panel per task and one line per model
-    summary.json   per run: parameters, steps, training minutes, target tokens per second,
-                   best validation metric and the test metrics
-    summary.md     the same as a Markdown table (also printed)
+    curves.png     validation BLEU (translation) or perplexity (LM) against training minutes, one
+                   panel per task, one line per model: the mean over its seeds at each evaluation,
+                   with a band from the lowest to the highest seed
+    summary.json   per task and model: the seeds' runs (parameters, steps, training minutes, target
+                   tokens per second, validation curve, best validation metric, test metrics) and
+                   their mean and standard deviation
+    summary.md     the same as a Markdown table, mean ± standard deviation over the seeds (also printed)
 """
 
 import argparse
 import json
 import math
+import re
+import statistics
 from pathlib import Path
 
 import matplotlib
@@ -27,11 +32,14 @@ from safetensors import safe_open  # noqa: E402
 # model_type in the checkpoint's config (and, for DynamicConv, its conv_type) -> label
 LABELS = {"talk": "TaLK", "marian": "Transformer", "gpt2": "GPT-2", "dynamic": "DynamicConv", "lightweight": "LightConv",
           "slicenet": "SliceNet"}
-TASKS = {  # TASK prefix of the run folders -> (panel title, validation metric, whether higher is better)
+TASKS = {  # TASK part of the run folders -> (panel title, validation metric, whether higher is better)
     "multi30k-en-de": ("Multi30k En→De", "bleu", True),
     "multi30k-de-en": ("Multi30k De→En", "bleu", True),
     "wikitext2": ("WikiText-2 (word level)", "valid_ppl", False),
+    "wikitext2-long": ("WikiText-2, blocks of 2,048", "valid_ppl", False),
 }
+SEED_SUFFIX = re.compile(r"-s(\d+)$")
+SUMMED = ("parameters", "steps", "tokens_per_second", "best_valid", "test")  # the fields given as mean ± std
 
 
 def model_label(best):
@@ -50,35 +58,78 @@ def parameter_count(best):
 
 
 def read_run(folder):
-    """Curve and summary of one run folder: {"task", "model", "curve": [(minutes, metric)], ...}."""
-    task, _ = folder.name.rsplit("-", 1)
-    _, metric, _ = TASKS[task]
+    """One seed's run: {"task", "model", "seed", "curve": [(minutes, metric)], "best_valid", "test"?, ...}."""
+    seed = SEED_SUFFIX.search(folder.name)
+    stem = folder.name[: seed.start()] if seed else folder.name
+    task = next((t for t in TASKS if stem.startswith(t + "-") and "-" not in stem[len(t) + 1 :]), None)
+    if task is None:
+        raise SystemExit(f"error: {folder.name} is not TASK-MODEL_TYPE[-sSEED] with TASK one of {', '.join(TASKS)}")
+    _, metric, higher_is_better = TASKS[task]
     records = [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines()]
     evaluations = [r for r in records if metric in r]
+    curve = [(r["seconds"] / 60, r[metric]) for r in evaluations if "averaged" not in r]  # the weights as trained
     last = records[-1]
-    summary = {
+    run = {
         "task": task,
         "model": model_label(folder / "best"),
+        "seed": int(seed.group(1)) if seed else 0,
         "parameters": parameter_count(folder / "best"),
         "steps": last["step"],
         "train_minutes": round(last["seconds"] / 60, 2),
         "tokens_per_second": round(last["train_tokens"] / last["seconds"], 1),
-        "curve": [(r["seconds"] / 60, r[metric]) for r in evaluations],
+        "curve": curve,
+        "best_valid": (max if higher_is_better else min)(r[metric] for r in evaluations),  # averages too
     }
     test_file = folder / "test_results.json"
     if test_file.exists():
-        summary["test"] = json.loads(test_file.read_text())
-    return summary
+        run["test"] = json.loads(test_file.read_text())["test_bleu" if metric == "bleu" else "test_ppl"]
+    return run
 
 
-def plot(runs, path):
-    tasks = [task for task in TASKS if any(run["task"] == task for run in runs)]
+def mean_and_std(values):
+    """(mean, sample standard deviation; 0 for one value) of a list of numbers."""
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def group(runs):
+    """Per (task, model), in TASKS order: {"task", "model", "seeds", "runs", FIELD: [mean, std] ...}."""
+    groups = {}
+    for run in sorted(runs, key=lambda r: (list(TASKS).index(r["task"]), r["model"], r["seed"])):
+        groups.setdefault((run["task"], run["model"]), []).append(run)
+    summaries = []
+    for (task, model), members in groups.items():
+        summary = {"task": task, "model": model, "seeds": [r["seed"] for r in members], "runs": members}
+        for field in SUMMED:
+            values = [r[field] for r in members if field in r]
+            if values:
+                summary[field] = list(mean_and_std(values))
+        summaries.append(summary)
+    return summaries
+
+
+def band(runs):
+    """(minutes, mean, lowest, highest) per evaluation index over the seeds that reached it."""
+    count = max(len(r["curve"]) for r in runs)
+    points = []
+    for index in range(count):
+        reached = [r["curve"][index] for r in runs if index < len(r["curve"])]
+        minutes = statistics.fmean(m for m, _ in reached)
+        values = [v for _, v in reached]
+        points.append((minutes, statistics.fmean(values), min(values), max(values)))
+    return list(zip(*points, strict=True))
+
+
+def plot(summaries, path):
+    tasks = [task for task in TASKS if any(s["task"] == task for s in summaries)]
     figure, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4), squeeze=False)
     for axis, task in zip(axes[0], tasks, strict=True):
         title, metric, _ = TASKS[task]
-        for run in (r for r in runs if r["task"] == task):
-            minutes, values = zip(*run["curve"], strict=True)
-            axis.plot(minutes, values, marker="o", label=run["model"])
+        for summary in (s for s in summaries if s["task"] == task):
+            minutes, mean, low, high = band(summary["runs"])
+            seeds = len(summary["runs"])
+            (line,) = axis.plot(minutes, mean, marker="o", label=f"{summary['model']} ({seeds} seed{'s' * (seeds > 1)})")
+            if seeds > 1:
+                axis.fill_between(minutes, low, high, color=line.get_color(), alpha=0.2)
         axis.set_title(title)
         axis.set_xlabel("training time (minutes, one CPU core)")
         if metric == "bleu":
@@ -92,24 +143,29 @@ def plot(runs, path):
     figure.savefig(path, dpi=120)
 
 
-def table(runs):
-    """The Markdown table of `runs`, one row per run."""
+def spread(summary, field, digits=1):
+    """`mean ± std` of a summary's field ('-' when no run has it; the mean alone for one seed)."""
+    if field not in summary:
+        return "-"
+    mean, std = summary[field]
+    return f"{mean:.{digits}f}" if len(summary["seeds"]) == 1 else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def table(summaries):
+    """The Markdown table: one row per task and model, mean ± std over its seeds."""
     lines = [
-        "| task | model | parameters | steps | target tokens/s | best validation (greedy BLEU / ppl) | test (beam-5 BLEU / ppl) |",
-        "|---|---|---|---|---|---|---|",
+        "| task | model | seeds | parameters | steps | target tokens/s | best validation (greedy BLEU / ppl) "
+        "| test (beam-5 BLEU / ppl) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for run in runs:
-        _, metric, higher_is_better = TASKS[run["task"]]
-        values = [value for _, value in run["curve"]]
-        best = max(values) if higher_is_better else min(values)
-        test = run.get("test", {})
-        if metric == "bleu":
-            valid, tested = f"BLEU {best:.1f}", f"BLEU {test['test_bleu']:.1f}" if test else "-"
-        else:
-            valid, tested = f"ppl {best:.1f}", f"ppl {test['test_ppl']:.1f}" if test else "-"
+    for summary in summaries:
+        title, metric, _ = TASKS[summary["task"]]
+        unit = "BLEU" if metric == "bleu" else "ppl"
+        test = spread(summary, "test")
         lines.append(
-            f"| {TASKS[run['task']][0]} | {run['model']} | {run['parameters'] / 1e6:.2f}M | {run['steps']} "
-            f"| {run['tokens_per_second']:.0f} | {valid} | {tested} |"
+            f"| {title} | {summary['model']} | {len(summary['seeds'])} | {summary['parameters'][0] / 1e6:.2f}M "
+            f"| {spread(summary, 'steps', 0)} | {spread(summary, 'tokens_per_second', 0)} "
+            f"| {unit} {spread(summary, 'best_valid')} | {test if test == '-' else f'{unit} {test}'} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -120,12 +176,12 @@ def main():
     parser.add_argument("output", type=Path, nargs="?", default=Path(__file__).parent)
     args = parser.parse_args()
     folders = sorted(f for f in args.runs.iterdir() if (f / "log.jsonl").exists() and (f / "best").is_dir())
-    runs = sorted(map(read_run, folders), key=lambda run: (list(TASKS).index(run["task"]), run["model"]))
+    summaries = group(map(read_run, folders))
     args.output.mkdir(parents=True, exist_ok=True)
-    plot(runs, args.output / "curves.png")
-    (args.output / "summary.json").write_text(json.dumps(runs, indent=1) + "\n")
-    (args.output / "summary.md").write_text(table(runs))
-    print(table(runs))
+    plot(summaries, args.output / "curves.png")
+    (args.output / "summary.json").write_text(json.dumps(summaries, indent=1) + "\n")
+    (args.output / "summary.md").write_text(table(summaries))
+    print(table(summaries))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import torch
 from safetensors.torch import save_file
 
@@ -19,55 +20,58 @@ def make_run(folder, config, records, test=None, weights=None):
         (folder / "test_results.json").write_text(json.dumps(test))
 
 
+def evaluations(metric, values):
+    """Log records: one training step and one evaluation per minute, with `metric` taking `values`."""
+    records = []
+    for minute, value in enumerate(values, start=1):
+        record = {"step": minute, "seconds": 60.0 * minute, "train_tokens": 180 * minute}
+        records += [{**record, "loss": 5.0}, {**record, "valid_loss": 4.0, metric: value}]
+    return records
+
+
 def test_plot_writes_the_figure_summary_and_table(tmp_path):
     runs, output = tmp_path / "runs", tmp_path / "out"
-    steps = [{"step": 1, "loss": 5.0, "train_tokens": 100, "seconds": 60.0}]
-    make_run(
-        runs / "multi30k-en-de-talk",
-        {"model_type": "talk"},
-        [*steps, {"step": 1, "seconds": 60.0, "train_tokens": 100, "valid_loss": 4.0, "bleu": 7.5},
-         {"step": 2, "loss": 4.0, "train_tokens": 360, "seconds": 120.0},
-         {"step": 2, "seconds": 120.0, "train_tokens": 360, "valid_loss": 3.0, "bleu": 12.25}],
-        test={"split": "test_2016_flickr", "test_bleu": 13.0},
-    )
-    make_run(
-        runs / "multi30k-en-de-lightconv",
-        {"model_type": "dynamic_conv", "conv_type": "lightweight"},
-        [*steps, {"step": 1, "seconds": 60.0, "train_tokens": 100, "valid_loss": 4.0, "bleu": 6.0}],
-    )
-    make_run(
-        runs / "multi30k-en-de-slicenet",
-        {"model_type": "slicenet"},
-        [*steps, {"step": 1, "seconds": 60.0, "train_tokens": 100, "valid_loss": 5.0, "bleu": 2.0}],
-    )
-    make_run(
-        runs / "wikitext2-transformer",
-        {"model_type": "gpt2"},
-        [*steps, {"step": 1, "seconds": 60.0, "train_tokens": 100, "valid_loss": 6.0, "valid_ppl": 403.4}],
-        test={"split": "test", "test_ppl": 380.0},
-        weights={"w": torch.zeros(3, 5)},
-    )
-    make_run(
-        runs / "wikitext2-talk",
-        {"model_type": "talk_lm"},
-        [*steps, {"step": 1, "seconds": 60.0, "train_tokens": 100, "valid_loss": 6.5, "valid_ppl": 665.1}],
-    )
+    # Two seeds of TaLK (the second stopped an evaluation early), one of the others.
+    make_run(runs / "multi30k-en-de-talk-s0", {"model_type": "talk"}, evaluations("bleu", [7.5, 12.0]),
+             test={"split": "test_2016_flickr", "test_bleu": 13.0})
+    make_run(runs / "multi30k-en-de-talk-s1", {"model_type": "talk"}, evaluations("bleu", [6.5]),
+             test={"split": "test_2016_flickr", "test_bleu": 11.0})
+    make_run(runs / "multi30k-en-de-lightconv", {"model_type": "dynamic_conv", "conv_type": "lightweight"},
+             evaluations("bleu", [6.0]))
+    make_run(runs / "multi30k-en-de-slicenet-s0", {"model_type": "slicenet"}, evaluations("bleu", [2.0]))
+    make_run(runs / "wikitext2-transformer-s0", {"model_type": "gpt2"}, evaluations("valid_ppl", [403.4, 390.0]),
+             test={"split": "test", "test_ppl": 380.0}, weights={"w": torch.zeros(3, 5)})
+    make_run(runs / "wikitext2-long-talk-s0", {"model_type": "talk_lm"}, evaluations("valid_ppl", [665.1]))
     (runs / "unfinished").mkdir()  # no log: ignored
     result = subprocess.run(
         [sys.executable, EXAMPLES / "results" / "plot.py", runs, output], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr
-    summary = {(r["task"], r["model"]): r for r in json.loads((output / "summary.json").read_text())}
-    assert set(summary) == {
-        ("multi30k-en-de", "TaLK"), ("multi30k-en-de", "LightConv"), ("multi30k-en-de", "SliceNet"),
-        ("wikitext2", "GPT-2"), ("wikitext2", "TaLK"),
-    }
+    summary = {(s["task"], s["model"]): s for s in json.loads((output / "summary.json").read_text())}
+    assert list(summary) == [  # TASKS order, then models by name
+        ("multi30k-en-de", "LightConv"), ("multi30k-en-de", "SliceNet"), ("multi30k-en-de", "TaLK"),
+        ("wikitext2", "GPT-2"), ("wikitext2-long", "TaLK"),
+    ]
     talk = summary["multi30k-en-de", "TaLK"]
-    assert talk["parameters"] == 44 and talk["steps"] == 2 and talk["tokens_per_second"] == 3.0
-    assert talk["curve"] == [[1.0, 7.5], [2.0, 12.25]] and talk["train_minutes"] == 2.0
-    assert summary["wikitext2", "GPT-2"]["parameters"] == 15
+    assert talk["seeds"] == [0, 1] and [r["curve"] for r in talk["runs"]] == [[[1.0, 7.5], [2.0, 12.0]], [[1.0, 6.5]]]
+    assert talk["parameters"] == [44, 0] and talk["steps"] == [1.5, pytest.approx(0.5**0.5)]
+    assert talk["best_valid"] == [9.25, pytest.approx(2.75 * 2**0.5)]  # 12.0 and 6.5
+    assert talk["test"] == [12.0, pytest.approx(2**0.5)] and talk["tokens_per_second"] == [3.0, 0.0]
+    assert summary["multi30k-en-de", "LightConv"]["seeds"] == [0] and "test" not in summary["multi30k-en-de", "LightConv"]
+    gpt2 = summary["wikitext2", "GPT-2"]
+    assert gpt2["parameters"] == [15, 0] and gpt2["best_valid"] == [390.0, 0.0]  # lower is better
     table = (output / "summary.md").read_text()
-    assert "| Multi30k En→De | TaLK | 0.00M | 2 | 3 | BLEU 12.2 | BLEU 13.0 |" in table
-    assert "| WikiText-2 (word level) | GPT-2 |" in table and "ppl 380.0" in table
-    assert "| Multi30k En→De | LightConv |" in table and table in result.stdout
+    assert "| Multi30k En→De | TaLK | 2 | 0.00M | 2 ± 1 | 3 ± 0 | BLEU 9.2 ± 3.9 | BLEU 12.0 ± 1.4 |" in table
+    assert "| Multi30k En→De | LightConv | 1 | 0.00M | 1 | 3 | BLEU 6.0 | - |" in table
+    assert "| WikiText-2 (word level) | GPT-2 | 1 | 0.00M | 2 | 3 | ppl 390.0 | ppl 380.0 |" in table
+    assert "| WikiText-2, blocks of 2,048 | TaLK |" in table and table in result.stdout
     assert (output / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_names_a_folder_it_cannot_place(tmp_path):
+    make_run(tmp_path / "runs" / "multi30k-xx-talk-s0", {"model_type": "talk"}, evaluations("bleu", [1.0]))
+    result = subprocess.run(
+        [sys.executable, EXAMPLES / "results" / "plot.py", tmp_path / "runs", tmp_path / "out"],
+        capture_output=True, text=True,
+    )
+    assert result.returncode != 0 and "multi30k-xx-talk-s0 is not TASK-MODEL_TYPE[-sSEED]" in result.stderr

@@ -58,6 +58,8 @@ def test_translation_trains_evaluates_saves_and_reloads(tmp_path, model_type):
             "marian" if model_type == "transformer" else model_type.replace("lightconv", "dynamic_conv")
         )
     assert json.loads((tmp_path / "last" / "training_state.json").read_text())["step"] == 2
+    settings = json.loads((tmp_path / "args.json").read_text())  # given flags and defaults alike
+    assert settings["model_type"] == model_type and settings["max_steps"] == 2 and settings["max_tokens"] > 0
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "best")
     batch = tokenizer(["Ein Hund läuft."], return_tensors="pt")
     assert model.generate(**batch, max_new_tokens=5).shape[0] == 1
@@ -112,10 +114,11 @@ def test_interrupted_run_resumes_exactly(tmp_path):
     """Kill after step 7 with state saved at step 6 (mid-epoch 1), resume: the same losses as without.
 
     10 lines make 17 blocks, 5 steps per epoch: the run crosses two epoch ends, one of them after
-    the resume, and dropout is on, so the restored RNG states matter too.
+    the resume, and dropout is on, so the restored RNG states matter too. The final average of the
+    weights at steps 5, 10 and 12 (--average_last 3) needs the step-5 weights from the saved state.
     """
     args = [*LANGUAGE_MODELING, *"--model_type talk --dropout 0.3 --max_train_samples 10".split()]
-    args += [*"--max_steps 12 --eval_every 5 --save_every 3".split(), "--test_split", ""]
+    args += [*"--max_steps 12 --eval_every 5 --save_every 3 --average_last 3".split(), "--test_split", ""]
     run("language-modeling/train.py", *args, "--output_dir", tmp_path / "whole")
     run("language-modeling/train.py", *args, "--output_dir", tmp_path / "cut", "--stop_after_steps", 7)
     cut_steps, _ = read_log(tmp_path / "cut")
@@ -127,6 +130,10 @@ def test_interrupted_run_resumes_exactly(tmp_path):
     assert max(r["epoch"] for r in whole_steps) >= 2  # the run crosses epochs, the cut is mid-epoch
     assert without_time(resumed_steps) == without_time(whole_steps)
     assert without_time(resumed_evals) == without_time(whole_evals)
+    assert [(r["step"], r.get("averaged")) for r in whole_evals] == [(5, None), (10, None), (12, None), (12, 3)]
+    best = json.loads((tmp_path / "whole" / "best" / "training_state.json").read_text())
+    assert best["valid_ppl"] == min(r["valid_ppl"] for r in whole_evals)
+    assert best.get("averaged") == (3 if whole_evals[-1]["valid_ppl"] == best["valid_ppl"] else None)
 
 
 def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
@@ -198,6 +205,7 @@ def test_fsdp_matches_plain_training_and_resumes_exactly(tmp_path):
         ("translation/train.py", ["--label_smoothing", "1.5"], "--label_smoothing must be in"),
         ("language-modeling/train.py", ["--max_tokens", "64", "--block_size", "128"], "holds no block"),
         ("language-modeling/train.py", ["--gradient_accumulation_steps", "0"], "must be >= 1"),
+        ("translation/train.py", ["--average_last", "1"], "--average_last must be 0 \\(off\\) or >= 2"),
     ],
 )
 def test_bad_flags_fail_with_a_clear_message(tmp_path, script, flags, message):
