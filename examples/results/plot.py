@@ -35,6 +35,7 @@ LABELS = {"talk": "TaLK", "marian": "Transformer", "gpt2": "GPT-2", "dynamic": "
 TASKS = {  # TASK part of the run folders -> (panel title, validation metric, whether higher is better)
     "multi30k-en-de": ("Multi30k En→De", "bleu", True),
     "multi30k-de-en": ("Multi30k De→En", "bleu", True),
+    "multi30k-en-de-25min": ("Multi30k En→De, 25 minutes", "bleu", True),
     "wikitext2": ("WikiText-2 (word level)", "valid_ppl", False),
     "wikitext2-long": ("WikiText-2, blocks of 2,048", "valid_ppl", False),
 }

@@ -1,68 +1,82 @@
 #!/usr/bin/env bash
 # The measured comparison of the README ("Measured results"): every model trained by the same
-# script for the same fixed budget of training time on a 2-core CPU, two runs side by side with
-# one thread each (so every run gets one core for its whole budget).
+# script, with the scripts' default recipe (chosen on validation data: examples/results/recipe-search),
+# for the same budget of training time on a 2-core CPU, two runs side by side with one thread each
+# (every run has one core for its whole budget), three seeds each.
 #
 #   bash examples/results/reproduce.sh [DATA] [RUNS] [PARTS]
 #
-# DATA: ../shared/data; RUNS: runs/results; PARTS: "translation lm" (both, one after the other).
-#
-# Translation: Multi30k, 8k joint BPE, d=256 3+3 layers ("small" preset), 25 training minutes,
-# validation BLEU (greedy) every 5 training minutes, test_2016_flickr BLEU with beam 5 at the end.
-# Language modelling: WikiText-2 word level, d=256 3 layers, 15 training minutes (about 160 steps of
-# 4,096 tokens on one core: the output layer over the 33k-word vocabulary dominates a step).
-# At the end: the figure and table of the README (plot.py), and the small TaLK translation models'
-# configuration, training log and metrics (not their weights) copied here.
+# DATA: ../shared/data; RUNS: runs/results; PARTS (default: all four, in this order):
+#   translation  Multi30k En→De and De→En, TaLK, the Transformer baseline, DynamicConv, LightConv and
+#                SliceNet, 12 training minutes each; validation BLEU (greedy) every 4 minutes,
+#                test_2016_flickr BLEU with beam 5 at the end
+#   goal         Multi30k En→De, TaLK and the Transformer, 25 training minutes each (the goal of #15)
+#   lm           WikiText-2 word level, TaLK, DynamicConv and GPT-2, blocks of 256, 12 minutes each
+#   long         the same with blocks of 2,048 tokens, where attention's cost grows and ours does not
+# Run folders are TASK-MODEL_TYPE-sSEED. A finished run (test_results.json) is skipped and an
+# interrupted one resumes from its last saved state, so the script can be stopped and started again;
+# seeds go outermost, so a partial pass has whole seeds. At the end plot.py draws the README's figure
+# and table (examples/results/summary.{md,json}, curves.png).
 set -euo pipefail
 DATA=${1:-../shared/data}
 RUNS=${2:-runs/results}
-PARTS=${3:-translation lm}
+PARTS=${3:-translation goal lm long}
+SEEDS=${SEEDS:-0 1 2}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$RUNS"
 python -m talk_hf.ops.build --cpu  # compile the C++ kernels now, not inside the first timed training step
 
-translation() {  # model_type source target [extra flags]
-    python examples/translation/train.py --data_dir "$DATA/multi30k" --source_lang "$2" --target_lang "$3" \
-        --model_type "$1" --output_dir "$RUNS/multi30k-$2-$3-$1" --test_split test_2016_flickr \
-        --max_train_minutes 25 --eval_every_minutes 5 --valid_num_beams 1 --num_beams 5 \
-        --warmup_steps 200 --save_every 100000 --eval_batch_size 128 "${@:4}" \
-        >"$RUNS/multi30k-$2-$3-$1.log" 2>&1
+train() {  # script run_name [flags]: skip a finished run, resume an interrupted one
+    local out="$RUNS/$2" resume=()
+    [[ -f "$out/test_results.json" ]] && return
+    if [[ -d "$out/state" || -d "$out/state.old" ]]; then resume=(--resume); else rm -rf "$out"; fi
+    python "examples/$1/train.py" --output_dir "$out" --save_every 200 "${resume[@]}" "${@:3}" >>"$RUNS/$2.log" 2>&1
 }
 
-language_model() {  # model_type
-    python examples/language-modeling/train.py --data_dir "$DATA/wikitext-2" \
-        --model_type "$1" --output_dir "$RUNS/wikitext2-$1" \
-        --max_train_minutes 15 --eval_every_minutes 3 --schedule inverse_sqrt --warmup_steps 50 \
-        --save_every 100000 >"$RUNS/wikitext2-$1.log" 2>&1
+translation() {  # task model_type source target minutes seed
+    local flags=()
+    # t2t's slicenet_1 structure at about the others' parameter count (no FFN: width instead), and
+    # the recipe's dropout 0 of the small presets (t2t's is 0.5)
+    [[ $2 == slicenet ]] && flags=(--preset t2t-slicenet_1 --d_model 384 --dropout 0.0)
+    train translation "$1-$2-s$6" --data_dir "$DATA/multi30k" --source_lang "$3" --target_lang "$4" \
+        --model_type "$2" --seed "$6" --test_split test_2016_flickr --max_train_minutes "$5" \
+        --eval_every_minutes 4 --valid_num_beams 1 --num_beams 5 --eval_batch_size 128 "${flags[@]}"
 }
 
-if [[ " $PARTS " == *" translation "* ]]; then
-    (
-        translation talk en de
-        translation dynamic_conv en de
-        translation talk de en
-    ) &
-    (
-        translation transformer en de
-        translation lightconv en de
-        translation transformer de en
-        # t2t's slicenet_1 structure at about the others' parameter count (no FFN: width instead)
-        translation slicenet en de --preset t2t-slicenet_1 --d_model 384 --dropout 0.1
-    ) &
-    wait
-fi
-if [[ " $PARTS " == *" lm "* ]]; then
-    (
-        language_model talk
-        language_model dynamic_conv
-    ) &
-    language_model transformer &
-    wait
-fi
+language_model() {  # task model_type seed [flags]
+    train language-modeling "$1-$2-s$3" --data_dir "$DATA/wikitext-2" --model_type "$2" --seed "$3" \
+        --max_train_minutes 12 --eval_every_minutes 4 "${@:4}"
+}
+
+jobs=()
+for seed in $SEEDS; do
+    for part in $PARTS; do
+        case $part in
+            translation)
+                for direction in "en de" "de en"; do
+                    for model in talk transformer dynamic_conv lightconv slicenet; do
+                        jobs+=("translation multi30k-${direction/ /-} $model $direction 12 $seed")
+                    done
+                done ;;
+            goal) for model in talk transformer; do jobs+=("translation multi30k-en-de-25min $model en de 25 $seed"); done ;;
+            lm) for model in talk dynamic_conv transformer; do jobs+=("language_model wikitext2 $model $seed"); done ;;
+            long)  # one block of 2,048 tokens per step
+                for model in talk dynamic_conv transformer; do
+                    jobs+=("language_model wikitext2-long $model $seed --block_size 2048 --max_tokens 2048")
+                done ;;
+            *) echo "unknown part $part" >&2; exit 2 ;;
+        esac
+    done
+done
+
+worker() {  # every second job, starting at $1
+    local index
+    for ((index = $1; index < ${#jobs[@]}; index += 2)); do
+        ${jobs[$index]} || echo "FAILED (see its log): ${jobs[$index]}" >&2
+    done
+}
+worker 0 &
+worker 1 &
+wait
 
 python examples/results/plot.py "$RUNS" examples/results
-for run in multi30k-en-de-talk multi30k-de-en-talk; do
-    mkdir -p "examples/results/$run"
-    cp "$RUNS/$run"/best/{config.json,generation_config.json,training_state.json} "$RUNS/$run"/{test_results.json,log.jsonl} \
-        "examples/results/$run/"
-done

@@ -62,6 +62,14 @@ def test_paper_presets_hold_the_papers_numbers():
     lm = talk_hf.TaLKLMConfig.from_preset("wikitext-103", vocab_size=1000)
     assert lm.decoder_max_offsets == [3, 5, 7, 15, 31] + [63] * 12 and lm.vocab_size == 1000
     assert lm.decoder_normalize_before
+    assert (iwslt.dropout, lm.dropout) == (0.3, 0.3)  # the papers' regularisation stays with their presets
+
+
+@pytest.mark.parametrize("config_class", CONFIG_CLASSES, ids=lambda c: c.__name__)
+def test_small_presets_train_without_dropout(config_class):
+    """The recipe for runs of minutes (examples/results/recipe-search); an override still wins."""
+    assert config_class.from_preset("small").dropout == 0.0
+    assert config_class.from_preset("small", dropout=0.2).dropout == 0.2
 
 
 def test_unknown_preset_lists_the_known_ones():

@@ -2,7 +2,8 @@
 # The search behind the translation script's defaults (#15): Multi30k En->De, every setting trained
 # for the same 12 minutes of training time on one core, and judged on the VALIDATION set only
 # (greedy BLEU of the best of the evaluations every 4 training minutes; the test set is not read).
-# Two runs go side by side, one thread each; the pair of a round are the model types being tuned.
+# Two runs go side by side, one thread each (`pair`: TaLK and the Transformer with the same flags).
+# The language models (rounds lm-*): WikiText-2, validation perplexity, the same budget.
 #
 #   bash examples/results/recipe-search/run.sh [DATA] [RUNS] ROUND...
 #
@@ -15,28 +16,56 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 RAYON_NUM_THREADS=1 TOKENIZERS_PARALL
 mkdir -p "$RUNS"
 python -m talk_hf.ops.build --cpu >/dev/null
 
-run() {  # name model_type [flags]: one 12-minute run on validation only (skipped when done)
-    local out="$RUNS/$1"
+run() {  # name script model_type [flags]: one 12-minute run on validation only (skipped when done)
+    local out="$RUNS/$1" data
     [[ -f "$out/done" ]] && return
     rm -rf "$out"
-    python examples/translation/train.py --data_dir "$DATA/multi30k" --source_lang en --target_lang de \
-        --model_type "$2" --output_dir "$out" --test_split '' --max_train_minutes 12 --eval_every_minutes 4 \
-        --valid_num_beams 1 --save_every 100000 --eval_batch_size 128 "${@:3}" >"$out.log" 2>&1
+    if [[ $2 == translation ]]; then
+        data=(--data_dir "$DATA/multi30k" --source_lang en --target_lang de --valid_num_beams 1 --eval_batch_size 128)
+    else
+        data=(--data_dir "$DATA/wikitext-2")
+    fi
+    python "examples/$2/train.py" "${data[@]}" --model_type "$3" --output_dir "$out" --test_split '' \
+        --max_train_minutes 12 --eval_every_minutes 4 --save_every 100000 "${@:4}" >"$out.log" 2>&1
     touch "$out/done"
 }
 
-pair() {  # name [flags]: TaLK and the Transformer baseline with the same flags, side by side
-    run "talk-$1" talk "${@:2}" &
-    run "transformer-$1" transformer "${@:2}" &
+pair() {  # name [flags]: TaLK and the Transformer baseline translating with the same flags, side by side
+    run "talk-$1" translation talk "${@:2}" &
+    run "transformer-$1" translation transformer "${@:2}" &
     wait
 }
 
+lm_pair() {  # name [flags]: the TaLK LM and GPT-2 with the same flags, side by side
+    run "lm-talk-$1" language-modeling talk "${@:2}" &
+    run "lm-transformer-$1" language-modeling transformer "${@:2}" &
+    wait
+}
+
+# Coordinate search: each round varies one thing around the settings with the best mean validation BLEU
+# of the two model types so far (one recipe for every model type).
 for round in "$@"; do
     case $round in
-        batch)  # tokens per batch at the plain script's lr and warmup
+        batch)  # tokens per batch at the plain script's lr and warmup (the old default was 4,096)
             pair tok1024-lr1e-3 --max_tokens 1024 --lr 1e-3 --warmup_steps 150 --dropout 0.1
             pair tok1536-lr1e-3 --max_tokens 1536 --lr 1e-3 --warmup_steps 150 --dropout 0.1
-            pair tok2048-lr1e-3 --max_tokens 2048 --lr 1e-3 --warmup_steps 150 --dropout 0.1
+            pair tok512-lr1e-3 --max_tokens 512 --lr 1e-3 --warmup_steps 150 --dropout 0.1
+            pair tok256-lr1e-3 --max_tokens 256 --lr 1e-3 --warmup_steps 150 --dropout 0.1
+            ;;
+        lr)  # the learning rate at 512 tokens (the best mean of the two model types in round batch)
+            pair tok512-lr2e-3 --max_tokens 512 --lr 2e-3 --warmup_steps 150 --dropout 0.1
+            ;;
+        dropout)  # no dropout (12 minutes of 512-token batches are about 1.5 epochs)
+            pair tok512-lr1e-3-drop0 --max_tokens 512 --lr 1e-3 --warmup_steps 150 --dropout 0.0
+            ;;
+        average)  # checkpoint averaging: evaluations every minute, the last three averaged at the end
+            pair tok512-lr1e-3-drop0-avg3 --max_tokens 512 --lr 1e-3 --warmup_steps 150 --dropout 0.0 \
+                --eval_every_minutes 1 --average_last 3
+            ;;
+        lm-batch)  # WikiText-2, blocks of 256, the translation recipe's dropout 0: blocks per batch (the old
+            # comparison used 16 blocks, 4,096 tokens; 12 minutes are about a third of an epoch)
+            lm_pair tok1024-lr1e-3 --max_tokens 1024 --lr 1e-3 --schedule inverse_sqrt --warmup_steps 50 --dropout 0.0
+            lm_pair tok2048-lr1e-3 --max_tokens 2048 --lr 1e-3 --schedule inverse_sqrt --warmup_steps 50 --dropout 0.0
             ;;
         *) echo "unknown round $round" >&2; exit 2 ;;
     esac

@@ -35,7 +35,7 @@ class DynamicConvConfig(_ConvTypeMixin, ConvSeq2SeqConfigBase):
         weight_dropout (`float`): DropConnect on the softmax-normalised kernels.
 
     Presets: `DynamicConvConfig.from_preset(name, **overrides)` with name in `iwslt14-de-en`,
-    `wmt-big`, `cnn-dm`, `cnn-dm-deep`, `small`.
+    `wmt-big`, `cnn-dm`, `cnn-dm-deep`, `small` (CPU-sized, without dropout).
     """
 
     model_type = "dynamic_conv"
@@ -66,7 +66,8 @@ class DynamicConvLMConfig(_ConvTypeMixin, ConvLMConfigBase):
             Defaults to 3, 7, 15, 31, 31, ...
         weight_dropout (`float`): DropConnect on the softmax-normalised kernels.
 
-    Presets: `DynamicConvLMConfig.from_preset(name, **overrides)` with name in `wikitext-103` and `small`.
+    Presets: `DynamicConvLMConfig.from_preset(name, **overrides)` with name in `wikitext-103` and `small`
+    (CPU-sized, without dropout).
     """
 
     model_type = "dynamic_conv_lm"

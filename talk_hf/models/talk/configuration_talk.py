@@ -24,7 +24,8 @@ class TaLKConfig(ConvSeq2SeqConfigBase):
         offset_dropout (`float`): dropout on the predicted relative offsets.
 
     Presets: `TaLKConfig.from_preset(name, **overrides)` with name in `iwslt14-de-en`, `wmt-big`,
-    `cnn-dm`, `cnn-dm-deep`, `small` (a CPU-sized model for tests and demos).
+    `cnn-dm`, `cnn-dm-deep`, `small` (a CPU-sized model for tests and demos, without dropout: it is
+    tuned for runs of minutes).
     """
 
     model_type = "talk"
@@ -54,7 +55,7 @@ class TaLKLMConfig(ConvLMConfigBase):
         offset_dropout (`float`): dropout on the predicted relative offsets.
 
     Presets: `TaLKLMConfig.from_preset(name, **overrides)` with name in `wikitext-103` (8 heads as
-    in the paper; the authors' code uses 16) and `small`.
+    in the paper; the authors' code uses 16) and `small` (CPU-sized, without dropout).
     """
 
     model_type = "talk_lm"
