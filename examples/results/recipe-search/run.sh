@@ -5,7 +5,7 @@
 # Two runs go side by side, one thread each (`pair`: TaLK and the Transformer with the same flags).
 # The language models (rounds lm-*): WikiText-2, validation perplexity, the same budget.
 #
-#   bash examples/results/recipe-search/run.sh [DATA] [RUNS] ROUND...
+#   bash examples/results/recipe-search/run.sh DATA RUNS ROUND...   (e.g. ../shared/data runs/recipe-search batch)
 #
 # ROUND names a group of settings below. summarize.py collects the scores into results.md/json.
 set -euo pipefail
