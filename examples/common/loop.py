@@ -22,6 +22,8 @@ import json
 import math
 import os
 import shutil
+import signal
+import threading
 import time
 from collections import deque
 from contextlib import contextmanager
@@ -271,12 +273,14 @@ class TrainingClock:
     A step's `lap()` therefore holds fetching its batches, launching its work and waiting for the
     device to finish the previous step (a GPU runs behind the host, so time measured from a step's
     start to its last launch alone misses most of the device's work), but not evaluation or
-    saving. Time before a pause is banked and handed out with the next lap.
+    saving. Time before a pause is banked and handed out with the next lap. Pauses may nest (a
+    terminal stop during an evaluation): only the outermost one banks and restarts the clock.
     """
 
     def __init__(self):
         self._mark = time.perf_counter()
         self._banked = 0.0
+        self._pause_depth = 0
 
     def lap(self) -> float:
         """Seconds of training since the last lap (or since the clock was made)."""
@@ -286,12 +290,40 @@ class TrainingClock:
 
     @contextmanager
     def paused(self):
-        """A span that is not training time (evaluation, saving)."""
-        self._banked += time.perf_counter() - self._mark
+        """A span that is not training time (evaluation, saving, a stopped process)."""
+        if self._pause_depth == 0:
+            self._banked += time.perf_counter() - self._mark
+        self._pause_depth += 1
         try:
             yield
         finally:
-            self._mark = time.perf_counter()
+            self._pause_depth -= 1
+            if self._pause_depth == 0:
+                self._mark = time.perf_counter()
+
+
+@contextmanager
+def stops_off_the_clock(clock):
+    """Make a terminal stop (Ctrl-Z, `kill -TSTP`) stop the process without charging the budget.
+
+    Inside the block, SIGTSTP pauses `clock`, stops the process and, once it is continued
+    (`fg`, `kill -CONT`), restarts the clock: a time-budgeted run can be stopped to free the
+    machine for a while and still trains for its whole budget. Does nothing where there is no
+    SIGTSTP (Windows) or off the main thread (Python only installs handlers there).
+    """
+    if not hasattr(signal, "SIGTSTP") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        with clock.paused():
+            os.kill(os.getpid(), signal.SIGSTOP)  # returns once somebody sends SIGCONT
+
+    previous = signal.signal(signal.SIGTSTP, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTSTP, previous)
 
 
 def crossed_multiple(before, after, interval):
@@ -320,6 +352,9 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
     Returns:
         True when training reached `max_steps` or its time budget, False when `stop_after_steps`
         cut it short.
+
+    A terminal stop (Ctrl-Z, `kill -TSTP`) does not count towards `max_train_minutes`: see
+    `stops_off_the_clock`.
     """
     output_dir = Path(args.output_dir)
     progress = Progress()
@@ -372,76 +407,77 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
 
     model.train()
     clock = TrainingClock()
-    while not finished():
-        sampler.set_epoch(progress.epoch)
-        loader = accelerator.skip_first_batches(train_loader, progress.batches_in_epoch)
-        for group in micro_batch_groups(loader, accumulation):
-            tokens = accelerator.reduce(sum(b["labels"].ne(-100).sum() for b in group), "sum")
-            # backward divides by `accumulation` and DDP averages over processes: undo both.
-            scale = accelerator.num_processes * accumulation / tokens
-            total = 0.0
-            for batch in group:
-                with accelerator.accumulate(model):
-                    loss_sum, _ = loss_fn(model, batch)
-                    accelerator.backward(loss_sum * scale)
-                total += loss_sum.detach()
-            if args.clip_norm > 0:
-                accelerator.clip_grad_norm_(model.parameters(), args.clip_norm)
-            optimizer.step()
-            if not accelerator.optimizer_step_was_skipped:
-                scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            # One collective for the loss (summed) and the step time (the slowest process's: every
-            # process must agree on when the time budget runs out).
-            elapsed = torch.tensor(clock.lap(), device=accelerator.device)
-            per_process = accelerator.gather(torch.stack([total.float(), elapsed]).unsqueeze(0))  # (P, 2)
-            summed_loss, step_seconds = torch.stack([per_process[:, 0].sum(), per_process[:, 1].max()]).tolist()
-            step_tokens = int(tokens)
-            loss = summed_loss / step_tokens
-            progress.step += 1
-            progress.batches_in_epoch += len(group)
-            progress.train_tokens += step_tokens
-            seconds_before = progress.train_seconds
-            progress.train_seconds += step_seconds
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss:.3f}", epoch=progress.epoch)
-            if progress.step % args.log_every == 0:
-                log(
-                    {
-                        "step": progress.step,
-                        "epoch": progress.epoch,
-                        "loss": loss,
-                        "ppl": math.exp(min(loss, 50)),
-                        "lr": scheduler.get_last_lr()[0],
-                        "tokens": step_tokens,
-                        "train_tokens": progress.train_tokens,
-                        "seconds": round(progress.train_seconds, 2),
-                    }
-                )
-            done = finished()
-            if args.stop_after_steps is not None and progress.step >= args.stop_after_steps and not done:
-                bar.close()
-                accelerator.print(f"stopping after step {progress.step} without saving (--stop_after_steps)")
-                return False
-            if eval_interval_seconds is None:
-                eval_due = progress.step % args.eval_every == 0
+    with stops_off_the_clock(clock):
+        while not finished():
+            sampler.set_epoch(progress.epoch)
+            loader = accelerator.skip_first_batches(train_loader, progress.batches_in_epoch)
+            for group in micro_batch_groups(loader, accumulation):
+                tokens = accelerator.reduce(sum(b["labels"].ne(-100).sum() for b in group), "sum")
+                # backward divides by `accumulation` and DDP averages over processes: undo both.
+                scale = accelerator.num_processes * accumulation / tokens
+                total = 0.0
+                for batch in group:
+                    with accelerator.accumulate(model):
+                        loss_sum, _ = loss_fn(model, batch)
+                        accelerator.backward(loss_sum * scale)
+                    total += loss_sum.detach()
+                if args.clip_norm > 0:
+                    accelerator.clip_grad_norm_(model.parameters(), args.clip_norm)
+                optimizer.step()
+                if not accelerator.optimizer_step_was_skipped:
+                    scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                # One collective for the loss (summed) and the step time (the slowest process's: every
+                # process must agree on when the time budget runs out).
+                elapsed = torch.tensor(clock.lap(), device=accelerator.device)
+                per_process = accelerator.gather(torch.stack([total.float(), elapsed]).unsqueeze(0))  # (P, 2)
+                summed_loss, step_seconds = torch.stack([per_process[:, 0].sum(), per_process[:, 1].max()]).tolist()
+                step_tokens = int(tokens)
+                loss = summed_loss / step_tokens
+                progress.step += 1
+                progress.batches_in_epoch += len(group)
+                progress.train_tokens += step_tokens
+                seconds_before = progress.train_seconds
+                progress.train_seconds += step_seconds
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.3f}", epoch=progress.epoch)
+                if progress.step % args.log_every == 0:
+                    log(
+                        {
+                            "step": progress.step,
+                            "epoch": progress.epoch,
+                            "loss": loss,
+                            "ppl": math.exp(min(loss, 50)),
+                            "lr": scheduler.get_last_lr()[0],
+                            "tokens": step_tokens,
+                            "train_tokens": progress.train_tokens,
+                            "seconds": round(progress.train_seconds, 2),
+                        }
+                    )
+                done = finished()
+                if args.stop_after_steps is not None and progress.step >= args.stop_after_steps and not done:
+                    bar.close()
+                    accelerator.print(f"stopping after step {progress.step} without saving (--stop_after_steps)")
+                    return False
+                if eval_interval_seconds is None:
+                    eval_due = progress.step % args.eval_every == 0
+                else:
+                    eval_due = crossed_multiple(seconds_before, progress.train_seconds, eval_interval_seconds)
+                with clock.paused():
+                    if done or eval_due:
+                        evaluate_and_keep_best()
+                        if average is not None:
+                            average.add()
+                    if done and average is not None and len(average.snapshots) > 1:
+                        with average.swapped_in():
+                            evaluate_and_keep_best(averaged=len(average.snapshots))
+                    if done or progress.step % args.save_every == 0:
+                        checkpoint()
+                if done:
+                    break
             else:
-                eval_due = crossed_multiple(seconds_before, progress.train_seconds, eval_interval_seconds)
-            with clock.paused():
-                if done or eval_due:
-                    evaluate_and_keep_best()
-                    if average is not None:
-                        average.add()
-                if done and average is not None and len(average.snapshots) > 1:
-                    with average.swapped_in():
-                        evaluate_and_keep_best(averaged=len(average.snapshots))
-                if done or progress.step % args.save_every == 0:
-                    checkpoint()
-            if done:
-                break
-        else:
-            progress.epoch += 1
-            progress.batches_in_epoch = 0
+                progress.epoch += 1
+                progress.batches_in_epoch = 0
     bar.close()
     return True
 

@@ -15,7 +15,9 @@
 #   long         the same with blocks of 2,048 tokens, where attention's cost grows and ours does not
 # Run folders are TASK-MODEL_TYPE-sSEED. A finished run (test_results.json) is skipped and an
 # interrupted one resumes from its last saved state, so the script can be stopped and started again;
-# seeds go outermost, so a partial pass has whole seeds. At the end plot.py draws the README's figure
+# seeds go outermost, so a partial pass has whole seeds. To borrow the machine for a while without
+# disturbing the timings: `pkill -TSTP -f 'examples/.*/train.py'`, later `pkill -CONT -f …` (a
+# stopped run's clock stops too). At the end plot.py draws the README's figure
 # and table (examples/results/summary.{md,json}, curves.png).
 set -euo pipefail
 DATA=${1:-../shared/data}

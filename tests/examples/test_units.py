@@ -3,6 +3,10 @@ pacing by training time and the Hub upload."""
 
 import json
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -203,6 +207,63 @@ def test_training_clock_counts_everything_between_laps_but_the_pauses(monkeypatc
     now[0] += 1.0  # the next step
     assert clock.lap() == 1.5  # the half second before the pause is banked, not lost
     assert clock.lap() == 0.0
+
+
+def test_training_clock_pauses_nest(monkeypatch):
+    """A terminal stop during an evaluation must not bank the time before the evaluation twice."""
+    now = [0.0]
+    monkeypatch.setattr(loop.time, "perf_counter", lambda: now[0])
+    clock = loop.TrainingClock()
+    now[0] += 1.0
+    with clock.paused():
+        now[0] += 10.0
+        with clock.paused():
+            now[0] += 100.0
+        now[0] += 10.0
+    now[0] += 2.0
+    assert clock.lap() == 3.0
+
+
+STOPPED_CHILD = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from common import loop
+clock = loop.TrainingClock()
+with loop.stops_off_the_clock(clock):
+    print("ready", flush=True)
+    sys.stdin.readline()  # the stop arrives while this waits
+print(clock.lap(), flush=True)
+"""
+
+
+@pytest.mark.skipif(
+    not hasattr(signal, "SIGTSTP") or not Path("/proc/self/stat").exists(), reason="needs SIGTSTP and /proc"
+)
+def test_a_terminal_stop_does_not_count_as_training_time():
+    """`kill -TSTP` stops a training process; the time until `kill -CONT` is not charged to the budget."""
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    child = subprocess.Popen(
+        [sys.executable, "-c", STOPPED_CHILD, str(examples)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout.readline() == "ready\n"
+        started = time.perf_counter()  # the child's clock has run for a moment already
+        child.send_signal(signal.SIGTSTP)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{child.pid}/stat").read_text().split(")")[1].split()[0] != "T":
+            assert time.monotonic() < deadline, "the child did not stop"
+            time.sleep(0.01)
+        time.sleep(1.0)
+        child.send_signal(signal.SIGCONT)
+        child.stdin.write("\n")
+        child.stdin.flush()
+        lap = float(child.stdout.readline())
+        elapsed = time.perf_counter() - started
+        assert child.wait(timeout=10) == 0
+    finally:
+        child.kill()
+    assert lap < elapsed - 0.9  # the second spent stopped is not in the lap
+    assert lap > 0.0
 
 
 def test_weight_average_is_the_mean_of_the_last_snapshots_and_gives_the_weights_back():
