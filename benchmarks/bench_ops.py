@@ -6,7 +6,9 @@ time with T (log-log slope: 1.0 is linear) and the peak extra memory of one forw
 ``--backends`` times the ops on several backends (``torch``, ``cpu``, ``cuda``, ``auto``; see
 talk_hf.ops._backend).  Each op's achieved memory bandwidth is reported as a fraction of a
 same-run device-to-device copy (bytes of each input and output counted once; the backward pass
-as forward+backward minus forward).  ``--table6`` is the TaLK paper's Table 6 setting: B=10,
+as forward+backward minus forward); the same run also measures ``clone()`` (a copy into a new
+tensor, whose fresh pages cost first-touch faults on the CPU unless THP_MEM_ALLOC_ENABLE=1) and a
+matrix product, the flop ceiling the convolutions are held against (``flops`` fractions).  ``--table6`` is the TaLK paper's Table 6 setting: B=10,
 d=1024, H=16, fp32, T = 10 .. 10,000, iterations/s of talk_conv and dynamic_conv (k=3, k=31) on
 the compiled backend and the PyTorch path, against SDPA (flash in bf16, and fp32).
 Results are printed and saved as JSON under benchmarks/results/.
@@ -15,6 +17,9 @@ Results are printed and saved as JSON under benchmarks/results/.
     python benchmarks/bench_ops.py --lengths 256 1024 4096 --out benchmarks/results/ops_cpu.json
     python benchmarks/bench_ops.py --backends torch cpu --lengths 4096 --cases talk_bidirectional sdpa
     python benchmarks/bench_ops.py --table6              # on a GPU: results/table6_cuda.json
+    THP_MEM_ALLOC_ENABLE=1 python benchmarks/bench_ops.py --lengths 16384 65536 --backends cpu \
+        --cases talk_bidirectional talk_causal dynamic_conv_k3 dynamic_conv_k31 light_conv_k31 \
+        --skip-peak --out benchmarks/results/ops_cpu_long.json   # the README's long-sequence table
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import statistics
 import subprocess
@@ -108,6 +114,31 @@ def copy_bytes_per_second(device, nbytes: int, min_seconds: float) -> float:
     source = torch.empty(nbytes // 4, device=device, dtype=torch.float32).uniform_()
     target = torch.empty_like(source)
     return 2 * nbytes / median_seconds(lambda: target.copy_(source), device, min_seconds)
+
+
+def clone_bytes_per_second(device, nbytes: int, min_seconds: float) -> float:
+    """Bandwidth of ``clone()`` of ``nbytes``: a copy into a freshly allocated tensor, as every op
+    that returns a new tensor does (on the CPU the new pages' first-touch faults are included)."""
+    source = torch.empty(nbytes // 4, device=device, dtype=torch.float32).uniform_()
+    return 2 * nbytes / median_seconds(source.clone, device, min_seconds)
+
+
+def matmul_flops_per_second(device, dtype, min_seconds: float) -> float:
+    """FLOP/s of a square matrix product (2,048 on the CPU, 8,192 on a GPU), the compute ceiling
+    that the kernels with many flops per byte (dynamic_conv with k = 31) are held against."""
+    size = 8192 if device.type == "cuda" else 2048
+    a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
+    return 2 * size**3 / median_seconds(lambda: a @ b, device, min_seconds)
+
+
+def conv_flops(name, batch, length, channels):
+    """(forward, backward) multiply-adds x 2 of a convolution case (None for the others): K per
+    output element forward; K for grad x and K for the weight gradient backward."""
+    for prefix in ("dynamic_conv_k", "light_conv_k"):
+        if name.startswith(prefix):
+            forward = 2 * batch * length * channels * int(name.removeprefix(prefix))
+            return forward, 2 * forward
+    return None
 
 
 def median_seconds(step, device, min_seconds: float, max_repeats: int = 50) -> float:
@@ -203,6 +234,11 @@ def environment(device: torch.device) -> dict:
         "talk_hf": talk_hf.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
+        # PyTorch's CPU allocator backs allocations of 2 MiB or more with huge pages when this is 1:
+        # far fewer page faults for each fresh output and gradient (see README, "CPU speed").
+        "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE"),
+        # The compiled CPU kernels target the host's vector instructions unless this is 1.
+        "TALK_HF_PORTABLE_CPU": os.environ.get("TALK_HF_PORTABLE_CPU"),
     }
 
 
@@ -240,14 +276,19 @@ def main() -> None:
     copy_bandwidth = copy_bytes_per_second(device, max(largest_x, 2**28 if device.type == "cuda" else 2**26), args.min_seconds)
     print(f"device {environment(device)['device']} ({device.type}), B={args.batch} C={args.channels} H={args.heads} {args.dtype}")
     print("talk_bidirectional: max_left=max_right=31; talk_causal: max_left=63; conv kernels centred")
-    print(f"device-to-device copy: {copy_bandwidth / 1e9:.1f} GB/s (100% of the bandwidth fractions)")
+    clone_bandwidth = clone_bytes_per_second(device, max(largest_x, 2**26), args.min_seconds)
+    matmul_flops = matmul_flops_per_second(device, dtype, args.min_seconds)
+    print(f"device-to-device copy: {copy_bandwidth / 1e9:.1f} GB/s (100% of the bandwidth fractions); "
+          f"clone (into a new tensor): {clone_bandwidth / 1e9:.1f} GB/s; matmul: {matmul_flops / 1e9:.0f} GFLOP/s "
+          f"(100% of the flop fractions)")
     stem = "table6" if args.table6 else "ops"
     out = args.out or ROOT / "benchmarks" / "results" / f"{stem}_{device.type}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
 
     def save(rows, slopes=None):
         """Write what is measured so far (after every length: a killed run keeps its rows)."""
-        result = {"environment": environment(device), "shape": shape, "copy_bytes_per_s": copy_bandwidth, "rows": rows}
+        result = {"environment": environment(device), "shape": shape, "copy_bytes_per_s": copy_bandwidth,
+                  "clone_bytes_per_s": clone_bandwidth, "matmul_flops_per_s": matmul_flops, "rows": rows}
         out.write_text(json.dumps({**result, "forward_time_slope": slopes or {}}, indent=2))
 
     rows = []
@@ -270,6 +311,10 @@ def main() -> None:
                     forward_bytes, backward_bytes = bytes_moved(name, args.batch, length, args.channels, args.heads, dtype)
                     row["forward_bandwidth_fraction"] = forward_bytes / forward / copy_bandwidth
                     row["backward_bandwidth_fraction"] = backward_bytes / max(forward_backward - forward, 1e-9) / copy_bandwidth
+                    flops = conv_flops(name, args.batch, length, args.channels)
+                    if flops:
+                        row["forward_flops_fraction"] = flops[0] / forward / matmul_flops
+                        row["backward_flops_fraction"] = flops[1] / max(forward_backward - forward, 1e-9) / matmul_flops
                 rows.append(row)
         measured = [r for r in rows if "error" not in r]
         baselines = {r["case"]: r for r in measured if r["case"] in ATTENTION and r["length"] == length}
@@ -287,6 +332,7 @@ def main() -> None:
                 + (f"  SDPA/op fwd {row['sdpa_over_op_forward']:7.1f}x fwd+bwd {row['sdpa_over_op_forward_backward']:7.1f}x" if "sdpa" in baselines else "")
                 + (f"  flash/op fwd {row['sdpa_flash_over_op_forward']:7.1f}x" if "sdpa_flash_bf16" in baselines else "")
                 + (f"  bandwidth fwd {row['forward_bandwidth_fraction']:5.0%} bwd {row['backward_bandwidth_fraction']:5.0%}" if "forward_bandwidth_fraction" in row else "")
+                + (f"  flops fwd {row['forward_flops_fraction']:5.0%} bwd {row['backward_flops_fraction']:5.0%}" if "forward_flops_fraction" in row else "")
             )
         save(rows)
 

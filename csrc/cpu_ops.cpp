@@ -2,11 +2,18 @@
 // talk_hf.ops._extension.  The per-element math comes from talk_math.h, shared with the CUDA
 // kernels.  Work is cut into tasks of one batch row and a tile of kTile time steps, run in
 // parallel with at::parallel_for (OpenMP); every task owns its output rows, so nothing races.
+//
+// Speed (these ops move a few bytes per flop, so memory traffic decides): every task reads the
+// rows it needs as whole contiguous (C,) rows, not one head at a time; it computes each window
+// edge once; and its inner loops run over channels with no branch inside, accumulating in
+// vector-register variables (Lanes) where they sum over taps or channels.  The build may target the host's vector instructions (see _extension.py).
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "bindings.h"
@@ -15,7 +22,12 @@
 namespace talk_hf {
 namespace {
 
-constexpr int64_t kTile = 64;
+// Time steps per task: long enough that a TaLK tile's halo (the rows its windows reach beyond the
+// tile) is a small part of what it reads, short enough that its buffers stay in a core's L2 cache.
+constexpr int64_t kTile = 128;
+// The most elements of a TaLK forward prefix-sum buffer (1 MiB of float).  Where windows reach
+// far (large offsets), a tile's heads are summed in groups small enough to stay under it.
+constexpr int64_t kPrefixElements = 1 << 18;
 
 // Runs body(batch, first, end) for every tile [first, end) of every batch row, in parallel.
 template <typename Body>
@@ -27,6 +39,96 @@ void for_each_tile(int64_t batch, int64_t length, const Body& body) {
       body(task / tiles, first, std::min(first + kTile, length));
     }
   });
+}
+
+// Lanes<acc_t>::type: one vector register's worth of acc_t (a GCC/Clang vector extension, lowered
+// to whatever the target has: AVX, SSE or scalar code).  Accumulators of this type stay in
+// registers, where the compiler keeps arrays of acc_t on the stack between the loop's steps.
+template <typename acc_t>
+struct Lanes {
+  typedef acc_t type __attribute__((vector_size(32)));
+  static constexpr int64_t count = 32 / sizeof(acc_t);
+};
+
+template <typename acc_t, typename scalar_t>
+inline typename Lanes<acc_t>::type load_lanes(const scalar_t* source) {
+  typename Lanes<acc_t>::type lanes;
+  if constexpr (std::is_same_v<acc_t, scalar_t>) {
+    std::memcpy(&lanes, source, sizeof(lanes));
+  } else {
+    for (int64_t i = 0; i < Lanes<acc_t>::count; ++i) lanes[i] = static_cast<acc_t>(source[i]);
+  }
+  return lanes;
+}
+
+template <typename acc_t, typename scalar_t>
+inline void store_lanes(scalar_t* target, const typename Lanes<acc_t>::type& lanes) {
+  if constexpr (std::is_same_v<acc_t, scalar_t>) {
+    std::memcpy(target, &lanes, sizeof(lanes));
+  } else {
+    for (int64_t i = 0; i < Lanes<acc_t>::count; ++i) target[i] = static_cast<scalar_t>(lanes[i]);
+  }
+}
+
+// out[c] = sum over k in [first, end) of tap(k) * row(k)[c], for c < count, summed in acc_t:
+// two vectors of channels at a time, so every loaded tap feeds two independent accumulators.
+template <typename acc_t, typename scalar_t, typename Tap, typename Row>
+inline void weighted_row_sum(scalar_t* out, int64_t count, int64_t first, int64_t end, const Tap& tap, const Row& row) {
+  using Vector = typename Lanes<acc_t>::type;
+  constexpr int64_t lanes = Lanes<acc_t>::count;
+  int64_t c = 0;
+  for (; c + 2 * lanes <= count; c += 2 * lanes) {
+    Vector low = {}, high = {};
+    for (int64_t k = first; k < end; ++k) {
+      const acc_t weight = tap(k);
+      const scalar_t* source = row(k) + c;
+      low += weight * load_lanes<acc_t>(source);
+      high += weight * load_lanes<acc_t>(source + lanes);
+    }
+    store_lanes<acc_t>(out + c, low);
+    store_lanes<acc_t>(out + c + lanes, high);
+  }
+  for (; c < count; ++c) {
+    acc_t sum = 0;
+    for (int64_t k = first; k < end; ++k) sum += tap(k) * static_cast<acc_t>(row(k)[c]);
+    out[c] = static_cast<scalar_t>(sum);
+  }
+}
+
+// out[n] = sum_c a[c] * rows[n][c] over `count` elements, for n < kDots, in acc_t: one vector of
+// partial sums per row, so a loaded vector of `a` feeds kDots independent chains.
+template <int kDots, typename acc_t, typename scalar_t>
+inline void dots(const scalar_t* a, const scalar_t* const (&rows)[kDots], int64_t count, acc_t (&out)[kDots]) {
+  using Vector = typename Lanes<acc_t>::type;
+  constexpr int64_t lanes = Lanes<acc_t>::count;
+  Vector partial[kDots] = {};
+  int64_t c = 0;
+  for (; c + lanes <= count; c += lanes) {
+    const Vector a_lanes = load_lanes<acc_t>(a + c);
+    for (int n = 0; n < kDots; ++n) partial[n] += a_lanes * load_lanes<acc_t>(rows[n] + c);
+  }
+  for (int n = 0; n < kDots; ++n) {
+    acc_t total = 0;
+    for (int64_t i = 0; i < lanes; ++i) total += partial[n][i];
+    for (int64_t rest = c; rest < count; ++rest) total += static_cast<acc_t>(a[rest]) * static_cast<acc_t>(rows[n][rest]);
+    out[n] = total;
+  }
+}
+
+// The largest reach of any token's window (see Reach), over all batch rows, in parallel.
+template <typename scalar_t, typename acc_t>
+Reach window_reach(const TalkWindows<scalar_t, acc_t>& windows, int64_t batch) {
+  const int64_t length = windows.length, heads = windows.heads;
+  const auto widest = [](const Reach& a, const Reach& b) {
+    return Reach{std::max(a.before, b.before), std::max(a.after, b.after)};
+  };
+  return at::parallel_reduce(0, batch * length, kTile, Reach{0, 0}, [&](int64_t begin, int64_t end, Reach reach) {
+    for (int64_t token = begin; token < end; ++token) {
+      const int64_t b = token / length, t = token % length;
+      for (int64_t h = 0; h < heads; ++h) widen_reach(reach, t, windows.left(b, t, h), windows.right(b, t, h));
+    }
+    return reach;
+  }, widest);
 }
 
 }  // namespace
@@ -44,39 +146,58 @@ at::Tensor talk_forward(const at::Tensor& x_in, const at::Tensor& offset_left_in
     const auto windows = talk_windows<scalar_t, acc_t>(offset_left, offset_right, max_left, max_right);
     const scalar_t* x_data = x.const_data_ptr<scalar_t>();
     scalar_t* out_data = out.mutable_data_ptr<scalar_t>();
-    const acc_t normalizer = window_normalizer<acc_t>(max_left, max_right);
+    const acc_t inverse_normalizer = acc_t(1) / window_normalizer<acc_t>(max_left, max_right);
+    const std::vector<scalar_t> zeros(head_size, scalar_t(0));  // x[T], the row past the end
 
     for_each_tile(batch, length, [&](int64_t b, int64_t first, int64_t end) {
-      std::vector<acc_t> prefix;  // (rows + 1, R): prefix[k] = x[lowest] + ... + x[lowest + k - 1]
-      for (int64_t h = 0; h < heads; ++h) {
-        // Rows [lowest, highest] of the prefix sum cover every edge of the tile's windows.
-        int64_t lowest = length, highest = 0;
-        for (int64_t t = first; t < end; ++t) {
+      const int64_t tokens = end - first;
+      // The tile's window edges, (tokens, H) each, and the rows [lowest[h], highest[h]] they touch.
+      std::vector<Edge<acc_t>> lefts(tokens * heads), rights(tokens * heads);
+      std::vector<int64_t> lowest(heads, length), highest(heads, 0);
+      for (int64_t t = first; t < end; ++t) {
+        for (int64_t h = 0; h < heads; ++h) {
           const Edge<acc_t> left = windows.left(b, t, h), right = windows.right(b, t, h);
-          lowest = std::min({lowest, left.index, right.index});
-          highest = std::max({highest, left.index, right.index});
+          lefts[(t - first) * heads + h] = left;
+          rights[(t - first) * heads + h] = right;
+          lowest[h] = std::min({lowest[h], left.index, right.index});
+          highest[h] = std::max({highest[h], left.index, right.index});
         }
-        const int64_t rows = highest - lowest;  // highest <= T, so rows of x stay in [0, T)
-        prefix.assign((rows + 1) * head_size, acc_t(0));
-        const scalar_t* x_head = x_data + b * length * channels + h * head_size;
+      }
+      const scalar_t* x_batch = x_data + b * length * channels;
+      std::vector<acc_t> prefix;  // (rows + 1, group channels): prefix[k] = x[low] + ... + x[low + k - 1]
+      for (int64_t group_first = 0, group_end; group_first < heads; group_first = group_end) {
+        // Heads [group_first, group_end) share one prefix sum over rows [low, high].
+        int64_t low = lowest[group_first], high = highest[group_first];
+        for (group_end = group_first + 1; group_end < heads; ++group_end) {
+          const int64_t wider_low = std::min(low, lowest[group_end]), wider_high = std::max(high, highest[group_end]);
+          if ((wider_high - wider_low + 1) * (group_end + 1 - group_first) * head_size > kPrefixElements) break;
+          low = wider_low;
+          high = wider_high;
+        }
+        const int64_t rows = high - low;  // high <= T, so rows of x stay in [0, T)
+        const int64_t group_channels = (group_end - group_first) * head_size;
+        prefix.resize((rows + 1) * group_channels);
+        std::fill_n(prefix.begin(), group_channels, acc_t(0));
         for (int64_t k = 0; k < rows; ++k) {
-          const scalar_t* x_row = x_head + (lowest + k) * channels;
-          for (int64_t c = 0; c < head_size; ++c) {
-            prefix[(k + 1) * head_size + c] = prefix[k * head_size + c] + static_cast<acc_t>(x_row[c]);
-          }
+          const scalar_t* x_row = x_batch + (low + k) * channels + group_first * head_size;
+          const acc_t* before = prefix.data() + k * group_channels;
+          acc_t* after = prefix.data() + (k + 1) * group_channels;
+          for (int64_t c = 0; c < group_channels; ++c) after[c] = before[c] + static_cast<acc_t>(x_row[c]);
         }
         for (int64_t t = first; t < end; ++t) {
-          const Edge<acc_t> left = windows.left(b, t, h), right = windows.right(b, t, h);
-          const acc_t* prefix_left = prefix.data() + (left.index - lowest) * head_size;
-          const acc_t* prefix_right = prefix.data() + (right.index - lowest) * head_size;
-          const scalar_t* x_left = x_head + left.index * channels;
-          const scalar_t* x_right = right.index < length ? x_head + right.index * channels : nullptr;
-          scalar_t* out_row = out_data + (b * length + t) * channels + h * head_size;
-          for (int64_t c = 0; c < head_size; ++c) {
-            const acc_t to_right =
-                integral_to(right, prefix_right[c], x_right ? static_cast<acc_t>(x_right[c]) : acc_t(0));
-            const acc_t to_left = integral_to(left, prefix_left[c], static_cast<acc_t>(x_left[c]));
-            out_row[c] = static_cast<scalar_t>((to_right - to_left) / normalizer);
+          for (int64_t h = group_first; h < group_end; ++h) {
+            const Edge<acc_t> left = lefts[(t - first) * heads + h], right = rights[(t - first) * heads + h];
+            const int64_t channel = (h - group_first) * head_size;
+            const acc_t* prefix_left = prefix.data() + (left.index - low) * group_channels + channel;
+            const acc_t* prefix_right = prefix.data() + (right.index - low) * group_channels + channel;
+            const scalar_t* x_left = x_batch + left.index * channels + h * head_size;
+            const scalar_t* x_right = right.index < length ? x_batch + right.index * channels + h * head_size : zeros.data();
+            scalar_t* out_row = out_data + (b * length + t) * channels + h * head_size;
+            for (int64_t c = 0; c < head_size; ++c) {
+              const acc_t to_right = integral_to(right, prefix_right[c], static_cast<acc_t>(x_right[c]));
+              const acc_t to_left = integral_to(left, prefix_left[c], static_cast<acc_t>(x_left[c]));
+              out_row[c] = static_cast<scalar_t>((to_right - to_left) * inverse_normalizer);
+            }
           }
         }
       }
@@ -106,62 +227,53 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward(const at::Tensor& g
     scalar_t* grad_left_data = grad_left.mutable_data_ptr<scalar_t>();
     scalar_t* grad_right_data = offset_right.defined() ? grad_right.mutable_data_ptr<scalar_t>() : nullptr;
     const acc_t normalizer = window_normalizer<acc_t>(max_left, max_right);
-
+    const acc_t inverse_normalizer = acc_t(1) / normalizer;
+    const std::vector<scalar_t> zeros(head_size, scalar_t(0));  // x[T], the row past the end
     // How far any window reaches decides which tokens contribute to a tile of grad_x.
-    Reach reach{0, 0};
-    for (int64_t b = 0; b < batch; ++b) {
-      for (int64_t t = 0; t < length; ++t) {
-        for (int64_t h = 0; h < heads; ++h) widen_reach(reach, t, windows.left(b, t, h), windows.right(b, t, h));
-      }
-    }
+    const Reach reach = window_reach(windows, batch);
 
     for_each_tile(batch, length, [&](int64_t b, int64_t first, int64_t end) {
-      std::vector<acc_t> difference((end - first + 1) * head_size);
+      // grad_x rows [first, end) = cumsum over rows of the contributions of every token (all heads
+      // side by side, (rows + 1, C)); a contribution below the tile lands on its first row, one
+      // past it is dropped.
+      std::vector<acc_t> difference((end - first + 1) * channels, acc_t(0));
+      const scalar_t* x_batch = x_data + b * length * channels;
       const int64_t first_contributor = std::max<int64_t>(0, first - reach.after);
       const int64_t last_contributor = std::min(length - 1, end - 1 + reach.before);
-      for (int64_t h = 0; h < heads; ++h) {
-        const scalar_t* x_head = x_data + b * length * channels + h * head_size;
-        const scalar_t* grad_head = grad_data + b * length * channels + h * head_size;
-        // grad_x rows [first, end) = cumsum over rows of the contributions of every token;
-        // a contribution below the tile lands on its first row, one past it is dropped.
-        std::fill(difference.begin(), difference.end(), acc_t(0));
-        for (int64_t t = first_contributor; t <= last_contributor; ++t) {
+      for (int64_t t = first_contributor; t <= last_contributor; ++t) {
+        const scalar_t* grad_row = grad_data + (b * length + t) * channels;
+        const bool in_tile = t >= first && t < end;
+        for (int64_t h = 0; h < heads; ++h) {
           const Edge<acc_t> left = windows.left(b, t, h), right = windows.right(b, t, h);
-          const scalar_t* grad_row = grad_head + t * channels;
+          const scalar_t* grad_head = grad_row + h * head_size;
           for (int which = 0; which < 4; ++which) {
             const ScatterEntry<acc_t> entry = scatter_entry(left, right, which);
             if (entry.position >= end || entry.weight == acc_t(0)) continue;
-            acc_t* target = difference.data() + (std::max(entry.position, first) - first) * head_size;
-            for (int64_t c = 0; c < head_size; ++c) target[c] += entry.weight * static_cast<acc_t>(grad_row[c]);
+            acc_t* target = difference.data() + (std::max(entry.position, first) - first) * channels + h * head_size;
+            for (int64_t c = 0; c < head_size; ++c) target[c] += entry.weight * static_cast<acc_t>(grad_head[c]);
           }
-        }
-        for (int64_t t = first; t < end; ++t) {
-          const acc_t* running = difference.data() + (t - first) * head_size;
-          acc_t* next = difference.data() + (t - first + 1) * head_size;
-          scalar_t* grad_x_row = grad_x_data + (b * length + t) * channels + h * head_size;
-          for (int64_t c = 0; c < head_size; ++c) {
-            grad_x_row[c] = static_cast<scalar_t>(running[c] / normalizer);
-            next[c] += running[c];
-          }
-        }
-        // Offset gradients of the tile's tokens: factor * <grad_out[t], x[edge]> over the head.
-        for (int64_t t = first; t < end; ++t) {
-          const Edge<acc_t> left = windows.left(b, t, h), right = windows.right(b, t, h);
-          const scalar_t* grad_row = grad_head + t * channels;
-          const scalar_t* x_left = x_head + left.index * channels;
-          const scalar_t* x_right = right.index < length ? x_head + right.index * channels : nullptr;
-          acc_t dot_left = 0, dot_right = 0;
-          for (int64_t c = 0; c < head_size; ++c) {
-            const acc_t g = static_cast<acc_t>(grad_row[c]);
-            dot_left += g * static_cast<acc_t>(x_left[c]);
-            if (x_right) dot_right += g * static_cast<acc_t>(x_right[c]);
-          }
+          if (!in_tile) continue;
+          // The offset gradients of the tile's tokens: factor * <grad_out[t], x[edge]> over the head.
           const int64_t index = (b * length + t) * heads + h;
-          grad_left_data[index] = static_cast<scalar_t>(offset_gradient_factor(left, max_left, normalizer) * dot_left);
+          const scalar_t* const edge_rows[2] = {
+              x_batch + left.index * channels + h * head_size,
+              right.index < length ? x_batch + right.index * channels + h * head_size : zeros.data()};
+          acc_t products[2];
+          dots(grad_head, edge_rows, head_size, products);
+          grad_left_data[index] = static_cast<scalar_t>(offset_gradient_factor(left, max_left, normalizer) * products[0]);
           if (grad_right_data) {
             grad_right_data[index] =
-                static_cast<scalar_t>(offset_gradient_factor(right, max_right, normalizer) * dot_right);
+                static_cast<scalar_t>(offset_gradient_factor(right, max_right, normalizer) * products[1]);
           }
+        }
+      }
+      for (int64_t t = first; t < end; ++t) {
+        const acc_t* running = difference.data() + (t - first) * channels;
+        acc_t* next = difference.data() + (t - first + 1) * channels;
+        scalar_t* grad_x_row = grad_x_data + (b * length + t) * channels;
+        for (int64_t c = 0; c < channels; ++c) {
+          grad_x_row[c] = static_cast<scalar_t>(running[c] * inverse_normalizer);
+          next[c] += running[c];
         }
       }
     });
@@ -181,19 +293,16 @@ at::Tensor conv_forward(const at::Tensor& x_in, const at::Tensor& weight, int64_
     const scalar_t* x_data = x.const_data_ptr<scalar_t>();
     scalar_t* out_data = out.mutable_data_ptr<scalar_t>();
     for_each_tile(batch, length, [&](int64_t b, int64_t first, int64_t end) {
-      std::vector<acc_t> sum(head_size);
+      const scalar_t* x_batch = x_data + b * length * channels;
       for (int64_t t = first; t < end; ++t) {
+        // Taps [tap_first, tap_end) read rows inside the sequence (conv_source in [0, T)).
+        const int64_t tap_first = std::max<int64_t>(0, padding_l - t);
+        const int64_t tap_end = std::min(taps, length + padding_l - t);
         for (int64_t h = 0; h < heads; ++h) {
-          std::fill(sum.begin(), sum.end(), acc_t(0));
-          for (int64_t k = 0; k < taps; ++k) {
-            const int64_t source = conv_source(t, k, padding_l);
-            if (!in_sequence(source, length)) continue;
-            const acc_t tap = static_cast<acc_t>(w(b, t, h, k));
-            const scalar_t* x_row = x_data + (b * length + source) * channels + h * head_size;
-            for (int64_t c = 0; c < head_size; ++c) sum[c] += tap * static_cast<acc_t>(x_row[c]);
-          }
-          scalar_t* out_row = out_data + (b * length + t) * channels + h * head_size;
-          for (int64_t c = 0; c < head_size; ++c) out_row[c] = static_cast<scalar_t>(sum[c]);
+          weighted_row_sum<acc_t>(
+              out_data + (b * length + t) * channels + h * head_size, head_size, tap_first, tap_end,
+              [&](int64_t k) { return static_cast<acc_t>(w(b, t, h, k)); },
+              [&](int64_t k) { return x_batch + conv_source(t, k, padding_l) * channels + h * head_size; });
         }
       }
     });
@@ -217,31 +326,40 @@ std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out_in, 
     const scalar_t* grad_data = grad_out.const_data_ptr<scalar_t>();
     scalar_t* grad_x_data = grad_x.mutable_data_ptr<scalar_t>();
     acc_t* grad_weight_data = grad_weight.mutable_data_ptr<acc_t>();
+    const std::vector<scalar_t> zeros(head_size, scalar_t(0));  // the rows outside the sequence
     for_each_tile(batch, length, [&](int64_t b, int64_t first, int64_t end) {
-      std::vector<acc_t> sum(head_size);
+      const scalar_t* x_batch = x_data + b * length * channels;
+      const scalar_t* grad_batch = grad_data + b * length * channels;
       for (int64_t j = first; j < end; ++j) {
+        // grad_x[j] gathers tap k of every output t = j - k + padding_l in [0, T) that read x[j].
+        const int64_t gather_first = std::max<int64_t>(0, j + padding_l - length + 1);
+        const int64_t gather_end = std::min(taps, j + padding_l + 1);
+        // grad_weight[j, h, k] = <grad_out[j], x[j + k - padding_l]>, 0 where that row is outside.
+        const int64_t tap_first = std::max<int64_t>(0, padding_l - j);
+        const int64_t tap_end = std::min(taps, length + padding_l - j);
         for (int64_t h = 0; h < heads; ++h) {
-          // grad_x[j] gathers tap k of every output t = j - k + padding_l that read x[j].
-          std::fill(sum.begin(), sum.end(), acc_t(0));
-          for (int64_t k = 0; k < taps; ++k) {
-            const int64_t t = j - k + padding_l;
-            if (!in_sequence(t, length)) continue;
-            const acc_t tap = static_cast<acc_t>(w(b, t, h, k));
-            const scalar_t* grad_row = grad_data + (b * length + t) * channels + h * head_size;
-            for (int64_t c = 0; c < head_size; ++c) sum[c] += tap * static_cast<acc_t>(grad_row[c]);
+          weighted_row_sum<acc_t>(
+              grad_x_data + (b * length + j) * channels + h * head_size, head_size, gather_first, gather_end,
+              [&](int64_t k) { return static_cast<acc_t>(w(b, j - k + padding_l, h, k)); },
+              [&](int64_t k) { return grad_batch + (j - k + padding_l) * channels + h * head_size; });
+          const scalar_t* grad_head = grad_batch + j * channels + h * head_size;
+          acc_t* grad_weight_row = grad_weight_data + ((b * length + j) * heads + h) * taps;
+          const auto x_row = [&](int64_t k) {  // x[j + k - padding_l] of head h, zeros outside
+            return k >= tap_first && k < tap_end ? x_batch + conv_source(j, k, padding_l) * channels + h * head_size
+                                                 : zeros.data();
+          };
+          int64_t k = 0;
+          for (; k + 4 <= taps; k += 4) {
+            const scalar_t* const rows[4] = {x_row(k), x_row(k + 1), x_row(k + 2), x_row(k + 3)};
+            acc_t products[4];
+            dots(grad_head, rows, head_size, products);
+            std::copy_n(products, 4, grad_weight_row + k);
           }
-          scalar_t* grad_x_row = grad_x_data + (b * length + j) * channels + h * head_size;
-          for (int64_t c = 0; c < head_size; ++c) grad_x_row[c] = static_cast<scalar_t>(sum[c]);
-          // grad_weight[j, h, k] = <grad_out[j], x[j + k - padding_l]> over the head's channels.
-          const scalar_t* grad_row = grad_data + (b * length + j) * channels + h * head_size;
-          for (int64_t k = 0; k < taps; ++k) {
-            const int64_t source = conv_source(j, k, padding_l);
-            acc_t dot = 0;
-            if (in_sequence(source, length)) {
-              const scalar_t* x_row = x_data + (b * length + source) * channels + h * head_size;
-              for (int64_t c = 0; c < head_size; ++c) dot += static_cast<acc_t>(grad_row[c]) * static_cast<acc_t>(x_row[c]);
-            }
-            grad_weight_data[((b * length + j) * heads + h) * taps + k] = dot;
+          for (; k < taps; ++k) {
+            const scalar_t* const rows[1] = {x_row(k)};
+            acc_t products[1];
+            dots(grad_head, rows, head_size, products);
+            grad_weight_row[k] = products[0];
           }
         }
       }

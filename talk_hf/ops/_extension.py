@@ -2,14 +2,15 @@
 
 Two extensions share the per-element math of ``csrc/talk_math.h``:
 
-* ``"cpu"``: ``csrc/cpu_ops.cpp``, C++ only (-O3, OpenMP), for CPU tensors;
+* ``"cpu"``: ``csrc/cpu_ops.cpp``, C++ only (-O3, OpenMP, the host's vector instructions unless
+  ``$TALK_HF_PORTABLE_CPU=1``: see :func:`native_cpu`), for CPU tensors;
 * ``"cuda"``: ``csrc/cuda_ops.cu`` + ``csrc/cuda_bindings.cpp``, for CUDA tensors.
 
 Nothing is built at import.  :func:`load` builds an extension on first use with
 ``torch.utils.cpp_extension.load`` (ninja) into :func:`build_directory`, a folder named by the
 package version, torch version, CUDA version (or ``cpu``), architecture and a digest of the kernel
-sources' content, under ``$TALK_HF_BUILD_DIR`` (default ``~/.cache/talk_hf/extensions``).  Clones
-and environments with the same sources therefore share one build, and a folder that already holds
+sources' content (and of the host CPU where the build targets it), under ``$TALK_HF_BUILD_DIR``
+(default ``~/.cache/talk_hf/extensions``).  Clones and environments with the same sources therefore share one build, and a folder that already holds
 the library is imported as it is, without ninja (whose build file records one clone's absolute
 paths and would rebuild for another).  A compile is announced through ``logging`` (a warning, so
 it shows by default) when it starts and when it ends.  A :func:`preflight` check runs first and
@@ -56,6 +57,7 @@ CSRC = _kernel_sources()
 SOURCES = {"cpu": ("cpu_ops.cpp",), "cuda": ("cuda_ops.cu", "cuda_bindings.cpp")}
 BUILD_DIR_ENV = "TALK_HF_BUILD_DIR"
 LOCK_TIMEOUT_ENV = "TALK_HF_BUILD_LOCK_TIMEOUT"
+PORTABLE_CPU_ENV = "TALK_HF_PORTABLE_CPU"
 DEFAULT_LOCK_TIMEOUT_S = 600.0
 TORCH_BATON = "lock"  # the file torch.utils.cpp_extension waits on while another build runs
 
@@ -139,6 +141,27 @@ def architecture(kind: str) -> str:
     return f"sm_{major}{minor}"
 
 
+def native_cpu() -> bool:
+    """Whether the CPU kernels target this host's vector instructions (``-march=native``).
+
+    On by default with GCC-style compilers on Linux: the build is just in time, on the machine that
+    runs it, and the build folder's digest includes the host CPU (:func:`_host_cpu`), so a cache
+    shared by different machines keeps one build per CPU. ``$TALK_HF_PORTABLE_CPU=1`` builds for the
+    architecture's baseline instead (a library meant to be copied to other machines).
+    """
+    return platform.system() == "Linux" and os.environ.get(PORTABLE_CPU_ENV, "") not in ("1", "true", "yes")
+
+
+def _host_cpu() -> str:
+    """What ``-march=native`` depends on: the CPU model and its feature flags (Linux /proc/cpuinfo)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor()
+    wanted = ("model name", "flags", "features", "cpu model", "isa")  # x86, Arm, others
+    return "\n".join(sorted({line for line in lines if line.split(":")[0].strip().lower() in wanted}))
+
+
 def _compiler_flags(kind: str) -> dict:
     """The keyword arguments of ``cpp_extension.load`` that decide what ``kind`` compiles to."""
     flags = ["-O3", "-fvisibility=hidden"]  # the CPU and CUDA modules define the same C++ names
@@ -146,6 +169,8 @@ def _compiler_flags(kind: str) -> dict:
     if platform.system() == "Linux":
         flags.append("-fopenmp")
         ldflags.append("-fopenmp")
+    if kind == "cpu" and native_cpu():
+        flags.append("-march=native")
     options = {"extra_cflags": flags, "extra_ldflags": ldflags}
     if kind == "cuda":
         options["extra_cuda_cflags"] = ["-O3", "-lineinfo", "-Xcompiler", "-fvisibility=hidden"]
@@ -158,7 +183,10 @@ def source_digest(kind: str) -> str:
     files = [CSRC / source for source in SOURCES[kind]] + sorted(CSRC.glob("*.h"))
     if not all(path.is_file() for path in files):
         return "nosources"
-    digest = hashlib.sha256(repr(sorted(_compiler_flags(kind).items())).encode())
+    flags = _compiler_flags(kind)
+    digest = hashlib.sha256(repr(sorted(flags.items())).encode())
+    if "-march=native" in flags["extra_cflags"]:
+        digest.update(_host_cpu().encode())
     for path in files:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:12]

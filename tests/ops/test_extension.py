@@ -205,6 +205,23 @@ def test_build_directory_names_versions_architecture_and_sources(monkeypatch):
     assert _extension.build_directory("cuda").name == f"talk_hf-{__version__}_torch-{torch_version}_cu12.8_sm_90_{cuda_digest}"
 
 
+@pytest.mark.skipif(platform.system() != "Linux", reason="-march=native builds are Linux-only")
+def test_native_builds_are_keyed_by_the_host_cpu_and_can_be_turned_off(monkeypatch):
+    """A cache shared by machines with different CPUs keeps one build per CPU; the portable build
+    compiles for the architecture's baseline and does not depend on the host."""
+    monkeypatch.delenv(_extension.PORTABLE_CPU_ENV, raising=False)
+    assert "-march=native" in _extension._compiler_flags("cpu")["extra_cflags"]
+    assert "-march=native" not in _extension._compiler_flags("cuda")["extra_cflags"]
+    native = _extension.source_digest("cpu")
+    monkeypatch.setattr(_extension, "_host_cpu", lambda: "model name: another CPU\nflags: sse2")
+    assert _extension.source_digest("cpu") != native
+    monkeypatch.setenv(_extension.PORTABLE_CPU_ENV, "1")
+    assert "-march=native" not in _extension._compiler_flags("cpu")["extra_cflags"]
+    portable = _extension.source_digest("cpu")
+    monkeypatch.setattr(_extension, "_host_cpu", lambda: "model name: a third CPU")
+    assert _extension.source_digest("cpu") == portable != native
+
+
 def test_clones_with_the_same_sources_share_a_build_and_an_edit_gets_its_own(tmp_path, monkeypatch):
     """The folder is keyed by the sources' content, not by where the clone is."""
     shared = _extension.build_directory("cpu")

@@ -87,6 +87,63 @@ def test_reversed_windows_have_the_gradient_of_the_signed_formula(max_right):
     )
 
 
+def outputs_and_gradients(op, inputs, backend, dtype):
+    """op(*inputs) in ``dtype`` on ``backend`` and the gradients of <out, g> for a fixed random g."""
+    leaves = [t.detach().to(dtype).requires_grad_() for t in inputs]
+    out = op(*leaves, backend=backend)
+    out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(dtype))
+    return [out] + [t.grad for t in leaves]
+
+
+# Heads as wide as a model's (whole vectors of the CPU kernels' inner loops and, at 40, a
+# partial one) over several tiles of time (128 steps each).
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("head_size", [40, 64])
+@pytest.mark.parametrize("max_right", [0, 31])
+def test_cpu_talk_kernels_match_reference_at_model_sizes(dtype, head_size, max_right):
+    x = torch.randn(2, 300, 3 * head_size, dtype=torch.float64)
+    inputs = [x, offsets_off_the_grid((2, 300, 3), 31)] + ([offsets_off_the_grid((2, 300, 3), max_right)] if max_right else [])
+
+    def op(x, left, right=None, backend=None):
+        return talk_conv(x, left, right, 31, max_right, backend=backend)
+
+    expected = outputs_and_gradients(op, inputs, "torch", torch.float64)
+    for actual, reference in zip(outputs_and_gradients(op, inputs, "cpu", dtype), expected):
+        assert_close_to_reference(actual, reference, dtype, scale=head_size)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("kind", ["dynamic", "light"])
+@pytest.mark.parametrize("padding_l", [15, 30])
+def test_cpu_conv_kernels_match_reference_at_model_sizes(dtype, kind, padding_l):
+    heads, head_size, taps = 3, 40, 31
+    x = torch.randn(2, 300, heads * head_size, dtype=torch.float64)
+    shape = (2, 300, heads, taps) if kind == "dynamic" else (heads, taps)
+    weight = torch.softmax(torch.randn(shape, dtype=torch.float64), -1)
+    conv = dynamic_conv if kind == "dynamic" else light_conv
+
+    def op(x, weight, backend=None):
+        return conv(x, weight, padding_l, backend=backend)
+
+    expected = outputs_and_gradients(op, [x, weight], "torch", torch.float64)
+    for actual, reference in zip(outputs_and_gradients(op, [x, weight], "cpu", dtype), expected):
+        assert_close_to_reference(actual, reference, dtype, scale=taps if kind == "dynamic" else 600 * taps)
+
+
+def test_cpu_talk_kernels_split_the_heads_of_windows_that_reach_far():
+    """Windows spanning most of the sequence: the forward sums the heads' prefixes in groups
+    (a tile's buffer would otherwise hold T rows of every channel); results stay exact."""
+    x = torch.randn(1, 1100, 4 * 64, dtype=torch.float64)
+    inputs = [x, 0.5 + 0.5 * torch.rand(1, 1100, 4, dtype=torch.float64), 0.5 + 0.5 * torch.rand(1, 1100, 4, dtype=torch.float64)]
+
+    def op(x, left, right, backend=None):
+        return talk_conv(x, left, right, 1000, 1000, backend=backend)
+
+    expected = outputs_and_gradients(op, inputs, "torch", torch.float64)
+    for actual, reference in zip(outputs_and_gradients(op, inputs, "cpu", torch.float64), expected):
+        assert_close_to_reference(actual, reference, torch.float64, scale=1000)
+
+
 def small_inputs(dtype=torch.float64, requires_grad=False):
     x = torch.randn(2, 9, 6, dtype=dtype, requires_grad=requires_grad)
     offsets = torch.rand(2, 9, 3, dtype=dtype, requires_grad=requires_grad)
