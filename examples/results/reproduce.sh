@@ -17,7 +17,10 @@
 # interrupted one resumes from its last saved state, so the script can be stopped and started again;
 # seeds go outermost, so a partial pass has whole seeds. To borrow the machine for a while without
 # disturbing the timings: `pkill -TSTP -f 'examples/.*/train.py'`, later `pkill -CONT -f …` (a
-# stopped run's clock stops too). At the end plot.py draws the README's figure
+# stopped run's clock stops too). Run it from a checkout nobody edits meanwhile (e.g. `git worktree
+# add ../repro COMMIT`, then `PYTHONPATH=../repro`): every run imports the package and kernels of
+# that checkout, so an edit would give later runs other code (and a kernel edit a compile inside
+# a timed step). At the end plot.py draws the README's figure
 # and table (examples/results/summary.{md,json}, curves.png).
 set -euo pipefail
 DATA=${1:-../shared/data}
