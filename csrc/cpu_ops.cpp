@@ -3,10 +3,11 @@
 // kernels.  Work is cut into tasks of one batch row and a tile of kTile time steps, run in
 // parallel with at::parallel_for (OpenMP); every task owns its output rows, so nothing races.
 //
-// Speed (these ops move a few bytes per flop, so memory traffic decides): every task reads the
-// rows it needs as whole contiguous (C,) rows, not one head at a time; it computes each window
-// edge once; and its inner loops run over channels with no branch inside, accumulating in
-// vector-register variables (Lanes) where they sum over taps or channels.  The build may target the host's vector instructions (see _extension.py).
+// Speed (talk_conv and the short convolutions do a few flops per byte, so memory traffic decides):
+// every task reads the rows it needs as whole contiguous (C,) rows, not one head at a time; it
+// computes each window edge once; and its inner loops run over channels with no branch inside,
+// accumulating in vector-register variables (Lanes) where they sum over taps or channels.  The
+// build may target the host's vector instructions (see native_cpu in _extension.py).
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
