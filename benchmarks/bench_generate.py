@@ -28,39 +28,18 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, MarianConfig, MarianMTModel
-
-import talk_hf
 from _device import add_cpu_options, run_metadata, synchronize
+from _models import CAUSAL_LM_MODELS, SEQ2SEQ_MODELS, ModelShape, add_shape_options, baseline_of, build_model
 
 SETTINGS = {"greedy-b1": (1, 1), "beam5-b8": (8, 5)}  # name: (batch, beams)
 
 
 def build_models(args) -> dict[str, tuple[torch.nn.Module, bool]]:
-    """name -> (model, is_seq2seq), all of width d, depth L, H heads, FFN f, vocab V."""
-    d, layers, heads, ffn, vocab = args.d_model, args.layers, args.heads, args.ffn, args.vocab
-    max_positions = max(args.positions) + args.steps * args.rounds + args.warmup + 8
-    offsets = talk_hf.models.conv_configuration.doubling_schedule(layers, 3, 31)
-    kernels = [size + 1 for size in offsets]  # the same reach: K - 1 = max offset
-    lm = dict(vocab_size=vocab, d_model=d, decoder_layers=layers, decoder_ffn_dim=ffn, decoder_conv_heads=heads)
-    s2s = dict(lm, encoder_layers=layers, encoder_ffn_dim=ffn, encoder_conv_heads=heads, decoder_attention_heads=heads)
-    models = {
-        "TaLKForCausalLM": (talk_hf.TaLKForCausalLM(talk_hf.TaLKLMConfig(**lm, decoder_max_offsets=offsets)), False),
-        "DynamicConvForCausalLM": (talk_hf.DynamicConvForCausalLM(
-            talk_hf.DynamicConvLMConfig(**lm, decoder_kernel_sizes=kernels)), False),
-        "GPT2 (baseline)": (GPT2LMHeadModel(GPT2Config(
-            vocab_size=vocab, n_embd=d, n_layer=layers, n_head=heads, n_inner=ffn, n_positions=max_positions,
-            attn_implementation="sdpa")), False),
-        "TaLKForConditionalGeneration": (talk_hf.TaLKForConditionalGeneration(talk_hf.TaLKConfig(
-            **s2s, encoder_max_offsets=offsets, decoder_max_offsets=offsets)), True),
-        "DynamicConvForConditionalGeneration": (talk_hf.DynamicConvForConditionalGeneration(talk_hf.DynamicConvConfig(
-            **s2s, encoder_kernel_sizes=kernels, decoder_kernel_sizes=kernels)), True),
-        "Marian (baseline)": (MarianMTModel(MarianConfig(
-            vocab_size=vocab, d_model=d, encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=heads,
-            decoder_attention_heads=heads, encoder_ffn_dim=ffn, decoder_ffn_dim=ffn, pad_token_id=1,
-            decoder_start_token_id=2, max_position_embeddings=max_positions, attn_implementation="sdpa")), True),
-    }
-    return {name: (model.to(args.device).eval(), is_seq2seq) for name, (model, is_seq2seq) in models.items()}
+    """name -> (model in eval mode on the device, is_seq2seq), every model of `_models`."""
+    max_positions = max(max(args.positions) + args.steps * args.rounds + args.warmup, args.source_length) + 8
+    shape = ModelShape.from_args(args)
+    return {name: (build_model(name, shape, max_positions).to(args.device).eval(), name in SEQ2SEQ_MODELS)
+            for name in CAUSAL_LM_MODELS + SEQ2SEQ_MODELS}
 
 
 def state_bytes(cache) -> tuple[int, int]:
@@ -162,7 +141,7 @@ def summarise(results: dict, positions: list[int], statistic: str) -> dict:
     for setting, per_model in results.items():
         rows = {}
         for name, per_position in per_model.items():
-            baseline = "Marian (baseline)" if "Conditional" in name or "Marian" in name else "GPT2 (baseline)"
+            baseline = baseline_of(name)
             rows[name] = {
                 f"step_{last}_over_step_{first}": per_position[last][statistic] / per_position[first][statistic],
                 **{f"over_baseline_at_{p}": per_position[str(p)][statistic] / per_model[baseline][str(p)][statistic]
@@ -177,11 +156,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--positions", type=int, nargs="+", default=[16, 256, 2048])
-    parser.add_argument("--d-model", type=int, default=512)
-    parser.add_argument("--layers", type=int, default=6)
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--ffn", type=int, default=2048)
-    parser.add_argument("--vocab", type=int, default=8000)
+    add_shape_options(parser)
     parser.add_argument("--source-length", type=int, default=32)
     parser.add_argument("--steps", type=int, default=2, help="timed steps per (model, position) and round")
     parser.add_argument("--rounds", type=int, default=20, help="interleaved rounds over the (model, position) pairs")

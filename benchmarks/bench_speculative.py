@@ -29,28 +29,15 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
-
-import talk_hf
 from _device import add_cpu_options, run_metadata, synchronize
-from talk_hf.models.conv_configuration import doubling_schedule
+from _models import CAUSAL_LM_MODELS, ModelShape, add_shape_options, build_model
 
 
 def build_models(args) -> dict[str, torch.nn.Module]:
-    """Our two LM families and GPT-2 (SDPA), all of width d, depth L, H heads, FFN f, vocab V."""
-    offsets = doubling_schedule(args.layers, 3, 31)
-    kernels = [size + 1 for size in offsets]  # the same reach as TaLK's offsets
-    shared = dict(vocab_size=args.vocab, d_model=args.d_model, decoder_layers=args.layers,
-                  decoder_ffn_dim=args.ffn, decoder_conv_heads=args.heads, dropout=0.0)
-    return {
-        "TaLKForCausalLM": talk_hf.TaLKForCausalLM(talk_hf.TaLKLMConfig(**shared, decoder_max_offsets=offsets)),
-        "DynamicConvForCausalLM": talk_hf.DynamicConvForCausalLM(
-            talk_hf.DynamicConvLMConfig(**shared, decoder_kernel_sizes=kernels)),
-        "GPT2 (baseline)": GPT2LMHeadModel(GPT2Config(
-            vocab_size=args.vocab, n_embd=args.d_model, n_layer=args.layers, n_head=args.heads, n_inner=args.ffn,
-            n_positions=args.block + args.new_tokens + args.period * args.prompt_repeats, resid_pdrop=0.0,
-            embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=2, attn_implementation="sdpa")),
-    }
+    """Our two LM families and GPT-2 (SDPA) of `_models`, without dropout."""
+    max_positions = args.block + args.new_tokens + args.period * args.prompt_repeats
+    return {name: build_model(name, ModelShape.from_args(args), max_positions, dropout=0.0)
+            for name in CAUSAL_LM_MODELS}
 
 
 def next_token_table(args) -> torch.Tensor:
@@ -145,11 +132,7 @@ def measure(model, following: torch.Tensor, args) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--d-model", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--ffn", type=int, default=1024)
-    parser.add_argument("--vocab", type=int, default=100)
+    add_shape_options(parser, ModelShape(d_model=256, layers=4, heads=4, ffn=1024, vocab=100))
     parser.add_argument("--period", type=int, default=8, help="length of the token cycles")
     parser.add_argument("--block", type=int, default=64, help="training sequence length")
     parser.add_argument("--batch", type=int, default=32)

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from ..ops import dynamic_conv, light_conv
+from .dropout import dropout
 from .mixer_block import prepend_past
 
 
@@ -32,7 +33,7 @@ class _ConvCore(nn.Module):
     def normalize(self, logits: torch.Tensor) -> torch.Tensor:
         """Softmax over the last (kernel) dim, then DropConnect."""
         weight = torch.softmax(logits.float(), dim=-1).to(logits.dtype)
-        return nn.functional.dropout(weight, p=self.weight_dropout, training=self.training)
+        return dropout(weight, self.weight_dropout, self.training)
 
     def decoding_step(self, context: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
         """The output of one new token from its whole causal window, in O(K C).

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from ..transformers_internals import ACT2FN
+from .dropout import dropout
 from .residual import NormedResidual
 
 
@@ -23,5 +24,5 @@ class FeedForwardBlock(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         x = self.activation(self.fc1(self.residual.pre(hidden)))
-        x = nn.functional.dropout(x, p=self.activation_dropout, training=self.training)
+        x = dropout(x, self.activation_dropout, self.training)
         return self.residual.post(self.fc2(x), hidden)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .dropout import dropout
 from .residual import NormedResidual
 
 
@@ -58,7 +59,7 @@ class MixerBlock(nn.Module):
             (B, T, d) block output.
         """
         x = self.residual.pre(hidden)
-        x = nn.functional.dropout(x, p=self.input_dropout, training=self.training)
+        x = dropout(x, self.input_dropout, self.training)
         u = self.in_proj(x)
         if self.use_glu:
             u = nn.functional.glu(u, dim=-1)

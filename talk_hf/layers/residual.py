@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .dropout import dropout
+
 
 class NormedResidual(nn.Module):
     """LayerNorm placement and output dropout of one residual block.
@@ -24,5 +26,5 @@ class NormedResidual(nn.Module):
 
     def post(self, output: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """Sublayer output (B, T, d) + residual (B, T, d) -> block output (normalised when post-norm)."""
-        hidden = residual + nn.functional.dropout(output, p=self.dropout, training=self.training)
+        hidden = residual + dropout(output, self.dropout, self.training)
         return hidden if self.normalize_before else self.layer_norm(hidden)

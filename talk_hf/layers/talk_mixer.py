@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from ..ops import talk_conv
+from .dropout import dropout
 from .mixer_block import prepend_past
 
 
@@ -49,7 +50,7 @@ class TaLKCore(nn.Module):
             (B, T, C).
         """
         offsets = torch.sigmoid(self.offset_proj(u))
-        offsets = nn.functional.dropout(offsets, p=self.offset_dropout, training=self.training)
+        offsets = dropout(offsets, self.offset_dropout, self.training)
         if self.causal:
             context, offset_left = prepend_past(u, offsets, past)
             out = talk_conv(context, offset_left, None, self.max_left, 0)

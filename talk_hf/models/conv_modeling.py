@@ -25,6 +25,7 @@ from transformers.modeling_outputs import (
 from ..cache import ConvCache, ConvEncoderDecoderCache
 from ..layers.conv_layers import ConvDecoderLayer, ConvEncoderLayer
 from ..layers.cross_attention import CrossAttentionBlock
+from ..layers.dropout import dropout
 from ..layers.dynamic_conv_mixer import LightConvCore
 from ..layers.feed_forward import FeedForwardBlock
 from ..layers.mixer_block import MixerBlock
@@ -91,7 +92,7 @@ class _ConvStack(nn.Module):
         positions = positions_from_mask(attention_mask, inputs_embeds.shape[1], past_length, inputs_embeds.device)
         positions = positions + self.position_offset
         hidden = inputs_embeds * self.embed_scale + self.embed_positions(positions).to(inputs_embeds.dtype)
-        return nn.functional.dropout(hidden, p=self.dropout, training=self.training)
+        return dropout(hidden, self.dropout, self.training)
 
     def finish(self, hidden: torch.Tensor) -> torch.Tensor:
         return hidden if self.final_layer_norm is None else self.final_layer_norm(hidden)

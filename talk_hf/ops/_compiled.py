@@ -25,6 +25,19 @@ def _module(tensor: torch.Tensor):
     return _extension.load(tensor.device.type)
 
 
+def needs_custom_op(*tensors: torch.Tensor | None) -> bool:
+    """Whether a call must go through the registered custom op rather than the extension directly:
+    while ``torch.compile`` traces (the op is one opaque graph node), when autograd records the
+    call, or for tensor subclasses (which dispatch on the op)."""
+    if torch.compiler.is_compiling():
+        return True
+    grad_enabled = torch.is_grad_enabled()
+    for tensor in tensors:
+        if tensor is not None and (type(tensor) is not torch.Tensor or (grad_enabled and tensor.requires_grad)):
+            return True
+    return False
+
+
 def _per_token(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """LightConv's (H, K) kernel as a (B, T, H, K) view with zero batch and time strides."""
     return weight.expand(x.shape[0], x.shape[1], *weight.shape)
@@ -78,6 +91,13 @@ def _talk_backward(ctx, grad_out):
 
 
 talk_conv.register_autograd(_talk_backward, setup_context=_talk_setup)
+
+
+def run_talk_conv(x, offset_left, offset_right, max_left: int, max_right: int) -> torch.Tensor:
+    """``talk_hf::talk_conv``, called directly when `needs_custom_op` allows."""
+    if needs_custom_op(x, offset_left, offset_right):
+        return talk_conv(x, offset_left, offset_right, max_left, max_right)
+    return _module(x).talk_forward(x, offset_left, offset_right, max_left, max_right)
 
 
 # --- DynamicConv / LightConv -----------------------------------------------------------------
@@ -136,3 +156,17 @@ def _light_backward(ctx, grad_out):
 
 dynamic_conv.register_autograd(_dynamic_backward, setup_context=_conv_setup)
 light_conv.register_autograd(_light_backward, setup_context=_conv_setup)
+
+
+def run_dynamic_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int) -> torch.Tensor:
+    """``talk_hf::dynamic_conv``, called directly when `needs_custom_op` allows."""
+    if needs_custom_op(x, weight):
+        return dynamic_conv(x, weight, padding_l)
+    return _module(x).conv_forward(x, weight, padding_l)
+
+
+def run_light_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int) -> torch.Tensor:
+    """``talk_hf::light_conv``, called directly when `needs_custom_op` allows."""
+    if needs_custom_op(x, weight):
+        return light_conv(x, weight, padding_l)
+    return _module(x).conv_forward(x, _per_token(weight, x), padding_l)

@@ -43,7 +43,7 @@ def dynamic_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int, *, backe
     _check_kernel(x, weight, padding_l)
     if resolve_backend(backend, x.device) == "torch":
         return dynamic_conv_torch(x, weight, padding_l)
-    return _compiled.dynamic_conv(x, weight, padding_l)
+    return _compiled.run_dynamic_conv(x, weight, padding_l)
 
 
 def light_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int, *, backend: str | None = None) -> torch.Tensor:
@@ -63,7 +63,7 @@ def light_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int, *, backend
     _check_kernel(x, weight, padding_l)
     if resolve_backend(backend, x.device) == "torch":
         return light_conv_torch(x, weight, padding_l)
-    return _compiled.light_conv(x, weight, padding_l)
+    return _compiled.run_light_conv(x, weight, padding_l)
 
 
 def _check_kernel(x: torch.Tensor, weight: torch.Tensor, padding_l: int) -> None:

@@ -71,7 +71,7 @@ def talk_conv(
     _check_talk_args(x, offset_left, offset_right, max_left, max_right)
     if resolve_backend(backend, x.device) == "torch":
         return talk_conv_torch(x, offset_left, offset_right, max_left, max_right)
-    return _compiled.talk_conv(x, offset_left, offset_right, max_left, max_right)
+    return _compiled.run_talk_conv(x, offset_left, offset_right, max_left, max_right)
 
 
 def _check_talk_args(x, offset_left, offset_right, max_left, max_right) -> None:

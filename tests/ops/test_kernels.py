@@ -164,6 +164,35 @@ def test_custom_ops_pass_opcheck(op):
     torch.library.opcheck(*args)
 
 
+OPS_AND_CUSTOM_OPS = {
+    "talk": (lambda x, offsets, weight: talk_conv(x, offsets, None, 3, 0, backend="cpu"), "talk_conv"),
+    "dynamic": (lambda x, offsets, weight: dynamic_conv(x, weight, 2, backend="cpu"), "dynamic_conv"),
+    "light": (lambda x, offsets, weight: light_conv(x, weight[0, 0], 1, backend="cpu"), "light_conv"),
+}
+
+
+@pytest.mark.parametrize("op", sorted(OPS_AND_CUSTOM_OPS))
+def test_calls_without_autograd_skip_the_custom_op_and_give_its_result(op, monkeypatch):
+    """Without autograd (no_grad, or no input needing a gradient) the extension is called
+    directly; with it, the call goes through the custom op (and its autograd formula)."""
+    call, custom_op_name = OPS_AND_CUSTOM_OPS[op]
+    inputs = small_inputs(torch.float32)
+    grad_inputs = tuple(tensor.clone().requires_grad_() for tensor in inputs)
+    through_custom_op = call(*grad_inputs)
+    assert through_custom_op.grad_fn is not None
+    with monkeypatch.context() as patch:
+
+        def refuse(*args):
+            raise AssertionError("went through the custom op")
+
+        patch.setattr(_compiled, custom_op_name, refuse)
+        torch.testing.assert_close(call(*inputs), through_custom_op.detach(), rtol=0, atol=0)
+        with torch.no_grad():
+            torch.testing.assert_close(call(*grad_inputs), through_custom_op.detach(), rtol=0, atol=0)
+        with pytest.raises(AssertionError, match="custom op"):
+            call(*grad_inputs)
+
+
 def test_torch_compile_traces_through_the_kernels():
     x, offsets, weight = small_inputs(torch.float32, requires_grad=True)
 

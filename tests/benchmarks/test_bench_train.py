@@ -1,0 +1,77 @@
+"""bench_train.py: a training step of every model at tiny sizes, the memory figures, the ratios,
+and out-of-memory children recorded as results."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import bench_train  # noqa: E402
+from _models import CAUSAL_LM_MODELS, SEQ2SEQ_MODELS  # noqa: E402
+
+TINY = ["--d-model", "16", "--layers", "2", "--heads", "2", "--ffn", "32", "--vocab", "50",
+        "--source-length", "12", "--target-length", "6", "--blocks", "8", "16", "--tokens", "32",
+        "--seq2seq-rows", "2", "--warmup", "1", "--steps", "2"]
+
+
+@pytest.mark.parametrize("name", CAUSAL_LM_MODELS + SEQ2SEQ_MODELS)
+def test_one_training_step_of_every_model_reports_time_and_memory(name):
+    args = bench_train.parse_args(TINY)
+    measured = bench_train.measure_one(name, 16, 2, args)
+    assert measured["status"] == "ok"
+    assert len(measured["step_times_s"]) == 2 and measured["step_s"] > 0
+    assert measured["peak_memory_bytes"] >= measured["memory_before_bytes"] > 0
+    assert measured["training_memory_bytes"] == measured["peak_memory_bytes"] - measured["memory_before_bytes"]
+
+
+def test_summary_ratios_and_a_baseline_that_ran_out_of_memory():
+    ok = {"status": "ok", "tokens_per_s": 100.0, "peak_memory_bytes": 400, "training_memory_bytes": 200}
+    results = {
+        "TaLKForCausalLM": {"8": dict(ok, tokens_per_s=300.0, training_memory_bytes=50), "16": ok},
+        "GPT2 (baseline)": {"8": ok, "16": {"status": "out of memory", "error": "killed"}},
+    }
+    summary = bench_train.summarise(results)
+    assert summary["TaLKForCausalLM"]["8"]["tokens_per_s_over_baseline"] == 3.0
+    assert summary["TaLKForCausalLM"]["8"]["training_memory_over_baseline"] == 0.25
+    assert summary["TaLKForCausalLM"]["16"] == {
+        "tokens_per_s_over_baseline": None, "peak_memory_over_baseline": None,
+        "training_memory_over_baseline": None, "baseline_status": "out of memory"}
+
+
+@pytest.mark.parametrize(("returncode", "stderr"), [(-9, ""), (1, "RuntimeError: DefaultCPUAllocator: can't allocate memory")])
+def test_a_child_that_runs_out_of_memory_is_a_result(monkeypatch, returncode, stderr):
+    def fake_run(command, **kwargs):
+        return subprocess.CompletedProcess(command, returncode, stdout="", stderr=stderr)
+
+    monkeypatch.setattr(bench_train.subprocess, "run", fake_run)
+    measured = bench_train.run_in_subprocess("GPT2 (baseline)", 16, 2, bench_train.parse_args(TINY))
+    assert measured["status"] == "out of memory"
+
+
+def test_a_child_that_fails_otherwise_raises(monkeypatch):
+    def fake_run(command, **kwargs):
+        return subprocess.CompletedProcess(command, 1, stdout="", stderr="ValueError: something else")
+
+    monkeypatch.setattr(bench_train.subprocess, "run", fake_run)
+    with pytest.raises(RuntimeError, match="something else"):
+        bench_train.run_in_subprocess("GPT2 (baseline)", 16, 2, bench_train.parse_args(TINY))
+
+
+def test_a_model_without_its_baseline_is_refused():
+    with pytest.raises(SystemExit):
+        bench_train.parse_args([*TINY, "--models", "TaLKForCausalLM"])
+
+
+@pytest.mark.slow
+def test_the_script_measures_in_children_and_writes_json(tmp_path):
+    out = tmp_path / "train.json"
+    bench_train.main([*TINY, "--blocks", "8", "--models", "TaLKForCausalLM", "GPT2 (baseline)", "--out", str(out)])
+    report = json.loads(out.read_text())
+    assert set(report["results"]) == {"TaLKForCausalLM", "GPT2 (baseline)"}
+    measured = report["results"]["TaLKForCausalLM"]["8"]
+    assert measured["status"] == "ok" and measured["rows"] == 4 and measured["tokens_per_step"] == 32
+    assert report["summary"]["GPT2 (baseline)"]["8"]["tokens_per_s_over_baseline"] == 1.0
