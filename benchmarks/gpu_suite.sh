@@ -15,6 +15,8 @@
 #                                                                    -> table6_cuda.json, ops_cuda.json
 #   profile   Nsight Compute over each kernel at the Table 6 shape   -> ncu-table6.txt
 #   generate  bench_generate.py on the GPU                           -> bench_generate_cuda.json
+#   trainspeed  bench_train.py on the GPU: training tokens/s and peak memory against GPT-2 and
+#             Marian at long sequences                               -> train_cuda.json
 #   train     Multi30k En->De, TaLK, DynamicConv and the Transformer baseline, bf16, the same
 #             training-time budget each, all three at once on the one GPU; then plot.py
 #                                                                    -> train/, curves.png, summary.*
@@ -95,6 +97,10 @@ stage_profile() {
 
 stage_generate() {
     "$PYTHON" benchmarks/bench_generate.py --device cuda --out "$RESULTS/bench_generate_cuda.json"
+}
+
+stage_trainspeed() {
+    "$PYTHON" benchmarks/bench_train.py --device cuda --out "$RESULTS/train_cuda.json"
 }
 
 translate() {  # model_type

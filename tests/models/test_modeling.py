@@ -29,6 +29,23 @@ def test_save_load_round_trip_through_auto_classes(case, tmp_path):
     torch.testing.assert_close(base(**inputs).last_hidden_state, model.model(**inputs).last_hidden_state, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("case", [case for case in CASES if "slicenet" not in case.name],
+                         ids=[name for name in CASE_IDS if "slicenet" not in name])
+@pytest.mark.parametrize("field", ["dropout", "input_dropout", "activation_dropout", "mixer"])
+def test_each_dropout_acts_in_training_and_never_in_eval(case, field):
+    """Every dropout of the layers drops in training mode; eval forwards are deterministic and
+    equal to a model without dropout (dropout is skipped outright there)."""
+    mixer_field = case.config_class.mixer_dropout_field
+    field = mixer_field if field == "mixer" else field
+    no_dropout = dict.fromkeys(["dropout", "input_dropout", "activation_dropout", "attention_dropout", mixer_field], 0.0)
+    inputs = model_inputs(case)
+    without = case.model(**no_dropout)(**inputs).logits
+    model = case.model(**{**no_dropout, field: 0.5})
+    torch.testing.assert_close(model(**inputs).logits, without, rtol=0, atol=0)
+    model.train()
+    assert not torch.allclose(model(**inputs).logits, without)
+
+
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_meta_device_init_rebuilds_every_parameter_and_buffer(case):
     with torch.device("meta"):

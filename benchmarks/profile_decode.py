@@ -1,0 +1,141 @@
+"""What a batch-1 decoding step costs, and what bounds it: weights, operators, host syncs.
+
+For each language model of `bench_generate` (same sizes) at each position, in one run: the step's median
+CPU time; the time of the step's matrix products alone (every ``nn.Linear`` / GPT-2 ``Conv1D``
+applied once to a one-row input, in module order: streaming the weights, which no eager
+implementation avoids); the bytes of those weights; the operators the step dispatches and its
+host synchronisations (``aten::_local_scalar_dense``, from the PyTorch profiler); and, for our
+models, the time of the position computation from the attention mask (``positions_from_mask``,
+O(t) in the mask's length).
+
+    python benchmarks/profile_decode.py --threads 1      # writes results/profile_decode_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+from transformers.pytorch_utils import Conv1D
+
+from _device import add_cpu_options, run_metadata
+from _models import CAUSAL_LM_MODELS, add_shape_options, baseline_of
+from bench_generate import Decoder, build_models
+from talk_hf.layers.sinusoidal_positions import positions_from_mask
+
+
+def median_cpu_seconds(function, repeats: int) -> float:
+    """Median process CPU time of ``function()`` over ``repeats`` calls."""
+    times = []
+    for _ in range(repeats):
+        start = time.process_time()
+        function()
+        times.append(time.process_time() - start)
+    return statistics.median(times)
+
+
+def matrix_products(model: torch.nn.Module):
+    """A function applying every linear layer of ``model`` once to a one-row input, and the bytes
+    of their weights and biases."""
+    layers = [module for module in model.modules() if isinstance(module, (torch.nn.Linear, Conv1D))]
+    inputs = [torch.randn(1, 1, layer.in_features if isinstance(layer, torch.nn.Linear) else layer.weight.shape[0])
+              for layer in layers]
+    weight_bytes = sum(parameter.nbytes for layer in layers for parameter in layer.parameters())
+
+    @torch.no_grad()
+    def run():
+        for layer, one_row in zip(layers, inputs):
+            layer(one_row)
+
+    return run, weight_bytes
+
+
+def operator_counts(decoder: Decoder, steps: int) -> tuple[float, float]:
+    """(operators dispatched, host synchronisations) per step, from the PyTorch profiler."""
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        for _ in range(steps):
+            decoder.step(record=False)
+    events = profiler.key_averages()
+    operators = sum(event.count for event in events if event.key.startswith("aten::"))
+    syncs = sum(event.count for event in events if event.key == "aten::_local_scalar_dense")
+    return operators / steps, syncs / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_shape_options(parser)
+    parser.add_argument("--positions", type=int, nargs="+", default=[16, 2048])
+    parser.add_argument("--source-length", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=60, help="timed calls per measurement")
+    add_cpu_options(parser)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    # What bench_generate's model builder and Decoder read (steps x rounds: positions to cover).
+    args.device, args.steps, args.rounds, args.warmup = "cpu", args.repeats + 10, 1, 5
+
+    # Language models only: a seq2seq step skips the encoder's and the cross-attention keys' and
+    # values' projections, which the matrix-product floor would have to leave out by name.
+    models = {name: model for name, (model, _) in build_models(args).items() if name in CAUSAL_LM_MODELS}
+    products = {name: matrix_products(model) for name, model in models.items()}
+    decoders = {(name, position): Decoder(model, False, 1, 1, position, args)
+                for name, model in models.items() for position in args.positions}
+    for decoder in decoders.values():
+        for _ in range(args.warmup):
+            decoder.step(record=False)
+    # Rounds over every (model, position): one step, then the matrix products alone, so that load
+    # from other processes hits every measurement alike.
+    step_times = {key: [] for key in decoders}
+    product_times = {key: [] for key in decoders}
+    for _ in range(args.repeats):
+        for key, decoder in decoders.items():
+            step_times[key].append(median_cpu_seconds(lambda: decoder.step(record=False), 1))
+            product_times[key].append(median_cpu_seconds(products[key[0]][0], 1))
+
+    results = {name: {"linear_weight_bytes": products[name][1], "positions": {}} for name in models}
+    for (name, position), decoder in decoders.items():
+        step_s, products_s = statistics.median(step_times[name, position]), statistics.median(product_times[name, position])
+        operators, syncs = operator_counts(decoder, 10)
+        results[name]["positions"][str(position)] = {
+            "step_cpu_s": step_s, "matrix_products_cpu_s": products_s,
+            "other_cpu_s": step_s - products_s, "operators_per_step": operators, "host_syncs_per_step": syncs,
+        }
+        print(f"{name:24s} P={position:>5d} step {step_s * 1e3:6.2f} ms  matrix products {products_s * 1e3:6.2f} ms "
+              f"({products[name][1] / products_s / 1e9:5.1f} GB/s)  rest {(step_s - products_s) * 1e3:5.2f} ms  "
+              f"{operators:5.0f} ops  {syncs:.0f} syncs", flush=True)
+
+    mask = torch.ones(1, max(args.positions) + 1, dtype=torch.long)
+    positions_s = median_cpu_seconds(lambda: positions_from_mask(mask, 1, mask.shape[1] - 1, "cpu"), 1000)
+    summary = {
+        name: {
+            "linear_weight_bytes_over_baseline":
+                measured["linear_weight_bytes"] / results[baseline_of(name)]["linear_weight_bytes"],
+            **{f"step_over_baseline_at_{p}": measured["positions"][p]["step_cpu_s"]
+               / results[baseline_of(name)]["positions"][p]["step_cpu_s"] for p in measured["positions"]},
+        }
+        for name, measured in results.items()
+    }
+    report = {
+        "benchmark": "profile_decode",
+        **run_metadata("cpu"),
+        "shapes": {key: getattr(args, key) for key in ("d_model", "layers", "heads", "ffn", "vocab", "positions")},
+        "results": results,
+        "positions_from_mask_cpu_s": {str(mask.shape[1]): positions_s},
+        "summary": summary,
+    }
+    print(f"positions_from_mask over a mask of {mask.shape[1]}: {positions_s * 1e6:.1f} us")
+    out = args.out or Path(__file__).parent / "results" / "profile_decode_cpu.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
