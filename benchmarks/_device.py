@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 from pathlib import Path
@@ -51,3 +52,14 @@ def add_cpu_options(parser) -> None:
     """``--threads`` and ``--out``, the options every benchmark script has."""
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default: benchmarks/results/...)")
+
+
+def write_report(report: dict, out: Path | None, default_name: str) -> None:
+    """Write a benchmark's JSON to ``out`` (default: benchmarks/results/``default_name``), print
+    its ``summary`` when it has one, and say where it went."""
+    out = out or Path(__file__).parent / "results" / default_name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    if "summary" in report:
+        print(json.dumps(report["summary"], indent=2))
+    print(f"wrote {out}")

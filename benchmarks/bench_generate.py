@@ -22,13 +22,11 @@ keys/values of seq2seq models are the same for every model and reported apart).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
-from pathlib import Path
 
 import torch
-from _device import add_cpu_options, run_metadata, synchronize
+from _device import add_cpu_options, run_metadata, synchronize, write_report
 from _models import CAUSAL_LM_MODELS, SEQ2SEQ_MODELS, ModelShape, add_shape_options, baseline_of, build_model
 
 SETTINGS = {"greedy-b1": (1, 1), "beam5-b8": (8, 5)}  # name: (batch, beams)
@@ -190,11 +188,7 @@ def main() -> None:
         "ratio_statistic": statistic,
         "summary": summarise(results, args.positions, statistic),
     }
-    out = args.out or Path(__file__).parent / "results" / f"bench_generate_{args.device.split(':')[0]}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report["summary"], indent=2))
-    print(f"wrote {out}")
+    write_report(report, args.out, f"bench_generate_{args.device.split(':')[0]}.json")
 
 
 if __name__ == "__main__":

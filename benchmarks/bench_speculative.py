@@ -23,13 +23,11 @@ GPU), one run for all models.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
-from pathlib import Path
 
 import torch
-from _device import add_cpu_options, run_metadata, synchronize
+from _device import add_cpu_options, run_metadata, synchronize, write_report
 from _models import CAUSAL_LM_MODELS, ModelShape, add_shape_options, build_model
 
 
@@ -168,10 +166,7 @@ def main() -> None:
         "speedup_statistic": "wall_s" if args.device.startswith("cuda") else "cpu_s",
         "results": results,
     }
-    out = args.out or Path(__file__).parent / "results" / f"bench_speculative_{args.device.split(':')[0]}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    print(f"wrote {out}")
+    write_report(report, args.out, f"bench_speculative_{args.device.split(':')[0]}.json")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from _device import add_cpu_options, run_metadata, synchronize
+from _device import add_cpu_options, run_metadata, synchronize, write_report
 from _models import CAUSAL_LM_MODELS, SEQ2SEQ_MODELS, ModelShape, add_shape_options, baseline_of, build_model
 
 OUT_OF_MEMORY_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc")
@@ -209,11 +209,7 @@ def main(argv=None) -> None:
         "results": results,
         "summary": summarise(results),
     }
-    out = args.out or Path(__file__).parent / "results" / f"train_{args.device.split(':')[0]}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report["summary"], indent=2))
-    print(f"wrote {out}")
+    write_report(report, args.out, f"train_{args.device.split(':')[0]}.json")
 
 
 if __name__ == "__main__":

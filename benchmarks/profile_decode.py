@@ -14,16 +14,14 @@ O(t) in the mask's length).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
-from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 from transformers.pytorch_utils import Conv1D
 
-from _device import add_cpu_options, run_metadata
+from _device import add_cpu_options, run_metadata, write_report
 from _models import CAUSAL_LM_MODELS, add_shape_options, baseline_of
 from bench_generate import Decoder, build_models
 from talk_hf.layers.sinusoidal_positions import positions_from_mask
@@ -130,11 +128,7 @@ def main() -> None:
         "summary": summary,
     }
     print(f"positions_from_mask over a mask of {mask.shape[1]}: {positions_s * 1e6:.1f} us")
-    out = args.out or Path(__file__).parent / "results" / "profile_decode_cpu.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(summary, indent=2))
-    print(f"wrote {out}")
+    write_report(report, args.out, "profile_decode_cpu.json")
 
 
 if __name__ == "__main__":
