@@ -29,7 +29,7 @@ class ModelShape:
     vocab: int = 8000
 
     @classmethod
-    def from_args(cls, args) -> "ModelShape":
+    def from_args(cls, args) -> ModelShape:
         return cls(args.d_model, args.layers, args.heads, args.ffn, args.vocab)
 
 
@@ -56,34 +56,36 @@ def build_model(name: str, shape: ModelShape, max_positions: int, dropout: float
     """
     offsets = talk_hf.models.conv_configuration.doubling_schedule(shape.layers, 3, 31)
     kernels = [size + 1 for size in offsets]  # the same reach: K - 1 = max offset
-    ours_dropout = {} if dropout is None else dict(dropout=dropout, attention_dropout=dropout,
-                                                   activation_dropout=dropout, input_dropout=dropout)
-    lm = dict(vocab_size=shape.vocab, d_model=shape.d_model, decoder_layers=shape.layers,
-              decoder_ffn_dim=shape.ffn, decoder_conv_heads=shape.heads, **ours_dropout)
-    s2s = dict(lm, encoder_layers=shape.layers, encoder_ffn_dim=shape.ffn, encoder_conv_heads=shape.heads,
-               decoder_attention_heads=shape.heads)
-    talk_dropout = {} if dropout is None else dict(offset_dropout=dropout)
-    conv_dropout = {} if dropout is None else dict(weight_dropout=dropout)
-    if name == "TaLKForCausalLM":
-        return talk_hf.TaLKForCausalLM(talk_hf.TaLKLMConfig(**lm, **talk_dropout, decoder_max_offsets=offsets))
-    if name == "DynamicConvForCausalLM":
-        return talk_hf.DynamicConvForCausalLM(talk_hf.DynamicConvLMConfig(
-            **lm, **conv_dropout, decoder_kernel_sizes=kernels))
+    lm = {"vocab_size": shape.vocab, "d_model": shape.d_model, "decoder_layers": shape.layers,
+          "decoder_ffn_dim": shape.ffn, "decoder_conv_heads": shape.heads}
+    s2s = {**lm, "encoder_layers": shape.layers, "encoder_ffn_dim": shape.ffn, "encoder_conv_heads": shape.heads,
+           "decoder_attention_heads": shape.heads}
+    ours = {  # name: (model class, config class, config fields)
+        "TaLKForCausalLM": (talk_hf.TaLKForCausalLM, talk_hf.TaLKLMConfig, {**lm, "decoder_max_offsets": offsets}),
+        "DynamicConvForCausalLM": (talk_hf.DynamicConvForCausalLM, talk_hf.DynamicConvLMConfig,
+                                   {**lm, "decoder_kernel_sizes": kernels}),
+        "TaLKForConditionalGeneration": (talk_hf.TaLKForConditionalGeneration, talk_hf.TaLKConfig,
+                                         {**s2s, "encoder_max_offsets": offsets, "decoder_max_offsets": offsets}),
+        "DynamicConvForConditionalGeneration": (
+            talk_hf.DynamicConvForConditionalGeneration, talk_hf.DynamicConvConfig,
+            {**s2s, "encoder_kernel_sizes": kernels, "decoder_kernel_sizes": kernels}),
+    }
+    if name in ours:
+        model_class, config_class, fields = ours[name]
+        if dropout is not None:
+            dropout_fields = ("dropout", "attention_dropout", "activation_dropout", "input_dropout",
+                              config_class.mixer_dropout_field)
+            fields = {**fields, **dict.fromkeys(dropout_fields, dropout)}
+        return model_class(config_class(**fields))
     if name == "GPT2 (baseline)":
-        gpt2_dropout = {} if dropout is None else dict(resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout)
+        gpt2_dropout = {} if dropout is None else dict.fromkeys(("resid_pdrop", "embd_pdrop", "attn_pdrop"), dropout)
         return GPT2LMHeadModel(GPT2Config(
             vocab_size=shape.vocab, n_embd=shape.d_model, n_layer=shape.layers, n_head=shape.heads,
             n_inner=shape.ffn, n_positions=max_positions, bos_token_id=0, eos_token_id=2,
             attn_implementation="sdpa", **gpt2_dropout))
-    if name == "TaLKForConditionalGeneration":
-        return talk_hf.TaLKForConditionalGeneration(talk_hf.TaLKConfig(
-            **s2s, **talk_dropout, encoder_max_offsets=offsets, decoder_max_offsets=offsets))
-    if name == "DynamicConvForConditionalGeneration":
-        return talk_hf.DynamicConvForConditionalGeneration(talk_hf.DynamicConvConfig(
-            **s2s, **conv_dropout, encoder_kernel_sizes=kernels, decoder_kernel_sizes=kernels))
     if name == "Marian (baseline)":
-        marian_dropout = {} if dropout is None else dict(dropout=dropout, attention_dropout=dropout,
-                                                         activation_dropout=dropout)
+        marian_dropout = ({} if dropout is None
+                          else dict.fromkeys(("dropout", "attention_dropout", "activation_dropout"), dropout))
         return MarianMTModel(MarianConfig(
             vocab_size=shape.vocab, d_model=shape.d_model, encoder_layers=shape.layers,
             decoder_layers=shape.layers, encoder_attention_heads=shape.heads, decoder_attention_heads=shape.heads,

@@ -27,14 +27,11 @@ from bench_generate import Decoder, build_models
 from talk_hf.layers.sinusoidal_positions import positions_from_mask
 
 
-def median_cpu_seconds(function, repeats: int) -> float:
-    """Median process CPU time of ``function()`` over ``repeats`` calls."""
-    times = []
-    for _ in range(repeats):
-        start = time.process_time()
-        function()
-        times.append(time.process_time() - start)
-    return statistics.median(times)
+def cpu_seconds(function) -> float:
+    """Process CPU time of one ``function()`` call."""
+    start = time.process_time()
+    function()
+    return time.process_time() - start
 
 
 def matrix_products(model: torch.nn.Module):
@@ -93,8 +90,8 @@ def main() -> None:
     product_times = {key: [] for key in decoders}
     for _ in range(args.repeats):
         for key, decoder in decoders.items():
-            step_times[key].append(median_cpu_seconds(lambda: decoder.step(record=False), 1))
-            product_times[key].append(median_cpu_seconds(products[key[0]][0], 1))
+            step_times[key].append(cpu_seconds(lambda: decoder.step(record=False)))
+            product_times[key].append(cpu_seconds(products[key[0]][0]))
 
     results = {name: {"linear_weight_bytes": products[name][1], "positions": {}} for name in models}
     for (name, position), decoder in decoders.items():
@@ -109,7 +106,8 @@ def main() -> None:
               f"{operators:5.0f} ops  {syncs:.0f} syncs", flush=True)
 
     mask = torch.ones(1, max(args.positions) + 1, dtype=torch.long)
-    positions_s = median_cpu_seconds(lambda: positions_from_mask(mask, 1, mask.shape[1] - 1, "cpu"), 1000)
+    positions_s = statistics.median(
+        cpu_seconds(lambda: positions_from_mask(mask, 1, mask.shape[1] - 1, "cpu")) for _ in range(1000))
     summary = {
         name: {
             "linear_weight_bytes_over_baseline":
