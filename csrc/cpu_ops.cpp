@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "bindings.h"
+#include "cpu_linear.h"
+#include "cpu_vector.h"
 #include "tensors.h"
 
 namespace talk_hf {
@@ -42,35 +44,6 @@ void for_each_tile(int64_t batch, int64_t length, const Body& body) {
   });
 }
 
-// Lanes<acc_t>::type: one vector register's worth of acc_t (a GCC/Clang vector extension, lowered
-// to whatever the target has: AVX, SSE or scalar code).  Accumulators of this type stay in
-// registers, where the compiler keeps arrays of acc_t on the stack between the loop's steps.
-template <typename acc_t>
-struct Lanes {
-  typedef acc_t type __attribute__((vector_size(32)));
-  static constexpr int64_t count = 32 / sizeof(acc_t);
-};
-
-template <typename acc_t, typename scalar_t>
-inline typename Lanes<acc_t>::type load_lanes(const scalar_t* source) {
-  typename Lanes<acc_t>::type lanes;
-  if constexpr (std::is_same_v<acc_t, scalar_t>) {
-    std::memcpy(&lanes, source, sizeof(lanes));
-  } else {
-    for (int64_t i = 0; i < Lanes<acc_t>::count; ++i) lanes[i] = static_cast<acc_t>(source[i]);
-  }
-  return lanes;
-}
-
-template <typename acc_t, typename scalar_t>
-inline void store_lanes(scalar_t* target, const typename Lanes<acc_t>::type& lanes) {
-  if constexpr (std::is_same_v<acc_t, scalar_t>) {
-    std::memcpy(target, &lanes, sizeof(lanes));
-  } else {
-    for (int64_t i = 0; i < Lanes<acc_t>::count; ++i) target[i] = static_cast<scalar_t>(lanes[i]);
-  }
-}
-
 // out[c] = sum over k in [first, end) of tap(k) * row(k)[c], for c < count, summed in acc_t:
 // two vectors of channels at a time, so every loaded tap feeds two independent accumulators.
 template <typename acc_t, typename scalar_t, typename Tap, typename Row>
@@ -93,26 +66,6 @@ inline void weighted_row_sum(scalar_t* out, int64_t count, int64_t first, int64_
     acc_t sum = 0;
     for (int64_t k = first; k < end; ++k) sum += tap(k) * static_cast<acc_t>(row(k)[c]);
     out[c] = static_cast<scalar_t>(sum);
-  }
-}
-
-// out[n] = sum_c a[c] * rows[n][c] over `count` elements, for n < kDots, in acc_t: one vector of
-// partial sums per row, so a loaded vector of `a` feeds kDots independent chains.
-template <int kDots, typename acc_t, typename scalar_t>
-inline void dots(const scalar_t* a, const scalar_t* const (&rows)[kDots], int64_t count, acc_t (&out)[kDots]) {
-  using Vector = typename Lanes<acc_t>::type;
-  constexpr int64_t lanes = Lanes<acc_t>::count;
-  Vector partial[kDots] = {};
-  int64_t c = 0;
-  for (; c + lanes <= count; c += lanes) {
-    const Vector a_lanes = load_lanes<acc_t>(a + c);
-    for (int n = 0; n < kDots; ++n) partial[n] += a_lanes * load_lanes<acc_t>(rows[n] + c);
-  }
-  for (int n = 0; n < kDots; ++n) {
-    acc_t total = 0;
-    for (int64_t i = 0; i < lanes; ++i) total += partial[n][i];
-    for (int64_t rest = c; rest < count; ++rest) total += static_cast<acc_t>(a[rest]) * static_cast<acc_t>(rows[n][rest]);
-    out[n] = total;
   }
 }
 
@@ -371,4 +324,7 @@ std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out_in, 
 
 }  // namespace talk_hf
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) { talk_hf::bind_operators(module); }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
+  talk_hf::bind_operators(module);
+  module.def("few_rows_linear", &talk_hf::few_rows_linear, "input (R, in) x weight (out, in)^T + bias, for a few rows R");
+}

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ..transformers_internals import cross_attention_keys_values
+from .linear_layer import Linear
 from .residual import NormedResidual
 
 
@@ -24,10 +25,10 @@ class CrossAttentionBlock(nn.Module):
         self.heads = heads
         self.head_dim = d_model // heads
         self.attention_dropout = attention_dropout
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
+        self.q_proj = Linear(d_model, d_model)
+        self.k_proj = Linear(d_model, d_model)
+        self.v_proj = Linear(d_model, d_model)
+        self.out_proj = Linear(d_model, d_model)
         self.residual = NormedResidual(d_model, normalize_before, dropout)
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:

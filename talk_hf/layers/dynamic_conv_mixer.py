@@ -12,6 +12,7 @@ from torch import nn
 
 from ..ops import dynamic_conv, light_conv
 from .dropout import dropout
+from .linear_layer import Linear
 from .mixer_block import prepend_past
 
 
@@ -58,7 +59,7 @@ class DynamicConvCore(_ConvCore):
 
     def __init__(self, conv_dim: int, heads: int, kernel_size: int, causal: bool, weight_dropout: float):
         super().__init__(heads, kernel_size, causal, weight_dropout)
-        self.weight_proj = nn.Linear(conv_dim, heads * kernel_size, bias=False)
+        self.weight_proj = Linear(conv_dim, heads * kernel_size, bias=False)
 
     def forward(self, u: torch.Tensor, past: torch.Tensor | None = None) -> torch.Tensor:
         """u: (B, T, C) zeroed mixer input; past: (B, K - 1, C) previous inputs or None."""

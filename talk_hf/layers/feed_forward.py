@@ -7,6 +7,7 @@ from torch import nn
 
 from ..transformers_internals import ACT2FN
 from .dropout import dropout
+from .linear_layer import Linear
 from .residual import NormedResidual
 
 
@@ -16,8 +17,8 @@ class FeedForwardBlock(nn.Module):
     def __init__(self, d_model: int, ffn_dim: int, activation: str, activation_dropout: float,
                  dropout: float, normalize_before: bool):
         super().__init__()
-        self.fc1 = nn.Linear(d_model, ffn_dim)
-        self.fc2 = nn.Linear(ffn_dim, d_model)
+        self.fc1 = Linear(d_model, ffn_dim)
+        self.fc2 = Linear(ffn_dim, d_model)
         self.activation = ACT2FN[activation]
         self.activation_dropout = activation_dropout
         self.residual = NormedResidual(d_model, normalize_before, dropout)

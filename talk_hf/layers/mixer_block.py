@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from .dropout import dropout
+from .linear_layer import Linear
 from .residual import NormedResidual
 
 
@@ -43,9 +44,9 @@ class MixerBlock(nn.Module):
         super().__init__()
         self.use_glu = use_glu
         self.input_dropout = input_dropout
-        self.in_proj = nn.Linear(d_model, 2 * conv_dim if use_glu else conv_dim)
+        self.in_proj = Linear(d_model, 2 * conv_dim if use_glu else conv_dim)
         self.core = core
-        self.out_proj = nn.Linear(conv_dim, d_model)
+        self.out_proj = Linear(conv_dim, d_model)
         self.residual = NormedResidual(d_model, normalize_before, dropout)
 
     def forward(self, hidden: torch.Tensor, padding_mask: torch.Tensor | None, state=None) -> torch.Tensor:

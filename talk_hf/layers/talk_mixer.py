@@ -12,6 +12,7 @@ from torch import nn
 
 from ..ops import talk_conv
 from .dropout import dropout
+from .linear_layer import Linear
 from .mixer_block import prepend_past
 
 
@@ -33,7 +34,7 @@ class TaLKCore(nn.Module):
         self.max_right = 0 if causal else max_offset
         self.causal = causal
         self.offset_dropout = offset_dropout
-        self.offset_proj = nn.Linear(conv_dim, heads if causal else 2 * heads)
+        self.offset_proj = Linear(conv_dim, heads if causal else 2 * heads)
 
     @property
     def window(self) -> int:

@@ -28,6 +28,7 @@ from ..layers.cross_attention import CrossAttentionBlock
 from ..layers.dropout import dropout
 from ..layers.dynamic_conv_mixer import LightConvCore
 from ..layers.feed_forward import FeedForwardBlock
+from ..layers.linear_layer import Linear
 from ..layers.mixer_block import MixerBlock
 from ..layers.sinusoidal_positions import SinusoidalPositions, positions_from_mask
 from ..transformers_internals import (
@@ -310,7 +311,7 @@ class ConvHeadBase(ConvPreTrainedModel, GenerationMixin):
         self.model = self.base_model_class(config)
         # The head predicts the tokens its decoder reads: the target vocabulary.
         target_vocab_size = self.model.get_input_embeddings().num_embeddings
-        self.lm_head = nn.Linear(config.d_model, target_vocab_size, bias=False)
+        self.lm_head = Linear(config.d_model, target_vocab_size, bias=False)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:

@@ -25,15 +25,18 @@ def _module(tensor: torch.Tensor):
     return _extension.load(tensor.device.type)
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # tensor types that dispatch as plain tensors
+
+
 def needs_custom_op(*tensors: torch.Tensor | None) -> bool:
     """Whether a call must go through the registered custom op rather than the extension directly:
     while ``torch.compile`` traces (the op is one opaque graph node), when autograd records the
-    call, or for tensor subclasses (which dispatch on the op)."""
+    call, or for tensor subclasses other than ``nn.Parameter`` (which dispatch on the op)."""
     if torch.compiler.is_compiling():
         return True
     grad_enabled = torch.is_grad_enabled()
     for tensor in tensors:
-        if tensor is not None and (type(tensor) is not torch.Tensor or (grad_enabled and tensor.requires_grad)):
+        if tensor is not None and (type(tensor) not in _PLAIN or (grad_enabled and tensor.requires_grad)):
             return True
     return False
 

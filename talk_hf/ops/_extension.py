@@ -2,7 +2,8 @@
 
 Two extensions share the per-element math of ``csrc/talk_math.h``:
 
-* ``"cpu"``: ``csrc/cpu_ops.cpp``, C++ only (-O3, OpenMP, the host's vector instructions unless
+* ``"cpu"``: ``csrc/cpu_ops.cpp`` + ``csrc/cpu_linear.cpp`` (the few-row linear layer of
+  decoding), C++ only (-O3, OpenMP, the host's vector instructions unless
   ``$TALK_HF_PORTABLE_CPU=1``: see :func:`native_cpu`), for CPU tensors;
 * ``"cuda"``: ``csrc/cuda_ops.cu`` + ``csrc/cuda_bindings.cpp``, for CUDA tensors.
 
@@ -45,6 +46,7 @@ import torch.utils.cpp_extension as cpp_extension
 
 from ..version import __version__
 
+
 def _kernel_sources() -> Path:
     """The folder of the kernel sources: ``talk_hf/csrc`` inside an installed wheel, else the
     repository's top-level ``csrc/`` (a source tree or an editable install); the first that exists."""
@@ -54,7 +56,7 @@ def _kernel_sources() -> Path:
 
 
 CSRC = _kernel_sources()
-SOURCES = {"cpu": ("cpu_ops.cpp",), "cuda": ("cuda_ops.cu", "cuda_bindings.cpp")}
+SOURCES = {"cpu": ("cpu_ops.cpp", "cpu_linear.cpp"), "cuda": ("cuda_ops.cu", "cuda_bindings.cpp")}
 BUILD_DIR_ENV = "TALK_HF_BUILD_DIR"
 LOCK_TIMEOUT_ENV = "TALK_HF_BUILD_LOCK_TIMEOUT"
 PORTABLE_CPU_ENV = "TALK_HF_PORTABLE_CPU"

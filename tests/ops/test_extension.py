@@ -317,7 +317,7 @@ def test_preflight_without_kernel_sources(tmp_path, monkeypatch):
         raise AssertionError("nvcc must not run without kernel sources")
 
     monkeypatch.setattr(_extension, "CSRC", tmp_path)
-    with pytest.raises(ExtensionUnavailable, match=r"the kernel sources \['cpu_ops.cpp'\] are not in"):
+    with pytest.raises(ExtensionUnavailable, match=r"the kernel sources \['cpu_ops.cpp', 'cpu_linear.cpp'\] are not in"):
         _extension.preflight("cpu")
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

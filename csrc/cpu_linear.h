@@ -1,0 +1,15 @@
+// The CPU build's linear layer for a few input rows (decoding), beside the four operators of ops.h.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+
+namespace talk_hf {
+
+// out (R, out_features) = input (R, in_features) @ weight (out_features, in_features)^T + bias,
+// for a small R (one decoding step: R = batch x beams).  weight must be contiguous; input, weight
+// and bias (out_features,) share one floating dtype.  Checked by talk_hf.ops.linear.
+at::Tensor few_rows_linear(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias);
+
+}  // namespace talk_hf
