@@ -14,6 +14,7 @@
 #include <ATen/ops/empty.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "cpu_vector.h"
 
@@ -39,14 +40,17 @@ inline void dot_rows(const scalar_t* weight_row, const scalar_t* input, int64_t 
 }  // namespace
 
 at::Tensor few_rows_linear(const at::Tensor& input_in, const at::Tensor& weight, const std::optional<at::Tensor>& bias_in) {
-  TORCH_CHECK(input_in.dim() == 2 && weight.dim() == 2 && input_in.size(1) == weight.size(1),
-              "few_rows_linear: expected input (R, in) and weight (out, in), got ", input_in.sizes(), " and ",
+  TORCH_CHECK(input_in.dim() >= 1 && weight.dim() == 2 && input_in.size(-1) == weight.size(1),
+              "few_rows_linear: expected input (..., in) and weight (out, in), got ", input_in.sizes(), " and ",
               weight.sizes());
   TORCH_CHECK(weight.is_contiguous(), "few_rows_linear: the weight must be contiguous");
   const at::Tensor input = input_in.contiguous();
   const at::Tensor bias = bias_in.has_value() ? bias_in->contiguous() : at::Tensor();
-  const int64_t rows = input.size(0), in_features = input.size(1), features = weight.size(0);
-  at::Tensor out = at::empty({rows, features}, input.options());
+  const int64_t in_features = weight.size(1), features = weight.size(0);
+  const int64_t rows = in_features == 0 ? 0 : input.numel() / in_features;
+  std::vector<int64_t> out_sizes(input.sizes().begin(), input.sizes().end());
+  out_sizes.back() = features;
+  at::Tensor out = at::empty(out_sizes, input.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, input.scalar_type(), "few_rows_linear", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     const scalar_t* input_data = input.const_data_ptr<scalar_t>();

@@ -7,8 +7,8 @@
 
 namespace talk_hf {
 
-// out (R, out_features) = input (R, in_features) @ weight (out_features, in_features)^T + bias,
-// for a small R (one decoding step: R = batch x beams).  weight must be contiguous; input, weight
+// out (..., out_features) = input (..., in_features) @ weight (out_features, in_features)^T + bias,
+// for few rows R = input.numel() / in_features (one decoding step: R = batch x beams).  weight must be contiguous; input, weight
 // and bias (out_features,) share one floating dtype.  Checked by talk_hf.ops.linear.
 at::Tensor few_rows_linear(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias);
 

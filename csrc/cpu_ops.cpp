@@ -326,5 +326,5 @@ std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out_in, 
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   talk_hf::bind_operators(module);
-  module.def("few_rows_linear", &talk_hf::few_rows_linear, "input (R, in) x weight (out, in)^T + bias, for a few rows R");
+  module.def("few_rows_linear", &talk_hf::few_rows_linear, "input (..., in) x weight (out, in)^T + bias, for a few input rows");
 }

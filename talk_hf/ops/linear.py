@@ -10,20 +10,24 @@ input row.  It sums in a different order than MKL, so results agree to rounding,
 The kernel runs when every one of these holds, and ``F.linear`` otherwise: CPU tensors of one
 floating dtype; at most `MAX_ROWS` input rows; a contiguous (out, in) weight; the ``"auto"`` or
 ``"cpu"`` backend (``$TALK_HF_BACKEND``) with the CPU extension loaded; no autocast; and nothing
-needing autograd or tracing (`_compiled.needs_custom_op`): generation, not training.
+needing autograd or tracing (`_compiled.needs_custom_op`): generation, not training.  The checks
+cost a few microseconds, which a decoding step pays once per linear layer.
 """
 
 from __future__ import annotations
+
+import os
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
 
 from . import _compiled, _extension
-from ._backend import requested_backend, resolve_backend
+from ._backend import BACKEND_ENV, requested_backend
 
 # The most input rows (the product of the leading dimensions) the kernel takes.  Above it MKL's
 # matrix-matrix product reuses each loaded weight across rows better (benchmarks/bench_linear.py).
-MAX_ROWS = 16
+MAX_ROWS = 8
 
 
 def linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -37,24 +41,40 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
     Returns:
         (..., out) tensor of input's dtype.
     """
-    if not _takes_kernel(input, weight, bias):
+    kernels = _kernels_for(input, weight, bias)
+    if kernels is None:
         return F.linear(input, weight, bias)
-    rows = input.reshape(-1, input.shape[-1])
-    out = _extension.load("cpu").few_rows_linear(rows, weight, bias)
-    return out.view(*input.shape[:-1], weight.shape[0])
+    return kernels.few_rows_linear(input, weight, bias)
 
 
-def _takes_kernel(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
-    """Whether ``linear(input, weight, bias)`` runs the C++ few-row kernel (see the module docstring)."""
-    if input.device.type != "cpu" or weight.device.type != "cpu" or not input.dtype.is_floating_point:
-        return False
-    if weight.dtype != input.dtype or (bias is not None and (bias.dtype != input.dtype or bias.dim() != 1)):
-        return False
-    if weight.dim() != 2 or not weight.is_contiguous() or input.dim() == 0 or input.shape[-1] != weight.shape[1]:
-        return False
-    if weight.shape[1] == 0 or not 0 < input.numel() <= MAX_ROWS * weight.shape[1]:
-        return False
+def _kernels_for(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> ModuleType | None:
+    """The CPU extension when ``linear(input, weight, bias)`` runs its kernel (see the module
+    docstring), else None."""
+    dtype = input.dtype
+    if (input.device.type != "cpu" or weight.device.type != "cpu" or not dtype.is_floating_point
+            or weight.dtype != dtype or weight.dim() != 2 or not weight.is_contiguous()):
+        return None
+    if bias is not None and (bias.dtype != dtype or bias.dim() != 1):
+        return None
+    in_features = weight.shape[1]
+    if input.dim() == 0 or input.shape[-1] != in_features or not 0 < input.numel() <= MAX_ROWS * in_features:
+        return None
     if torch.is_autocast_enabled("cpu") or _compiled.needs_custom_op(input, weight, bias):
-        return False
-    backend = requested_backend(None)
-    return backend in ("auto", "cpu") and resolve_backend(backend, input.device) == "cpu"
+        return None
+    return _cpu_extension(os.environ.get(BACKEND_ENV) or "auto")
+
+
+def _cpu_extension(backend: str) -> ModuleType | None:
+    """The CPU extension under ``backend`` (the value of $TALK_HF_BACKEND), or None where the
+    PyTorch path runs: "torch", "cuda" (a CUDA-only choice leaves CPU layers to F.linear), or
+    "auto" where the extension cannot load (warned once, as for the other ops)."""
+    if backend == "cpu":
+        return _extension.load("cpu")
+    if backend != "auto":
+        requested_backend(backend)  # an unknown value raises its usual error
+        return None
+    try:
+        return _extension.load("cpu")
+    except _extension.ExtensionUnavailable as error:
+        _extension.warn_fallback(error)
+        return None

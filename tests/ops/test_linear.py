@@ -44,7 +44,7 @@ def test_kernel_matches_the_float64_product(dtype, rows, in_features):
     x = torch.randn(rows, in_features, dtype=dtype)
     weight = torch.randn(24, in_features, dtype=dtype) / in_features**0.5
     bias = torch.randn(24, dtype=dtype)
-    assert linear_module._takes_kernel(x, weight, bias)
+    assert linear_module._kernels_for(x, weight, bias) is not None
     expected = x.double() @ weight.double().T + bias.double()
     atol, rtol = TOLERANCES[dtype]
     torch.testing.assert_close(linear(x, weight, bias).double(), expected, atol=4 * atol, rtol=4 * rtol)
@@ -55,7 +55,7 @@ def test_kernel_without_bias_with_leading_dims_and_a_strided_input():
     weight = torch.randn(30, 16, dtype=torch.float64)
     wide = torch.randn(2, 1, 32, dtype=torch.float64)
     x = wide[..., ::2]  # (2, 1, 16), not contiguous
-    assert linear_module._takes_kernel(x, weight, None)
+    assert linear_module._kernels_for(x, weight, None) is not None
     out = linear(x, weight)
     assert out.shape == (2, 1, 30)
     torch.testing.assert_close(out, F.linear(x, weight), atol=1e-12, rtol=1e-12)
@@ -154,7 +154,7 @@ def test_generation_with_the_kernel_gives_the_tokens_and_scores_of_F_linear(head
     monkeypatch.setattr(linear_module._extension, "load", lambda kind: Counting())
     with_kernel = model.generate(prompt, num_beams=3, **settings)
     assert 3 in calls  # the decoding steps: one row per beam
-    monkeypatch.setattr(linear_module, "_takes_kernel", lambda *args: False)
+    monkeypatch.setattr(linear_module, "_kernels_for", lambda *args: None)
     with_f_linear = model.generate(prompt, num_beams=3, **settings)
     assert torch.equal(with_kernel.sequences, with_f_linear.sequences)
     torch.testing.assert_close(torch.stack(with_kernel.scores), torch.stack(with_f_linear.scores), atol=1e-4, rtol=1e-4)
