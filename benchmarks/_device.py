@@ -54,6 +54,16 @@ def add_cpu_options(parser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default: benchmarks/results/...)")
 
 
+def parse_cpu_args(parser):
+    """Parse the command line of a benchmark with `add_cpu_options`: set torch's CPU threads from
+    ``--threads`` and seed torch with 0, so every run times the same inputs."""
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    return args
+
+
 def write_report(report: dict, out: Path | None, default_name: str) -> None:
     """Write a benchmark's JSON to ``out`` (default: benchmarks/results/``default_name``), print
     its ``summary`` when it has one, and say where it went."""

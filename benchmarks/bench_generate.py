@@ -26,7 +26,7 @@ import statistics
 import time
 
 import torch
-from _device import add_cpu_options, run_metadata, synchronize, write_report
+from _device import add_cpu_options, parse_cpu_args, run_metadata, synchronize, write_report
 from _models import CAUSAL_LM_MODELS, SEQ2SEQ_MODELS, ModelShape, add_shape_options, baseline_of, build_model
 
 SETTINGS = {"greedy-b1": (1, 1), "beam5-b8": (8, 5)}  # name: (batch, beams)
@@ -160,10 +160,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20, help="interleaved rounds over the (model, position) pairs")
     parser.add_argument("--warmup", type=int, default=3)
     add_cpu_options(parser)
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
+    args = parse_cpu_args(parser)
 
     models = build_models(args)
     results = {}

@@ -24,7 +24,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from _device import add_cpu_options, run_metadata, write_report
+from _device import add_cpu_options, parse_cpu_args, run_metadata, write_report
 from _models import ModelShape, add_shape_options
 
 from talk_hf.ops import _extension
@@ -76,10 +76,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--megabytes", type=int, default=256, help="memory the weight copies cycle through")
     add_cpu_options(parser)
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
+    args = parse_cpu_args(parser)
     shapes = weight_shapes(ModelShape.from_args(args))
     results = {name: {str(rows): measure(*shape, rows, args) for rows in args.rows} for name, shape in shapes.items()}
     summary = {name: {rows: round(figures["kernel_speedup"], 2) for rows, figures in per_rows.items()}

@@ -27,7 +27,7 @@ import statistics
 import time
 
 import torch
-from _device import add_cpu_options, run_metadata, synchronize, write_report
+from _device import add_cpu_options, parse_cpu_args, run_metadata, synchronize, write_report
 from _models import CAUSAL_LM_MODELS, ModelShape, add_shape_options, build_model
 
 
@@ -142,10 +142,7 @@ def main() -> None:
     parser.add_argument("--ngram", type=int, default=2, help="max_matching_ngram_size")
     parser.add_argument("--rounds", type=int, default=5)
     add_cpu_options(parser)
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
+    args = parse_cpu_args(parser)
 
     following = next_token_table(args)
     results = {}

@@ -21,7 +21,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 from transformers.pytorch_utils import Conv1D
 
-from _device import add_cpu_options, run_metadata, write_report
+from _device import add_cpu_options, parse_cpu_args, run_metadata, write_report
 from _models import CAUSAL_LM_MODELS, add_shape_options, baseline_of
 from bench_generate import Decoder, build_models
 from talk_hf.layers.sinusoidal_positions import positions_from_mask
@@ -68,10 +68,7 @@ def main() -> None:
     parser.add_argument("--source-length", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=60, help="timed calls per measurement")
     add_cpu_options(parser)
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
+    args = parse_cpu_args(parser)
     # What bench_generate's model builder and Decoder read (steps x rounds: positions to cover).
     args.device, args.steps, args.rounds, args.warmup = "cpu", args.repeats + 10, 1, 5
 
