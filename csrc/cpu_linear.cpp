@@ -26,7 +26,7 @@ constexpr int64_t kTaskBytes = 64 * 1024;
 // Input rows dotted with one weight row at a time (the rest in smaller groups).
 constexpr int kRowGroup = 4;
 
-// out[r * features + o] = bias_o + dot(weight_row, input row r), for the `count` rows from `first`.
+// out[r * features + o] = bias_o + dot(weight_row, input row r), for the kRows rows r from `first`.
 template <int kRows, typename scalar_t, typename acc_t>
 inline void dot_rows(const scalar_t* weight_row, const scalar_t* input, int64_t in_features, int64_t first,
                      acc_t bias_o, scalar_t* out, int64_t features, int64_t o) {

@@ -13,8 +13,6 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "bindings.h"

@@ -16,14 +16,13 @@ cost a few microseconds, which a decoding step pays once per linear layer.
 
 from __future__ import annotations
 
-import os
 from types import ModuleType
 
 import torch
 import torch.nn.functional as F
 
 from . import _compiled, _extension
-from ._backend import BACKEND_ENV, requested_backend
+from ._backend import requested_backend, resolve_backend
 
 # The most input rows (the product of the leading dimensions) the kernel takes.  Above it MKL's
 # matrix-matrix product reuses each loaded weight across rows better (benchmarks/bench_linear.py).
@@ -61,20 +60,7 @@ def _kernels_for(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
         return None
     if torch.is_autocast_enabled("cpu") or _compiled.needs_custom_op(input, weight, bias):
         return None
-    return _cpu_extension(os.environ.get(BACKEND_ENV) or "auto")
-
-
-def _cpu_extension(backend: str) -> ModuleType | None:
-    """The CPU extension under ``backend`` (the value of $TALK_HF_BACKEND), or None where the
-    PyTorch path runs: "torch", "cuda" (a CUDA-only choice leaves CPU layers to F.linear), or
-    "auto" where the extension cannot load (warned once, as for the other ops)."""
-    if backend == "cpu":
-        return _extension.load("cpu")
-    if backend != "auto":
-        requested_backend(backend)  # an unknown value raises its usual error
+    backend = requested_backend(None)
+    if backend == "cuda":  # a CUDA-only choice leaves CPU layers to F.linear
         return None
-    try:
-        return _extension.load("cpu")
-    except _extension.ExtensionUnavailable as error:
-        _extension.warn_fallback(error)
-        return None
+    return _extension.load("cpu") if resolve_backend(backend, input.device) == "cpu" else None
