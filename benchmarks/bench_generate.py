@@ -159,12 +159,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2, help="timed steps per (model, position) and round")
     parser.add_argument("--rounds", type=int, default=20, help="interleaved rounds over the (model, position) pairs")
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), default=list(SETTINGS),
+                        help="decoding settings to measure (batch x beams)")
     add_cpu_options(parser)
     args = parse_cpu_args(parser)
 
     models = build_models(args)
     results = {}
-    for setting, (batch, beams) in SETTINGS.items():
+    for setting in args.settings:
+        batch, beams = SETTINGS[setting]
         results[setting] = measure_setting(models, batch * beams, beams, args)
         for name, per_position in results[setting].items():
             for position, measured in per_position.items():
@@ -178,7 +181,7 @@ def main() -> None:
         "benchmark": "bench_generate",
         **run_metadata(args.device),
         "shapes": {key: getattr(args, key) for key in ("d_model", "layers", "heads", "ffn", "vocab", "source_length", "positions")},
-        "settings": {name: {"batch": batch, "beams": beams} for name, (batch, beams) in SETTINGS.items()},
+        "settings": {name: {"batch": SETTINGS[name][0], "beams": SETTINGS[name][1]} for name in args.settings},
         "results": results,
         # On the CPU the ratios use the process's CPU time per step (other processes on a shared
         # machine do not inflate it); on a GPU the fastest wall-clock step.

@@ -60,26 +60,35 @@ class ConvWindowLayer(CacheLayerMixin):
         """Keep each update's rows until the next ``crop`` (transformers calls this for assisted decoding)."""
         self.record_past = True
 
-    def update_window(self, inputs: torch.Tensor) -> torch.Tensor:
-        """Record new mixer inputs and return the window that preceded them.
+    def extend(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Record new mixer inputs and return them behind the window that preceded them.
 
         Args:
             inputs: (B, T, C) this layer's mixer inputs for T new tokens (zero at padding).
 
         Returns:
-            (B, window_size, C): the mixer inputs just before ``inputs`` (zeros before the start).
+            (B, window_size + T, C) in ``inputs``' dtype: the window_size mixer inputs just before
+            ``inputs`` (zeros before the start), then ``inputs``: the context a causal step over the
+            T new tokens reads.
         """
         if not self.is_initialized:
             self.lazy_initialization(inputs)
-        past = self.window
-        context = torch.cat([self.context, inputs.to(past.dtype)], dim=1)  # the window, + recorded rows
-        # Without recording, keep a copy of the last rows only, so that the chunk's storage is freed.
-        self.context = context if self.record_past else context[:, context.shape[1] - self.window_size:].clone()
+        stored = inputs if inputs.dtype == self.context.dtype else inputs.to(self.context.dtype)
+        recorded = torch.cat([self.context, stored], dim=1)  # [recorded rows,] the window, the new rows
+        context = recorded[:, recorded.shape[1] - self.window_size - inputs.shape[1]:]
+        if self.record_past:
+            self.context = recorded
+        else:
+            # A view of the last rows; a chunk longer than the window is copied out, so that its
+            # storage (a long prompt's) is freed.
+            self.context = recorded[:, recorded.shape[1] - self.window_size:]
+            if inputs.shape[1] > self.window_size:
+                self.context = self.context.clone()
         self.seen_tokens += inputs.shape[1]
-        return past
+        return context if context.dtype == inputs.dtype else context.to(inputs.dtype)
 
     def update(self, key_states, value_states, *args, **kwargs):
-        raise NotImplementedError("ConvWindowLayer keeps mixer inputs, not keys/values: call update_window(inputs)")
+        raise NotImplementedError("ConvWindowLayer keeps mixer inputs, not keys/values: call extend(inputs)")
 
     def get_seq_length(self) -> int:
         return self.seen_tokens

@@ -13,7 +13,7 @@ from torch import nn
 from ..ops import dynamic_conv, light_conv
 from .dropout import dropout
 from .linear_layer import Linear
-from .mixer_block import prepend_past
+from .mixer_block import pad_to_context
 
 
 class _ConvCore(nn.Module):
@@ -61,14 +61,15 @@ class DynamicConvCore(_ConvCore):
         super().__init__(heads, kernel_size, causal, weight_dropout)
         self.weight_proj = Linear(conv_dim, heads * kernel_size, bias=False)
 
-    def forward(self, u: torch.Tensor, past: torch.Tensor | None = None) -> torch.Tensor:
-        """u: (B, T, C) zeroed mixer input; past: (B, K - 1, C) previous inputs or None."""
+    def forward(self, u: torch.Tensor, context: torch.Tensor | None = None) -> torch.Tensor:
+        """u: (B, T, C) zeroed mixer input; context: (B, K - 1 + T, C) previous inputs then u, or None."""
         batch, length, _ = u.shape
         weight = self.normalize(self.weight_proj(u).view(batch, length, self.heads, self.kernel_size))
-        if past is not None and length == 1:
-            return self.decoding_step(torch.cat([past, u], dim=1), weight[:, 0])
-        context, weight = prepend_past(u, weight, past)
-        return dynamic_conv(context, weight, self.padding_l)[:, -length:]
+        if context is None:
+            return dynamic_conv(u, weight, self.padding_l)
+        if length == 1:
+            return self.decoding_step(context, weight[:, 0])
+        return dynamic_conv(context, pad_to_context(weight, context), self.padding_l)[:, -length:]
 
 
 class LightConvCore(_ConvCore):
@@ -78,11 +79,12 @@ class LightConvCore(_ConvCore):
         super().__init__(heads, kernel_size, causal, weight_dropout)
         self.weight = nn.Parameter(torch.empty(heads, kernel_size))
 
-    def forward(self, u: torch.Tensor, past: torch.Tensor | None = None) -> torch.Tensor:
-        """u: (B, T, C) zeroed mixer input; past: (B, K - 1, C) previous inputs or None."""
-        context = u if past is None else torch.cat([past, u], dim=1)
+    def forward(self, u: torch.Tensor, context: torch.Tensor | None = None) -> torch.Tensor:
+        """u: (B, T, C) zeroed mixer input; context: (B, K - 1 + T, C) previous inputs then u, or None."""
         # The kernel parameter stays float32 under autocast while u is bf16/fp16: the op wants one dtype.
-        weight = self.normalize(self.weight).to(context.dtype)
-        if past is not None and u.shape[1] == 1:
+        weight = self.normalize(self.weight).to(u.dtype)
+        if context is None:
+            return light_conv(u, weight, self.padding_l)
+        if u.shape[1] == 1:
             return self.decoding_step(context, weight.expand(u.shape[0], -1, -1))
         return light_conv(context, weight, self.padding_l)[:, -u.shape[1]:]

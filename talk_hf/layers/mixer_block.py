@@ -4,8 +4,8 @@
              -> zero padded positions -> core -> Linear(conv_dim -> d) -> dropout -> + residual -> [post-LN]
 
 A core maps the zeroed mixer input u (B, T, C) to (B, T, C).  In the decoder it may also get
-``past``: the last ``core.window`` mixer inputs before u (B, S, C), kept by the generation cache,
-so a decoding step only sees a bounded window of the past.
+``context``: the last ``core.window`` mixer inputs before u, kept by the generation cache, then u
+itself (B, S + T, C), so a decoding step only sees a bounded window of the past.
 """
 
 from __future__ import annotations
@@ -18,22 +18,21 @@ from .linear_layer import Linear
 from .residual import NormedResidual
 
 
-def prepend_past(u: torch.Tensor, per_token: torch.Tensor, past: torch.Tensor | None):
-    """Put the cached window in front of the new inputs.
+def pad_to_context(per_token: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+    """Zero-pad per-token parameters in front, in time, to the length of the context they go with.
 
     Args:
-        u: (B, T, C) new mixer inputs.
-        per_token: (B, T, H, ...) per-token parameters of u (offsets or kernels).
-        past: (B, S, C) previous mixer inputs, or None.
+        per_token: (B, T, H, ...) per-token parameters of the T new inputs (offsets or kernels).
+        context: (B, S + T, C) the cached window, then the new inputs.
 
     Returns:
-        ``(context, per_token)``: (B, S + T, C) and per_token zero-padded to S + T in time.  The
-        past rows' outputs are not needed (the caller keeps the last T), so zeros do for them.
+        (B, S + T, H, ...).  The window rows' outputs are not needed (the caller keeps the last T),
+        so zeros do for their parameters.
     """
-    if past is None:
-        return u, per_token
-    padding = per_token.new_zeros((per_token.shape[0], past.shape[1]) + per_token.shape[2:])
-    return torch.cat([past, u], dim=1), torch.cat([padding, per_token], dim=1)
+    past_length = context.shape[1] - per_token.shape[1]
+    if past_length == 0:
+        return per_token
+    return nn.functional.pad(per_token, (0, 0) * (per_token.dim() - 2) + (past_length, 0))
 
 
 class MixerBlock(nn.Module):
@@ -66,5 +65,5 @@ class MixerBlock(nn.Module):
             u = nn.functional.glu(u, dim=-1)
         if padding_mask is not None:
             u = u * padding_mask.unsqueeze(-1).to(u.dtype)
-        past = state.update_window(u) if state is not None else None
-        return self.residual.post(self.out_proj(self.core(u, past)), hidden)
+        context = state.extend(u) if state is not None else None
+        return self.residual.post(self.out_proj(self.core(u, context)), hidden)

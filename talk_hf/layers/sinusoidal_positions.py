@@ -47,7 +47,7 @@ class SinusoidalPositions(nn.Module):
         return torch.exp(torch.arange(half, dtype=torch.float32) * -(math.log(10000.0) / max(half - 1, 1)))
 
     def forward(self, positions: torch.Tensor) -> torch.Tensor:
-        angles = positions.unsqueeze(-1).float() * self.inv_freq
+        angles = positions.unsqueeze(-1) * self.inv_freq  # long * float32 -> float32
         embedding = torch.cat([angles.sin(), angles.cos()], dim=-1)
         if self.dim % 2:
             embedding = nn.functional.pad(embedding, (0, 1))

@@ -173,8 +173,7 @@ class ConvStep(nn.Module):
             half = self.window // 2
             context = nn.functional.pad(u, (0, 0, half, half))
         elif cache is not None:
-            past = cache.layers[self.cache_index].update_window(u)
-            context = torch.cat([past.to(u.dtype), u], dim=1)
+            context = cache.layers[self.cache_index].extend(u)
         else:
             context = nn.functional.pad(u, (0, 0, self.window, 0))
         return self.norm(self.conv(context))

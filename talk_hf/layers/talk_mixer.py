@@ -13,7 +13,7 @@ from torch import nn
 from ..ops import talk_conv
 from .dropout import dropout
 from .linear_layer import Linear
-from .mixer_block import prepend_past
+from .mixer_block import pad_to_context
 
 
 class TaLKCore(nn.Module):
@@ -41,11 +41,12 @@ class TaLKCore(nn.Module):
         """Past mixer inputs a causal decoding step needs: the farthest left edge is max_left back."""
         return self.max_left
 
-    def forward(self, u: torch.Tensor, past: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, u: torch.Tensor, context: torch.Tensor | None = None) -> torch.Tensor:
         """
         Args:
             u: (B, T, C) mixer input, zero at padded positions.
-            past: (B, S, C) the previous S mixer inputs (causal decoding with a cache), or None.
+            context: (B, S + T, C) the previous S mixer inputs, then u (causal decoding with a
+                cache), or None.
 
         Returns:
             (B, T, C).
@@ -53,8 +54,9 @@ class TaLKCore(nn.Module):
         offsets = torch.sigmoid(self.offset_proj(u))
         offsets = dropout(offsets, self.offset_dropout, self.training)
         if self.causal:
-            context, offset_left = prepend_past(u, offsets, past)
-            out = talk_conv(context, offset_left, None, self.max_left, 0)
+            if context is None:
+                return talk_conv(u, offsets, None, self.max_left, 0)
+            out = talk_conv(context, pad_to_context(offsets, context), None, self.max_left, 0)
             return out[:, -u.shape[1]:]
         offset_left, offset_right = offsets.split(self.heads, dim=-1)
         if self.max_right == 0:

@@ -50,10 +50,10 @@ def _kernels_for(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     """The CPU extension when ``linear(input, weight, bias)`` runs its kernel (see the module
     docstring), else None."""
     dtype = input.dtype
-    if (input.device.type != "cpu" or weight.device.type != "cpu" or not dtype.is_floating_point
+    if (not input.is_cpu or not weight.is_cpu or not dtype.is_floating_point
             or weight.dtype != dtype or weight.dim() != 2 or not weight.is_contiguous()):
         return None
-    if bias is not None and (bias.dtype != dtype or bias.dim() != 1):
+    if bias is not None and (not bias.is_cpu or bias.dtype != dtype or bias.shape != weight.shape[:1]):
         return None
     in_features = weight.shape[1]
     if input.dim() == 0 or input.shape[-1] != in_features or not 0 < input.numel() <= MAX_ROWS * in_features:

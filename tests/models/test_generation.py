@@ -168,24 +168,24 @@ def test_crop_rolls_a_recorded_window_back_exactly():
     recorded, reference = ConvWindowLayer(3), ConvWindowLayer(3)
     recorded.activate_past_recording()
     for layer in (recorded, reference):
-        layer.update_window(chunks[0])
-    recorded.update_window(chunks[1])
-    reference.update_window(chunks[1][:, :2])
+        layer.extend(chunks[0])
+    recorded.extend(chunks[1])
+    reference.extend(chunks[1][:, :2])
     recorded.crop(-3)
     assert recorded.get_seq_length() == reference.get_seq_length() == 6
     assert torch.equal(recorded.window, reference.window)
     assert recorded.context.shape[1] == 3  # back to the fixed size
     step = torch.randn(2, 1, 3)
-    assert torch.equal(recorded.update_window(step), reference.update_window(step))
+    assert torch.equal(recorded.extend(step), reference.extend(step))
 
 
 def test_crop_refuses_what_the_window_no_longer_holds():
     layer = ConvWindowLayer(2)
-    layer.update_window(torch.randn(1, 5, 4))
+    layer.extend(torch.randn(1, 5, 4))
     with pytest.raises(ValueError, match="recorded 0 since its last crop"):
         layer.crop(-1)  # not recording: the rows before the window are gone
     layer.activate_past_recording()
-    layer.update_window(torch.randn(1, 2, 4))
+    layer.extend(torch.randn(1, 2, 4))
     layer.crop(0)  # cuts the context back to the window
     with pytest.raises(ValueError, match="recorded 0"):
         layer.crop(-1)
@@ -241,3 +241,19 @@ def test_assisted_decoding_gives_the_greedy_tokens(case, monkeypatch):
     for assistant in (other, model):
         _assert_same_generation(_generate(model, inputs, assistant_model=assistant, **settings), greedy)
     assert any(count > 0 for count in removed)
+
+
+def test_extend_returns_the_window_then_the_inputs_and_keeps_the_state_small():
+    """extend(u) -> [the window before u, u]; the stored window is window_size rows, and a chunk
+    longer than the window is copied out of (its storage is not kept alive)."""
+    layer = ConvWindowLayer(3)
+    prompt = torch.randn(2, 50, 4)
+    context = layer.extend(prompt)
+    assert torch.equal(context, torch.cat([torch.zeros(2, 3, 4), prompt], dim=1))
+    assert layer.context.untyped_storage().nbytes() == layer.context.nbytes  # not a view of the prompt
+    step = torch.randn(2, 1, 4)
+    assert torch.equal(layer.extend(step), torch.cat([prompt[:, -3:], step], dim=1))
+    assert torch.equal(layer.window, torch.cat([prompt[:, -2:], step], dim=1))
+    assert layer.get_seq_length() == 51
+    half = layer.extend(torch.randn(2, 1, 4, dtype=torch.float64))  # the caller's dtype comes back
+    assert half.dtype == torch.float64 and layer.context.dtype == torch.float32

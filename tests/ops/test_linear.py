@@ -81,7 +81,7 @@ def test_eligible_calls_reach_the_kernel(kernel_spy):
 
 @pytest.mark.parametrize("case", [
     "too many rows", "grad", "non-contiguous weight", "mixed dtypes", "integer", "autocast", "torch backend",
-    "empty input", "wrong width",
+    "empty input", "wrong width", "wrong bias length", "bias on another device",
 ])
 def test_other_calls_go_to_F_linear(case, kernel_spy, monkeypatch):
     x, weight, bias = torch.randn(2, 8), torch.randn(4, 8), torch.randn(4)
@@ -101,7 +101,11 @@ def test_other_calls_go_to_F_linear(case, kernel_spy, monkeypatch):
         x = torch.randn(0, 8)
     elif case == "wrong width":
         x = torch.randn(2, 7)
-    if case in ("mixed dtypes", "wrong width"):
+    elif case == "wrong bias length":
+        bias = torch.randn(5)
+    elif case == "bias on another device":
+        bias = bias.to("meta")
+    if case in ("mixed dtypes", "wrong width", "wrong bias length", "bias on another device"):
         with pytest.raises(RuntimeError):  # F.linear's own error, not the kernel
             linear(x, weight, bias)
         return
