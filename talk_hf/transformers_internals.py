@@ -42,6 +42,7 @@ __all__ = [
     "EncoderDecoderCache",
     "FixedStateEncoderDecoderCache",
     "FixedStateGenerationMixin",
+    "HeadClassKeepingResizeMixin",
     "GradientCheckpointingLayer",
     "activation_checkpointing_enabled",
     "can_return_tuple",
@@ -133,3 +134,21 @@ class FixedStateGenerationMixin:
             model_kwargs["past_key_values"] = self.new_cache()
             if generation_config.is_assistant:
                 model_kwargs["past_key_values"].activate_past_recording()
+
+
+class HeadClassKeepingResizeMixin:
+    """Keep the LM head's class through ``resize_token_embeddings``.
+
+    transformers builds the resized head in ``PreTrainedModel._get_resized_lm_head`` (internal; same
+    signature in 5.17 and 5.23) as a plain ``nn.Linear``.  When the old head is an ``nn.Linear``
+    subclass that adds no state (the package's `talk_hf.layers.linear_layer.Linear`, which runs
+    the decoding kernel), the new head gets the old one's class back, so it keeps its forward.
+    """
+
+    def _get_resized_lm_head(self, old_lm_head, *args, **kwargs):
+        new_lm_head = super()._get_resized_lm_head(old_lm_head, *args, **kwargs)
+        head_class = type(old_lm_head)
+        keeps_class = head_class is not torch.nn.Linear and issubclass(head_class, torch.nn.Linear)
+        if keeps_class and type(new_lm_head) is torch.nn.Linear:
+            new_lm_head.__class__ = head_class
+        return new_lm_head

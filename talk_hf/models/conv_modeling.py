@@ -33,6 +33,7 @@ from ..layers.mixer_block import MixerBlock
 from ..layers.sinusoidal_positions import SinusoidalPositions, positions_from_mask
 from ..transformers_internals import (
     FixedStateGenerationMixin,
+    HeadClassKeepingResizeMixin,
     activation_checkpointing_enabled,
     can_return_tuple,
     init,
@@ -184,7 +185,7 @@ class ConvDecoder(_ConvStack):
         )
 
 
-class ConvPreTrainedModel(FixedStateGenerationMixin, PreTrainedModel):
+class ConvPreTrainedModel(FixedStateGenerationMixin, HeadClassKeepingResizeMixin, PreTrainedModel):
     """Weight init, cache policy and HF switches shared by every model of the package.
 
     Subclasses set ``config_class`` and ``make_core`` (a staticmethod building a mixer core).  A

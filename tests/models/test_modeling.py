@@ -98,7 +98,9 @@ def test_untied_output_projection_with_shared_input_embeddings(case, tmp_path):
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_resize_token_embeddings(case):
     model = case.model()
+    head_class = type(model.lm_head)
     model.resize_token_embeddings(52)
+    assert type(model.lm_head) is head_class  # not transformers' plain nn.Linear: the decoding kernel stays
     assert model.config.vocab_size == 52 and getattr(model.config, "decoder_vocab_size", 52) == 52
     assert model.get_input_embeddings().weight.shape[0] == 52
     assert model.lm_head.weight is model.get_input_embeddings().weight
