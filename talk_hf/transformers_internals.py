@@ -42,8 +42,8 @@ __all__ = [
     "EncoderDecoderCache",
     "FixedStateEncoderDecoderCache",
     "FixedStateGenerationMixin",
-    "HeadClassKeepingResizeMixin",
     "GradientCheckpointingLayer",
+    "HeadClassKeepingResizeMixin",
     "activation_checkpointing_enabled",
     "can_return_tuple",
     "cross_attention_keys_values",
@@ -148,7 +148,9 @@ class HeadClassKeepingResizeMixin:
     def _get_resized_lm_head(self, old_lm_head, *args, **kwargs):
         new_lm_head = super()._get_resized_lm_head(old_lm_head, *args, **kwargs)
         head_class = type(old_lm_head)
-        keeps_class = head_class is not torch.nn.Linear and issubclass(head_class, torch.nn.Linear)
+        # A subclass with its own __init__ may hold state that the rebuilt head lacks: leave it be.
+        adds_no_state = issubclass(head_class, torch.nn.Linear) and head_class.__init__ is torch.nn.Linear.__init__
+        keeps_class = head_class is not torch.nn.Linear and adds_no_state
         if keeps_class and type(new_lm_head) is torch.nn.Linear:
             new_lm_head.__class__ = head_class
         return new_lm_head
