@@ -7,10 +7,12 @@ For the weight shapes of the decoding benchmarks' models (d, FFN size f, vocabul
 * ``F.linear``, what ``nn.Linear`` runs (MKL on the CPU wheels);
 * ``few_rows_linear``, the C++ kernel that ``talk_hf.ops.linear`` runs for R <= ``MAX_ROWS``
   (called directly here, so R above the threshold shows where MKL wins);
+* ``addmm`` of the transposed (in, out) weight: GPT-2's ``Conv1D`` layout, what the baseline's
+  decoding step runs for every matrix but its output layer (MKL streams this layout differently);
 * ``weight.sum()``, one sequential read of the weight: the memory bound a one-row product can reach.
 
-Every call reads a different copy of the weight (copies cycle through ``--megabytes`` of memory,
-far beyond the caches), as a decoding step reads every layer's weight once.  Rounds interleave
+Every call reads a different copy of the weight (copies cycle through ``--megabytes`` of memory
+per layout, far beyond the caches), as a decoding step reads every layer's weight once.  Rounds interleave
 the methods, so load from other processes hits them alike; each figure is the median round.
 
     python benchmarks/bench_linear.py --threads 1        # writes results/linear_cpu.json
@@ -39,10 +41,12 @@ def weight_shapes(shape: ModelShape) -> dict[str, tuple[int, int]]:
 
 
 def methods() -> dict:
-    """name -> function(input (R, in), weight (out, in), bias (out,))."""
+    """name -> function(input (R, in), weight (out, in), weight_in_out (in, out) contiguous, bias (out,))."""
     kernel = _extension.load("cpu").few_rows_linear
-    return {"F.linear": F.linear, "few_rows_linear": kernel,
-            "sequential read": lambda input, weight, bias: weight.sum()}
+    return {"F.linear": lambda input, weight, weight_in_out, bias: F.linear(input, weight, bias),
+            "few_rows_linear": lambda input, weight, weight_in_out, bias: kernel(input, weight, bias),
+            "Conv1D layout (addmm)": lambda input, weight, weight_in_out, bias: torch.addmm(bias, input, weight_in_out),
+            "sequential read": lambda input, weight, weight_in_out, bias: weight.sum()}
 
 
 def measure(out_features: int, in_features: int, rows: int, args) -> dict:
@@ -50,21 +54,23 @@ def measure(out_features: int, in_features: int, rows: int, args) -> dict:
     weight_bytes = out_features * in_features * 4
     copies = max(2, args.megabytes * 2**20 // weight_bytes)
     weights = [torch.randn(out_features, in_features) for _ in range(copies)]
+    weights_in_out = [weight.t().contiguous() for weight in weights]
     bias, input = torch.randn(out_features), torch.randn(rows, in_features)
     timings = {name: [] for name in methods()}
     with torch.no_grad():
         for _ in range(args.rounds):
             for name, function in methods().items():
-                for weight in weights[:2]:  # warm-up
-                    function(input, weight, bias)
+                for weight, weight_in_out in zip(weights[:2], weights_in_out[:2]):  # warm-up
+                    function(input, weight, weight_in_out, bias)
                 start = time.perf_counter()
                 for index in range(args.calls):
-                    function(input, weights[index % copies], bias)
+                    function(input, weights[index % copies], weights_in_out[index % copies], bias)
                 timings[name].append((time.perf_counter() - start) / args.calls)
     seconds = {name: statistics.median(times) for name, times in timings.items()}
     return {f"{name}_GBps": weight_bytes / time_s / 1e9 for name, time_s in seconds.items()} | {
         "kernel_speedup": seconds["F.linear"] / seconds["few_rows_linear"],
         "kernel_over_sequential_read": seconds["sequential read"] / seconds["few_rows_linear"],
+        "kernel_over_conv1d_layout": seconds["Conv1D layout (addmm)"] / seconds["few_rows_linear"],
     }
 
 

@@ -3,8 +3,8 @@
 //
 // Why: a batch-1 decoding step multiplies one row by every weight matrix of the model, so its
 // time is the time to stream the weights from memory.  MKL's one-row product (what F.linear runs)
-// streams an (out, 512) float32 weight at about half the speed of a plain sequential read on the
-// AMD EPYC we measured (benchmarks/bench_linear.py); reading the rows one after the other in
+// streams most (out, 512) float32 weights at 60-70% of the speed of a plain sequential read on
+// the AMD EPYC we measured (benchmarks/bench_linear.py); reading the rows one after the other in
 // memory order gets close to it.  Threads split the output features into contiguous blocks.
 #include "cpu_linear.h"
 

@@ -31,4 +31,6 @@ def test_the_script_measures_every_shape_and_row_count(tmp_path):
             assert figures["kernel_speedup"] == pytest.approx(figures["few_rows_linear_GBps"] / figures["F.linear_GBps"])
             assert figures["kernel_over_sequential_read"] == pytest.approx(
                 figures["few_rows_linear_GBps"] / figures["sequential read_GBps"])
+            assert figures["kernel_over_conv1d_layout"] == pytest.approx(
+                figures["few_rows_linear_GBps"] / figures["Conv1D layout (addmm)_GBps"])
     assert report["cpu_threads"] == 1
