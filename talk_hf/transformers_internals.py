@@ -139,8 +139,9 @@ class FixedStateGenerationMixin:
 class HeadClassKeepingResizeMixin:
     """Keep the LM head's class through ``resize_token_embeddings``.
 
-    transformers builds the resized head in ``PreTrainedModel._get_resized_lm_head`` (internal; same
-    signature in 5.17 and 5.23) as a plain ``nn.Linear``.  When the old head is an ``nn.Linear``
+    transformers builds a resized untied head in ``PreTrainedModel._get_resized_lm_head`` (internal;
+    same signature in 5.17 and 5.23) as a plain ``nn.Linear`` (a tied head is resized through the
+    embedding it shares and keeps its class).  When the old head is an ``nn.Linear``
     subclass that adds no state (the package's `talk_hf.layers.linear_layer.Linear`, which runs
     the decoding kernel), the new head gets the old one's class back, so it keeps its forward.
     """

@@ -284,6 +284,51 @@ def test_dictionaries_must_fit_the_embeddings(tmp_path):
         convert_fairseq_checkpoint(tmp_path / "alone" / "model.pt", tmp_path / "out")
 
 
+@pytest.mark.parametrize("contents, message", [
+    ([1, 2], "is not a fairseq checkpoint: expected a dict with a 'model' state dict"),
+    ({"model": {}}, "holds no model arguments: neither 'args' nor 'cfg"),
+    ({"model": {}, "cfg": {"model": {"encoder_layers": 2}}}, "the saved model arguments have no 'arch'"),
+])
+def test_files_that_are_not_usable_checkpoints_are_refused_with_the_reason(contents, message, tmp_path):
+    torch.save(contents, tmp_path / "model.pt")
+    with pytest.raises(ValueError, match=message):
+        convert_fairseq_checkpoint(tmp_path / "model.pt", tmp_path / "out", tokenizer=False)
+    assert not (tmp_path / "out" / "config.json").exists()
+
+
+def _with_extra_parameters(*names_and_shapes):
+    def update(state_dict):
+        return {**state_dict, **{name: torch.zeros(shape) for name, shape in names_and_shapes}}
+    return update
+
+
+@pytest.mark.parametrize("args_update, state_dict_update, message", [
+    (None, _with_extra_parameters(("encoder.layers.0.mystery.weight", (2,))),
+     r"fairseq parameters with no talk_hf counterpart: encoder.layers.0.mystery.weight \(2,\)"),
+    (None, _with_extra_parameters(("decoder.embed_out", (32, 16))),
+     "share the decoder's input and output embeddings, but the checkpoint holds a separate decoder.embed_out"),
+    ({"decoder_embed_dim": None}, None, "the checkpoint's arguments lack 'decoder_embed_dim'"),
+    ({"source_lang": None, "target_lang": None}, None,
+     r"does not name its language pair; pass --source-lang and --target-lang .*\['dict.de.txt', 'dict.en.txt'\]"),
+])
+def test_inconsistent_checkpoints_are_refused_with_the_reason(args_update, state_dict_update, message, tmp_path):
+    checkpoint = write_variant(tmp_path, "lightconv_iwslt_de_en_args", args_update, state_dict_update)
+    with pytest.raises(ValueError, match=message):
+        convert_fairseq_checkpoint(checkpoint, tmp_path / "out", tokenizer=False)
+
+
+def test_bad_dictionaries_families_and_globals_are_named(tmp_path, capsys):
+    checkpoint = write_variant(tmp_path, "lightconv_iwslt_de_en_args")
+    with pytest.raises(ValueError, match=r"family must be one of \('lightconv', 'talk'\), got 'transformer'"):
+        convert_fairseq_checkpoint(checkpoint, tmp_path / "out", family="transformer", tokenizer=False)
+    assert main(["fairseq", str(checkpoint), str(tmp_path / "out"), "--allow-global", "no_such_module.Thing"]) == 1
+    assert "--allow-global expects an importable MODULE.NAME, got 'no_such_module.Thing'" in capsys.readouterr().err
+    dictionary = tmp_path / "dict.de.txt"
+    dictionary.write_text(dictionary.read_text().replace(" ", "\t", 1))
+    with pytest.raises(ValueError, match=r"dict.de.txt:1: expected 'symbol count'"):
+        convert_fairseq_checkpoint(checkpoint, tmp_path / "out", tokenizer=False)
+
+
 class _RunsCodeWhenUnpickled:
     """A pickled object whose unpickling would call ``os.system``: the converter must refuse it."""
 

@@ -80,7 +80,7 @@ def test_resizing_separate_vocabularies_resizes_the_target_side(case, tmp_path):
     model = _two_vocabularies(case)
     head_class = type(model.lm_head)
     model.resize_token_embeddings(52)
-    assert type(model.lm_head) is head_class  # an untied head is rebuilt by transformers as nn.Linear
+    assert type(model.lm_head) is head_class  # tied to the target embeddings: resized through them
     assert (model.config.vocab_size, model.config.decoder_vocab_size) == (30, 52)
     assert model.model.encoder.embed_tokens.num_embeddings == 30 and model.lm_head.weight.shape[0] == 52
     model.save_pretrained(tmp_path)

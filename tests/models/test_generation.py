@@ -257,3 +257,31 @@ def test_extend_returns_the_window_then_the_inputs_and_keeps_the_state_small():
     assert layer.get_seq_length() == 51
     half = layer.extend(torch.randn(2, 1, 4, dtype=torch.float64))  # the caller's dtype comes back
     assert half.dtype == torch.float64 and layer.context.dtype == torch.float32
+
+
+def test_a_reset_window_layer_starts_over_like_a_new_one():
+    """reset() zeroes the window and the count, keeping the state's shape; before any input there is
+    no window; mask sizes and the unbounded length follow the count; key/value updates are refused."""
+    layer, fresh = ConvWindowLayer(3), ConvWindowLayer(3)
+    assert layer.window is None and layer.get_max_length() == -1
+    layer.extend(torch.randn(2, 5, 4))
+    assert layer.get_mask_sizes(1) == (6, 0)
+    layer.reset()
+    assert layer.get_seq_length() == 0 and layer.context.shape == (2, 3, 4)
+    tokens = torch.randn(2, 2, 4)
+    assert torch.equal(layer.extend(tokens), fresh.extend(tokens))
+    assert layer.get_seq_length() == fresh.get_seq_length() == 2
+    with pytest.raises(NotImplementedError, match="call extend"):
+        layer.update(torch.randn(2, 1, 1, 4), torch.randn(2, 1, 1, 4))
+
+
+def test_an_offloaded_window_layer_comes_back_unchanged():
+    """offload() moves the window to the CPU and prefetch() back to the layer's device, values intact."""
+    layer = ConvWindowLayer(3)
+    layer.offload()  # nothing to move yet
+    layer.extend(torch.randn(2, 5, 4))
+    window = layer.window.clone()
+    layer.offload()
+    assert layer.context.device.type == "cpu"
+    layer.prefetch()
+    assert layer.context.device == layer.device and torch.equal(layer.window, window)

@@ -110,6 +110,23 @@ def test_resize_token_embeddings(case):
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_resizing_an_untied_head_keeps_its_class_and_rows(case):
+    """transformers rebuilds an untied head as a plain nn.Linear (a tied one is resized through the
+    embedding): the head keeps the package's Linear, so decoding keeps its kernel."""
+    model = case.model(tie_word_embeddings=False)
+    head_class, old_weight = type(model.lm_head), model.lm_head.weight.detach().clone()
+    assert head_class is not torch.nn.Linear
+    model.resize_token_embeddings(52)
+    assert type(model.lm_head) is head_class
+    assert model.lm_head.weight is not model.get_input_embeddings().weight
+    assert model.lm_head.weight.shape == (52, old_weight.shape[1])
+    torch.testing.assert_close(model.lm_head.weight[: old_weight.shape[0]].detach(), old_weight, rtol=0, atol=0)
+    inputs = model_inputs(case)
+    inputs["input_ids"][0, 0] = 51
+    assert model(**inputs).logits.shape[-1] == 52
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_gradient_checkpointing_gives_the_same_loss_and_gradients(case):
     inputs = model_inputs(case)
     labels = random_tokens(2, 6, seed=5)
