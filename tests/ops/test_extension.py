@@ -310,6 +310,16 @@ def test_cuda_preflight_names_what_is_missing(torch_cuda, gpu, release, compiler
             _extension.preflight("cuda")
 
 
+def test_a_missing_ninja_and_a_bad_lock_timeout_are_named(fresh_loader, monkeypatch):
+    with monkeypatch.context() as patch:
+        patch.setattr(cpp_extension, "is_ninja_available", lambda: False)
+        with pytest.raises(ExtensionUnavailable, match="ninja is not installed. Fix: pip install ninja"):
+            _extension.preflight("cpu")
+    monkeypatch.setenv(_extension.LOCK_TIMEOUT_ENV, "soon")
+    with pytest.raises(ValueError, match=r"\$TALK_HF_BUILD_LOCK_TIMEOUT must be a number of seconds, got 'soon'"):
+        _extension.load("cpu")
+
+
 def test_preflight_without_kernel_sources(tmp_path, monkeypatch):
     """A remote-code copy of the ops has no csrc/ folder: it must say so, not try a build, and
     never run nvcc."""
