@@ -250,6 +250,9 @@ def test_unsupported_architectures_are_refused_by_name(name, tmp_path):
     ({"decoder_output_dim": 8}, "decoder_output_dim=8 differs from decoder_embed_dim=16"),
     ({"encoder_conv_type": "dynamic"}, "encoder_conv_type='dynamic', decoder_conv_type='lightweight'"),
     ({"no_token_positional_embeddings": True}, "no positional embeddings"),
+    ({"adaptive_input": True}, "adaptive input embeddings (adaptive_input=True)"),
+    ({"character_embeddings": True}, "character embeddings (character_embeddings=True)"),
+    ({"layernorm_embedding": True}, "a LayerNorm on the embeddings (layernorm_embedding=True)"),
 ])
 def test_options_without_a_talk_hf_counterpart_are_named(args_update, named, tmp_path):
     checkpoint = write_variant(tmp_path, "lightconv_iwslt_de_en_args", args_update)
