@@ -14,6 +14,7 @@ that extension cannot load raises :class:`._extension.ExtensionUnavailable`.
 from __future__ import annotations
 
 import os
+from types import ModuleType
 
 import torch
 
@@ -33,6 +34,16 @@ def requested_backend(backend: str | None) -> str:
     return backend
 
 
+def auto_extension(kind: str) -> ModuleType | None:
+    """What ``"auto"`` runs on ``kind`` ("cpu" or "cuda") tensors: the compiled module (built on first
+    use), or None for the PyTorch path, with one warning per process saying why."""
+    try:
+        return _extension.load(kind)
+    except _extension.ExtensionUnavailable as error:
+        _extension.warn_fallback(error)
+        return None
+
+
 @torch.compiler.assume_constant_result
 def resolve_backend(backend: str | None, device: torch.device) -> str:
     """Map the user's choice to the backend that runs on tensors of ``device``.
@@ -48,12 +59,7 @@ def resolve_backend(backend: str | None, device: torch.device) -> str:
     if requested == "auto":
         if device.type not in ("cpu", "cuda"):
             return "torch"
-        try:
-            _extension.load(device.type)
-        except _extension.ExtensionUnavailable as error:
-            _extension.warn_fallback(error)
-            return "torch"
-        return device.type
+        return device.type if auto_extension(device.type) is not None else "torch"
     _extension.load(requested)
     if device.type != requested:
         raise ValueError(f"backend {requested!r} runs on {requested} tensors, but x is on {device}")

@@ -301,5 +301,5 @@ def warn_fallback(error: ExtensionUnavailable) -> None:
         f"talk_hf runs its PyTorch path on {error.kind} tensors: {error}. "
         "Set TALK_HF_BACKEND=torch to choose it explicitly and silence this warning.",
         BackendFallbackWarning,
-        stacklevel=4,
+        stacklevel=5,  # warn_fallback, auto_extension, the op's backend choice, the op: its caller
     )

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _compiled, _extension
-from ._backend import requested_backend, resolve_backend
+from ._backend import auto_extension, requested_backend
 
 # The most input rows (the product of the leading dimensions) the kernel takes.  Above it MKL's
 # matrix-matrix product reuses each loaded weight across rows better (benchmarks/bench_linear.py).
@@ -60,7 +60,7 @@ def _kernels_for(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
         return None
     if torch.is_autocast_enabled("cpu") or _compiled.needs_custom_op(input, weight, bias):
         return None
-    backend = requested_backend(None)
-    if backend == "cuda":  # a CUDA-only choice leaves CPU layers to F.linear
-        return None
-    return _extension.load("cpu") if resolve_backend(backend, input.device) == "cpu" else None
+    backend = requested_backend(None)  # "torch", or a CUDA-only choice, leaves CPU layers to F.linear
+    if backend == "auto":
+        return auto_extension("cpu")
+    return _extension.load("cpu") if backend == "cpu" else None

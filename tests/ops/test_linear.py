@@ -81,7 +81,7 @@ def test_eligible_calls_reach_the_kernel(kernel_spy):
 
 @pytest.mark.parametrize("case", [
     "too many rows", "grad", "non-contiguous weight", "mixed dtypes", "integer", "autocast", "torch backend",
-    "empty input", "wrong width", "wrong bias length", "bias on another device",
+    "cuda backend", "empty input", "wrong width", "wrong bias length", "bias on another device",
 ])
 def test_other_calls_go_to_F_linear(case, kernel_spy, monkeypatch):
     x, weight, bias = torch.randn(2, 8), torch.randn(4, 8), torch.randn(4)
@@ -95,8 +95,8 @@ def test_other_calls_go_to_F_linear(case, kernel_spy, monkeypatch):
         bias = bias.double()
     elif case == "integer":
         x, weight, bias = x.long(), weight.long(), bias.long()
-    elif case == "torch backend":
-        monkeypatch.setenv("TALK_HF_BACKEND", "torch")
+    elif case in ("torch backend", "cuda backend"):  # a CUDA-only choice leaves CPU layers to F.linear
+        monkeypatch.setenv("TALK_HF_BACKEND", case.split()[0])
     elif case == "empty input":
         x = torch.randn(0, 8)
     elif case == "wrong width":
@@ -114,6 +114,22 @@ def test_other_calls_go_to_F_linear(case, kernel_spy, monkeypatch):
             assert linear(x, weight, bias).dtype == torch.bfloat16  # autocast applied, as to F.linear
         return
     torch.testing.assert_close(linear(x, weight, bias), F.linear(x, weight, bias), atol=0, rtol=0)
+
+
+def test_without_the_extension_auto_falls_back_once_and_cpu_raises(monkeypatch):
+    def unavailable(kind):
+        raise _extension.ExtensionUnavailable(kind, "no C++ compiler", "install one")
+
+    monkeypatch.setattr(linear_module._extension, "load", unavailable)
+    monkeypatch.setattr(_extension, "_warned", set())
+    x, weight = torch.randn(1, 8), torch.randn(4, 8)
+    with pytest.warns(_extension.BackendFallbackWarning, match=r"no C\+\+ compiler") as caught:
+        for _ in range(2):
+            torch.testing.assert_close(linear(x, weight), F.linear(x, weight), atol=0, rtol=0)
+    assert len(caught) == 1 and caught[0].filename == __file__  # points at linear's caller
+    monkeypatch.setenv("TALK_HF_BACKEND", "cpu")
+    with pytest.raises(_extension.ExtensionUnavailable, match=r"no C\+\+ compiler"):
+        linear(x, weight)
 
 
 def test_no_grad_takes_the_kernel_and_grad_mode_keeps_autograd(kernel_spy):
