@@ -42,24 +42,32 @@ void for_each_tile(int64_t batch, int64_t length, const Body& body) {
   });
 }
 
-// out[c] = sum over k in [first, end) of tap(k) * row(k)[c], for c < count, summed in acc_t:
-// two vectors of channels at a time, so every loaded tap feeds two independent accumulators.
-template <typename acc_t, typename scalar_t, typename Tap, typename Row>
-inline void weighted_row_sum(scalar_t* out, int64_t count, int64_t first, int64_t end, const Tap& tap, const Row& row) {
+// out[c .. c + kVectors * lanes) = sum over k in [first, end) of tap(k) * row(k)[c ...], summed
+// in acc_t, one vector register per kVectors-th of the block: each tap's weight is loaded once per
+// block, and the kVectors multiply-add chains are independent, so none waits on the latency of the
+// previous addition (with two chains the taps' loop ran at a quarter of the multiply-add rate).
+template <int kVectors, typename acc_t, typename scalar_t, typename Tap, typename Row>
+inline void weighted_block_sum(scalar_t* out, int64_t c, int64_t first, int64_t end, const Tap& tap, const Row& row) {
   using Vector = typename Lanes<acc_t>::type;
   constexpr int64_t lanes = Lanes<acc_t>::count;
-  int64_t c = 0;
-  for (; c + 2 * lanes <= count; c += 2 * lanes) {
-    Vector low = {}, high = {};
-    for (int64_t k = first; k < end; ++k) {
-      const acc_t weight = tap(k);
-      const scalar_t* source = row(k) + c;
-      low += weight * load_lanes<acc_t>(source);
-      high += weight * load_lanes<acc_t>(source + lanes);
-    }
-    store_lanes<acc_t>(out + c, low);
-    store_lanes<acc_t>(out + c + lanes, high);
+  Vector sums[kVectors] = {};
+  for (int64_t k = first; k < end; ++k) {
+    const acc_t weight = tap(k);
+    const scalar_t* source = row(k) + c;
+    for (int v = 0; v < kVectors; ++v) sums[v] += weight * load_lanes<acc_t>(source + v * lanes);
   }
+  for (int v = 0; v < kVectors; ++v) store_lanes<acc_t>(out + c + v * lanes, sums[v]);
+}
+
+// out[c] = sum over k in [first, end) of tap(k) * row(k)[c], for c < count, summed in acc_t: in
+// blocks of eight vector registers of channels (a 64-channel float32 head at once), then of two,
+// then one channel at a time.
+template <typename acc_t, typename scalar_t, typename Tap, typename Row>
+inline void weighted_row_sum(scalar_t* out, int64_t count, int64_t first, int64_t end, const Tap& tap, const Row& row) {
+  constexpr int64_t lanes = Lanes<acc_t>::count;
+  int64_t c = 0;
+  for (; c + 8 * lanes <= count; c += 8 * lanes) weighted_block_sum<8, acc_t>(out, c, first, end, tap, row);
+  for (; c + 2 * lanes <= count; c += 2 * lanes) weighted_block_sum<2, acc_t>(out, c, first, end, tap, row);
   for (; c < count; ++c) {
     acc_t sum = 0;
     for (int64_t k = first; k < end; ++k) sum += tap(k) * static_cast<acc_t>(row(k)[c]);

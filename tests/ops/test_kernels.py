@@ -116,7 +116,9 @@ def test_cpu_talk_kernels_match_reference_at_model_sizes(dtype, head_size, max_r
 @pytest.mark.parametrize("kind", ["dynamic", "light"])
 @pytest.mark.parametrize("padding_l", [15, 30])
 def test_cpu_conv_kernels_match_reference_at_model_sizes(dtype, kind, padding_l):
-    heads, head_size, taps = 3, 40, 31
+    # 88 channels a head: in float32 a block of eight vector registers, one of two and 8 single
+    # channels; in float64 two blocks of eight and three of two (the kernels' three channel loops).
+    heads, head_size, taps = 3, 88, 31
     x = torch.randn(2, 300, heads * head_size, dtype=torch.float64)
     shape = (2, 300, heads, taps) if kind == "dynamic" else (heads, taps)
     weight = torch.softmax(torch.randn(shape, dtype=torch.float64), -1)
