@@ -114,11 +114,12 @@ def test_cpu_talk_kernels_match_reference_at_model_sizes(dtype, head_size, max_r
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("kind", ["dynamic", "light"])
-@pytest.mark.parametrize("padding_l", [15, 30])
-def test_cpu_conv_kernels_match_reference_at_model_sizes(dtype, kind, padding_l):
-    # 88 channels a head: in float32 a block of eight vector registers, one of two and 8 single
-    # channels; in float64 two blocks of eight and three of two (the kernels' three channel loops).
-    heads, head_size, taps = 3, 88, 31
+@pytest.mark.parametrize("taps,padding_l", [(31, 15), (31, 30), (13, 6), (17, 16)])
+def test_cpu_conv_kernels_match_reference_at_model_sizes(dtype, kind, taps, padding_l):
+    # 87 channels a head: a block of eight vector registers, blocks of two and single channels
+    # (the three channel loops), and an odd channel count.  The taps' weight gradients take 2, 3 or
+    # 4 vector registers of taps in float32 (13, 17, 31 taps) and the general path for more.
+    heads, head_size = 3, 87
     x = torch.randn(2, 300, heads * head_size, dtype=torch.float64)
     shape = (2, 300, heads, taps) if kind == "dynamic" else (heads, taps)
     weight = torch.softmax(torch.randn(shape, dtype=torch.float64), -1)
