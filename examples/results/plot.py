@@ -4,7 +4,8 @@
 
 Each run folder is named TASK-MODEL_TYPE-sSEED (`multi30k-en-de-talk-s0`, `wikitext2-transformer-s2`,
 ...; without `-sSEED` it is seed 0) and holds the training script's `log.jsonl`, `test_results.json`
-and `best/`. The runs of one task and model are its seeds. Writes to the output folder (default:
+and `best/config.json` (a training run's output folder, or the record `reproduce.sh` keeps of it in
+examples/results/runs). The runs of one task and model are its seeds. Writes to the output folder (default:
 this script's):
 
     curves.png     validation BLEU (translation) or perplexity (LM) against training minutes, one
@@ -18,16 +19,18 @@ this script's):
 
 import argparse
 import json
-import math
 import re
 import statistics
 from pathlib import Path
 
 import matplotlib
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+import talk_hf  # noqa: F401  (registers the package's models with the Auto classes)
 
 matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt  # noqa: E402
-from safetensors import safe_open  # noqa: E402
 
 # model_type in the checkpoint's config (and, for DynamicConv, its conv_type) -> label
 LABELS = {"talk": "TaLK", "marian": "Transformer", "gpt2": "GPT-2", "dynamic": "DynamicConv", "lightweight": "LightConv",
@@ -50,12 +53,12 @@ def model_label(best):
 
 
 def parameter_count(best):
-    """Parameters of the checkpoint in `best` (tied weights are stored, and counted, once)."""
-    total = 0
-    for file in best.glob("*.safetensors"):
-        with safe_open(file, framework="pt") as tensors:
-            total += sum(math.prod(tensors.get_slice(name).get_shape()) for name in tensors.keys())
-    return total
+    """Parameters of the model that `best/config.json` describes (tied weights once), built on the meta
+    device: no weights needed."""
+    config = AutoConfig.from_pretrained(best)
+    auto_class = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
+    with torch.device("meta"):
+        return auto_class.from_config(config).num_parameters()
 
 
 def read_run(folder):
@@ -176,7 +179,7 @@ def main():
     parser.add_argument("runs", type=Path, help="the folder holding the run folders")
     parser.add_argument("output", type=Path, nargs="?", default=Path(__file__).parent)
     args = parser.parse_args()
-    folders = sorted(f for f in args.runs.iterdir() if (f / "log.jsonl").exists() and (f / "best").is_dir())
+    folders = sorted(f for f in args.runs.iterdir() if (f / "log.jsonl").exists() and (f / "best/config.json").exists())
     summaries = group(map(read_run, folders))
     args.output.mkdir(parents=True, exist_ok=True)
     plot(summaries, args.output / "curves.png")

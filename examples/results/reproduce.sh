@@ -6,36 +6,44 @@
 #
 #   bash examples/results/reproduce.sh [DATA] [RUNS] [PARTS]
 #
-# DATA: ../shared/data; RUNS: runs/results; PARTS (default: all four, in this order):
+# DATA: ../shared/data; RUNS: runs/results (checkpoints, logs); PARTS (default: all four, in this order):
 #   translation  Multi30k En→De and De→En, TaLK, the Transformer baseline, DynamicConv, LightConv and
 #                SliceNet, 12 training minutes each; validation BLEU (greedy) every 4 minutes,
 #                test_2016_flickr BLEU with beam 5 at the end
 #   goal         Multi30k En→De, TaLK and the Transformer, 25 training minutes each (the goal of #15)
 #   lm           WikiText-2 word level, TaLK, DynamicConv and GPT-2, blocks of 256, 12 minutes each
 #   long         the same with blocks of 2,048 tokens, where attention's cost grows and ours does not
-# Run folders are TASK-MODEL_TYPE-sSEED. A finished run (test_results.json) is skipped and an
-# interrupted one resumes from its last saved state, so the script can be stopped and started again;
-# seeds go outermost, so a partial pass has whole seeds. To borrow the machine for a while without
+# Run folders are TASK-MODEL_TYPE-sSEED. A finished run's record (log.jsonl, test_results.json,
+# best/config.json: what plot.py reads, a few hundred kB) is copied to RECORDS (default:
+# examples/results/runs, committed), and a run with a record there is skipped; an interrupted one
+# resumes from its last saved state in RUNS. So the script can be stopped and started again, on
+# another machine too once the records are committed; seeds go outermost, so a partial pass has whole
+# seeds. To borrow the machine for a while without
 # disturbing the timings: `pkill -TSTP -f 'examples/.*/train.py'`, later `pkill -CONT -f …` (a
 # stopped run's clock stops too). Run it from a checkout nobody edits meanwhile (e.g. `git worktree
 # add ../repro COMMIT`, then `PYTHONPATH=../repro`): every run imports the package and kernels of
 # that checkout, so an edit would give later runs other code (and a kernel edit a compile inside
 # a timed step). At the end plot.py draws the README's figure
-# and table (examples/results/summary.{md,json}, curves.png).
+# and table from RECORDS (examples/results/summary.{md,json}, curves.png).
 set -euo pipefail
 DATA=${1:-../shared/data}
 RUNS=${2:-runs/results}
 PARTS=${3:-translation goal lm long}
 SEEDS=${SEEDS:-0 1 2}
+RECORDS=${RECORDS:-examples/results/runs}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$RUNS"
 python -m talk_hf.ops.build --cpu  # compile the C++ kernels now, not inside the first timed training step
 
-train() {  # script run_name [flags]: skip a finished run, resume an interrupted one
-    local out="$RUNS/$2" resume=()
-    [[ -f "$out/test_results.json" ]] && return
+train() {  # script run_name [flags]: skip a recorded run, resume an interrupted one, record a finished one
+    local out="$RUNS/$2" record="$RECORDS/$2" resume=()
+    [[ -f "$record/test_results.json" ]] && return
     if [[ -d "$out/state" || -d "$out/state.old" ]]; then resume=(--resume); else rm -rf "$out"; fi
     python "examples/$1/train.py" --output_dir "$out" --save_every 200 "${resume[@]}" "${@:3}" >>"$RUNS/$2.log" 2>&1
+    mkdir -p "$record.partial/best"
+    cp "$out/log.jsonl" "$out/test_results.json" "$record.partial/"
+    cp "$out/best/config.json" "$record.partial/best/"
+    rm -rf "$record" && mv "$record.partial" "$record"  # a record is whole or absent
 }
 
 translation() {  # task model_type source target minutes seed
@@ -84,4 +92,4 @@ worker 0 &
 worker 1 &
 wait
 
-python examples/results/plot.py "$RUNS" examples/results
+python examples/results/plot.py "$RECORDS" examples/results

@@ -5,16 +5,33 @@ import subprocess
 import sys
 
 import pytest
-import torch
-from safetensors.torch import save_file
+from transformers import GPT2Config, GPT2LMHeadModel
+
+import talk_hf
 
 from .conftest import EXAMPLES
 
+# Tiny models of each kind whose run folders plot.py reads.
+TINY = dict(vocab_size=40, d_model=16, decoder_layers=1, decoder_ffn_dim=32, decoder_conv_heads=2)
+SEQ2SEQ = dict(TINY, encoder_layers=1, encoder_ffn_dim=32, encoder_conv_heads=2, decoder_attention_heads=2,
+               decoder_start_token_id=2)
+TALK = talk_hf.TaLKConfig(**SEQ2SEQ, encoder_max_offsets=[2], decoder_max_offsets=[2])
+LIGHTCONV = talk_hf.DynamicConvConfig(**SEQ2SEQ, conv_type="lightweight", encoder_kernel_sizes=[3],
+                                      decoder_kernel_sizes=[3])
+SLICENET = talk_hf.SliceNetConfig(vocab_size=40, d_model=32, encoder_layers=1, decoder_layers=1,
+                                  kernel_sizes=[3, 3, 3], dilations=[1, 1, 1], decoder_start_token_id=2)
+GPT2 = GPT2Config(vocab_size=40, n_embd=8, n_layer=1, n_head=2, n_positions=16)
+TALK_LM = talk_hf.TaLKLMConfig(**TINY, decoder_max_offsets=[2])
 
-def make_run(folder, config, records, test=None, weights=None):
-    (folder / "best").mkdir(parents=True)
-    (folder / "best" / "config.json").write_text(json.dumps(config))
-    save_file(weights or {"embed": torch.zeros(10, 4), "proj": torch.zeros(4)}, folder / "best" / "model.safetensors")
+
+def parameters(model_class, config):
+    """The parameter count of `model_class(config)`, tied weights once."""
+    return sum(p.numel() for p in model_class(config).parameters())
+
+
+def make_run(folder, config, records, test=None):
+    """A run folder as the training script leaves it, less the weights (plot.py needs only the config)."""
+    config.save_pretrained(folder / "best")
     (folder / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     if test is not None:
         (folder / "test_results.json").write_text(json.dumps(test))
@@ -32,16 +49,15 @@ def evaluations(metric, values):
 def test_plot_writes_the_figure_summary_and_table(tmp_path):
     runs, output = tmp_path / "runs", tmp_path / "out"
     # Two seeds of TaLK (the second stopped an evaluation early), one of the others.
-    make_run(runs / "multi30k-en-de-talk-s0", {"model_type": "talk"}, evaluations("bleu", [7.5, 12.0]),
+    make_run(runs / "multi30k-en-de-talk-s0", TALK, evaluations("bleu", [7.5, 12.0]),
              test={"split": "test_2016_flickr", "test_bleu": 13.0})
-    make_run(runs / "multi30k-en-de-talk-s1", {"model_type": "talk"}, evaluations("bleu", [6.5]),
+    make_run(runs / "multi30k-en-de-talk-s1", TALK, evaluations("bleu", [6.5]),
              test={"split": "test_2016_flickr", "test_bleu": 11.0})
-    make_run(runs / "multi30k-en-de-lightconv", {"model_type": "dynamic_conv", "conv_type": "lightweight"},
-             evaluations("bleu", [6.0]))
-    make_run(runs / "multi30k-en-de-slicenet-s0", {"model_type": "slicenet"}, evaluations("bleu", [2.0]))
-    make_run(runs / "wikitext2-transformer-s0", {"model_type": "gpt2"}, evaluations("valid_ppl", [403.4, 390.0]),
-             test={"split": "test", "test_ppl": 380.0}, weights={"w": torch.zeros(3, 5)})
-    make_run(runs / "wikitext2-long-talk-s0", {"model_type": "talk_lm"}, evaluations("valid_ppl", [665.1]))
+    make_run(runs / "multi30k-en-de-lightconv", LIGHTCONV, evaluations("bleu", [6.0]))
+    make_run(runs / "multi30k-en-de-slicenet-s0", SLICENET, evaluations("bleu", [2.0]))
+    make_run(runs / "wikitext2-transformer-s0", GPT2, evaluations("valid_ppl", [403.4, 390.0]),
+             test={"split": "test", "test_ppl": 380.0})
+    make_run(runs / "wikitext2-long-talk-s0", TALK_LM, evaluations("valid_ppl", [665.1]))
     (runs / "unfinished").mkdir()  # no log: ignored
     result = subprocess.run(
         [sys.executable, EXAMPLES / "results" / "plot.py", runs, output], capture_output=True, text=True
@@ -54,22 +70,26 @@ def test_plot_writes_the_figure_summary_and_table(tmp_path):
     ]
     talk = summary["multi30k-en-de", "TaLK"]
     assert talk["seeds"] == [0, 1] and [r["curve"] for r in talk["runs"]] == [[[1.0, 7.5], [2.0, 12.0]], [[1.0, 6.5]]]
-    assert talk["parameters"] == [44, 0] and talk["steps"] == [1.5, pytest.approx(0.5**0.5)]
+    talk_parameters = parameters(talk_hf.TaLKForConditionalGeneration, TALK)
+    assert talk["parameters"] == [talk_parameters, 0] and talk["steps"] == [1.5, pytest.approx(0.5**0.5)]
     assert talk["best_valid"] == [9.25, pytest.approx(2.75 * 2**0.5)]  # 12.0 and 6.5
     assert talk["test"] == [12.0, pytest.approx(2**0.5)] and talk["tokens_per_second"] == [3.0, 0.0]
+    assert summary["multi30k-en-de", "SliceNet"]["parameters"] == [parameters(talk_hf.SliceNetForConditionalGeneration, SLICENET), 0]
     assert summary["multi30k-en-de", "LightConv"]["seeds"] == [0] and "test" not in summary["multi30k-en-de", "LightConv"]
     gpt2 = summary["wikitext2", "GPT-2"]
-    assert gpt2["parameters"] == [15, 0] and gpt2["best_valid"] == [390.0, 0.0]  # lower is better
+    gpt2_parameters = parameters(GPT2LMHeadModel, GPT2)
+    assert gpt2["parameters"] == [gpt2_parameters, 0] and gpt2["best_valid"] == [390.0, 0.0]  # lower is better
     table = (output / "summary.md").read_text()
-    assert "| Multi30k En→De | TaLK | 2 | 0.00M | 2 ± 1 | 3 ± 0 | BLEU 9.2 ± 3.9 | BLEU 12.0 ± 1.4 |" in table
-    assert "| Multi30k En→De | LightConv | 1 | 0.00M | 1 | 3 | BLEU 6.0 | - |" in table
-    assert "| WikiText-2 (word level) | GPT-2 | 1 | 0.00M | 2 | 3 | ppl 390.0 | ppl 380.0 |" in table
+    assert f"| Multi30k En→De | TaLK | 2 | {talk_parameters / 1e6:.2f}M | 2 ± 1 | 3 ± 0 | BLEU 9.2 ± 3.9 | BLEU 12.0 ± 1.4 |" in table
+    lightconv_parameters = parameters(talk_hf.DynamicConvForConditionalGeneration, LIGHTCONV)
+    assert f"| Multi30k En→De | LightConv | 1 | {lightconv_parameters / 1e6:.2f}M | 1 | 3 | BLEU 6.0 | - |" in table
+    assert f"| WikiText-2 (word level) | GPT-2 | 1 | {gpt2_parameters / 1e6:.2f}M | 2 | 3 | ppl 390.0 | ppl 380.0 |" in table
     assert "| WikiText-2, blocks of 2,048 | TaLK |" in table and table in result.stdout
     assert (output / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_plot_names_a_folder_it_cannot_place(tmp_path):
-    make_run(tmp_path / "runs" / "multi30k-xx-talk-s0", {"model_type": "talk"}, evaluations("bleu", [1.0]))
+    make_run(tmp_path / "runs" / "multi30k-xx-talk-s0", TALK, evaluations("bleu", [1.0]))
     result = subprocess.run(
         [sys.executable, EXAMPLES / "results" / "plot.py", tmp_path / "runs", tmp_path / "out"],
         capture_output=True, text=True,
