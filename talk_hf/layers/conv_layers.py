@@ -22,9 +22,10 @@ class ConvEncoderLayer(GradientCheckpointingLayer):
         self.mixer = mixer
         self.ffn = ffn
 
-    def forward(self, hidden: torch.Tensor, padding_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
-        """hidden: (B, T, d); padding_mask: (B, T) bool, True at real tokens, or None."""
-        return self.ffn(self.mixer(hidden, padding_mask))
+    def forward(self, hidden: torch.Tensor, real_tokens: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+        """hidden: (B, T, d); real_tokens: (B, T, 1) in hidden's dtype, 1 at real tokens, 0 at
+        padding (`token_multiplier`), or None."""
+        return self.ffn(self.mixer(hidden, real_tokens))
 
 
 class ConvDecoderLayer(GradientCheckpointingLayer):
@@ -38,13 +39,14 @@ class ConvDecoderLayer(GradientCheckpointingLayer):
         self.cross_attention = cross_attention
         self.ffn = ffn
 
-    def forward(self, hidden: torch.Tensor, padding_mask: torch.Tensor | None = None,
+    def forward(self, hidden: torch.Tensor, real_tokens: torch.Tensor | None = None,
                 encoder_hidden: torch.Tensor | None = None, encoder_mask: torch.Tensor | None = None,
                 past_key_values=None, output_attentions: bool = False, **kwargs):
         """
         Args:
             hidden: (B, T, d) decoder states.
-            padding_mask: (B, T) bool, True at real target tokens, or None.
+            real_tokens: (B, T, 1) in hidden's dtype, 1 at real target tokens, 0 at padding
+                (`token_multiplier`), or None.
             encoder_hidden / encoder_mask: (B, S, d) encoder output and its (B, S) mask (seq2seq).
             past_key_values: the generation cache (`ConvCache`, or `EncoderDecoderCache` around
                 one), or None.
@@ -55,7 +57,7 @@ class ConvDecoderLayer(GradientCheckpointingLayer):
         """
         conv_cache, cross_cache = split_cache(past_key_values)
         state = conv_cache.layers[self.layer_idx] if conv_cache is not None else None
-        hidden = self.mixer(hidden, padding_mask, state)
+        hidden = self.mixer(hidden, real_tokens, state)
         weights = None
         if self.cross_attention is not None:
             hidden, weights = self.cross_attention(

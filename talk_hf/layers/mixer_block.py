@@ -35,6 +35,22 @@ def pad_to_context(per_token: torch.Tensor, context: torch.Tensor) -> torch.Tens
     return nn.functional.pad(per_token, (0, 0) * (per_token.dim() - 2) + (past_length, 0))
 
 
+def token_multiplier(attention_mask: torch.Tensor | None, length: int, dtype: torch.dtype) -> torch.Tensor | None:
+    """The mixer blocks' padding zeroing, made once per layer stack rather than in every block.
+
+    Args:
+        attention_mask: (B, past + T) with 1 (or True) at real tokens, or None.
+        length: T, the new tokens (the mask's last T columns).
+        dtype: the hidden states' dtype.
+
+    Returns:
+        (B, T, 1) of ``dtype``, 1 at real tokens and 0 at padding, or None.
+    """
+    if attention_mask is None:
+        return None
+    return attention_mask[:, attention_mask.shape[1] - length:, None].bool().to(dtype)
+
+
 class MixerBlock(nn.Module):
     """Input projection (+GLU), padding zeroing, the core, output projection, residual."""
 
@@ -48,11 +64,12 @@ class MixerBlock(nn.Module):
         self.out_proj = Linear(conv_dim, d_model)
         self.residual = NormedResidual(d_model, normalize_before, dropout)
 
-    def forward(self, hidden: torch.Tensor, padding_mask: torch.Tensor | None, state=None) -> torch.Tensor:
+    def forward(self, hidden: torch.Tensor, real_tokens: torch.Tensor | None, state=None) -> torch.Tensor:
         """
         Args:
             hidden: (B, T, d) block input.
-            padding_mask: (B, T) bool, True at real tokens, or None.
+            real_tokens: (B, T, 1) of hidden's dtype, 1 at real tokens and 0 at padding (see
+                `token_multiplier`), or None.
             state: the layer's `ConvWindowLayer` of the generation cache, or None.
 
         Returns:
@@ -63,7 +80,7 @@ class MixerBlock(nn.Module):
         u = self.in_proj(x)
         if self.use_glu:
             u = nn.functional.glu(u, dim=-1)
-        if padding_mask is not None:
-            u = u * padding_mask.unsqueeze(-1).to(u.dtype)
+        if real_tokens is not None:  # under autocast u may be in another dtype than the hidden states
+            u = u * (real_tokens if real_tokens.dtype == u.dtype else real_tokens.to(u.dtype))
         context = state.extend(u) if state is not None else None
         return self.residual.post(self.out_proj(self.core(u, context)), hidden)

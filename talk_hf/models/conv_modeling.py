@@ -29,8 +29,9 @@ from ..layers.dropout import dropout
 from ..layers.dynamic_conv_mixer import LightConvCore
 from ..layers.feed_forward import FeedForwardBlock
 from ..layers.linear_layer import Linear
-from ..layers.mixer_block import MixerBlock
+from ..layers.mixer_block import MixerBlock, token_multiplier
 from ..layers.sinusoidal_positions import SinusoidalPositions, positions_from_mask
+from ..ops._backend import reads_backend_once
 from ..transformers_internals import (
     FixedStateGenerationMixin,
     HeadClassKeepingResizeMixin,
@@ -111,15 +112,16 @@ class ConvEncoder(_ConvStack):
             for index in range(config.encoder_layers)
         )
 
+    @reads_backend_once
     def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_hidden_states=None,
                 **kwargs) -> BaseModelOutput:
         """input_ids (B, S) or inputs_embeds (B, S, d); attention_mask (B, S) with 1 at real tokens."""
         hidden = self.embed(input_ids, inputs_embeds, attention_mask, past_length=0)
-        padding_mask = None if attention_mask is None else attention_mask.bool()
+        real_tokens = token_multiplier(attention_mask, hidden.shape[1], hidden.dtype)
         all_hidden = []
         for layer in self.layers:
             all_hidden.append(hidden)
-            hidden = layer(hidden, padding_mask)
+            hidden = layer(hidden, real_tokens)
         hidden = self.finish(hidden)
         all_hidden.append(hidden)
         return BaseModelOutput(last_hidden_state=hidden, hidden_states=tuple(all_hidden) if output_hidden_states else None)
@@ -152,6 +154,7 @@ class ConvDecoder(_ConvStack):
         """An empty generation state sized for these layers."""
         return ConvCache(self.window_sizes())
 
+    @reads_backend_once
     def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, encoder_hidden=None,
                 encoder_mask=None, past_key_values=None, output_attentions=False, output_hidden_states=False):
         """
@@ -169,11 +172,11 @@ class ConvDecoder(_ConvStack):
         if encoder_hidden is not None and encoder_hidden.shape[0] != hidden.shape[0]:
             raise ValueError(f"the encoder's output has batch size {encoder_hidden.shape[0]} but "
                              f"{self.names.ids} has {hidden.shape[0]}")
-        padding_mask = None if attention_mask is None else attention_mask[:, -hidden.shape[1]:].bool()
+        real_tokens = token_multiplier(attention_mask, hidden.shape[1], hidden.dtype)
         all_hidden, all_weights = [], []
         for layer in self.layers:
             all_hidden.append(hidden)
-            hidden, weights = layer(hidden, padding_mask, encoder_hidden, encoder_mask,
+            hidden, weights = layer(hidden, real_tokens, encoder_hidden, encoder_mask,
                                     past_key_values=past_key_values, output_attentions=output_attentions)
             all_weights.append(weights)
         hidden = self.finish(hidden)
@@ -351,6 +354,7 @@ class ConvForConditionalGeneration(ConvHeadBase):
         return embeddings
 
     @can_return_tuple
+    @reads_backend_once
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
                 encoder_outputs=None, past_key_values=None, inputs_embeds=None, decoder_inputs_embeds=None,
                 labels=None, use_cache=None, output_attentions=None, output_hidden_states=None, return_dict=None,
@@ -419,6 +423,7 @@ class ConvForCausalLM(ConvHeadBase):
     _no_split_modules = ConvLMModel._no_split_modules
 
     @can_return_tuple
+    @reads_backend_once
     def forward(self, input_ids=None, attention_mask=None, past_key_values=None, inputs_embeds=None, labels=None,
                 use_cache=None, output_hidden_states=None, return_dict=None, logits_to_keep: int = 0,
                 **kwargs) -> CausalLMOutputWithPast:

@@ -7,13 +7,17 @@
   PyTorch path with one warning per process saying why (see :mod:`._extension`).
 
 An op's ``backend=None`` (the default) reads ``$TALK_HF_BACKEND`` (default ``"auto"``); an
-explicit ``backend=`` argument wins over the variable.  Asking for ``"cpu"`` or ``"cuda"`` where
-that extension cannot load raises :class:`._extension.ExtensionUnavailable`.
+explicit ``backend=`` argument wins over the variable.  Inside a model's forward (decorated with
+`reads_backend_once`) the variable is read once, when the forward starts, for all its ops.  Asking
+for ``"cpu"`` or ``"cuda"`` where that extension cannot load raises
+:class:`._extension.ExtensionUnavailable`.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+from contextvars import ContextVar
 from types import ModuleType
 
 import torch
@@ -23,15 +27,45 @@ from . import _extension
 KNOWN_BACKENDS = ("auto", "torch", "cpu", "cuda")
 BACKEND_ENV = "TALK_HF_BACKEND"
 
+# $TALK_HF_BACKEND as read when the running model forward started, or None outside one.
+_backend_of_this_forward: ContextVar[str | None] = ContextVar("talk_hf_backend_of_this_forward", default=None)
+
 
 def requested_backend(backend: str | None) -> str:
-    """The backend asked for: ``backend`` itself, or ``$TALK_HF_BACKEND`` when it is ``None``."""
-    source = "backend"
-    if backend is None:
-        backend, source = os.environ.get(BACKEND_ENV) or "auto", f"${BACKEND_ENV}"
+    """The backend asked for: ``backend`` itself, or ``$TALK_HF_BACKEND`` when it is ``None`` (as
+    read when the running `reads_backend_once` forward started, if any)."""
+    if backend is not None:
+        return _known("backend", backend)
+    return _backend_of_this_forward.get() or _environment_backend()
+
+
+def _environment_backend() -> str:
+    return _known(f"${BACKEND_ENV}", os.environ.get(BACKEND_ENV) or "auto")
+
+
+def _known(source: str, backend: str) -> str:
     if backend not in KNOWN_BACKENDS:
         raise ValueError(f"{source} must be one of {KNOWN_BACKENDS}, got {backend!r}")
     return backend
+
+
+def reads_backend_once(forward):
+    """Decorate a model's ``forward``: its ops read ``$TALK_HF_BACKEND`` once, when it starts, not at
+    every call (a decoding step makes ~40 op calls, and each read of the environment costs
+    microseconds).  A forward inside another keeps the outer one's reading; under
+    ``torch.compile`` the ops read it while tracing, as without the decorator."""
+
+    @functools.wraps(forward)
+    def forward_reading_the_backend_once(*args, **kwargs):
+        if torch.compiler.is_compiling() or _backend_of_this_forward.get() is not None:
+            return forward(*args, **kwargs)
+        token = _backend_of_this_forward.set(_environment_backend())
+        try:
+            return forward(*args, **kwargs)
+        finally:
+            _backend_of_this_forward.reset(token)
+
+    return forward_reading_the_backend_once
 
 
 def auto_extension(kind: str) -> ModuleType | None:

@@ -7,6 +7,7 @@ import torch
 from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
 import talk_hf
+from talk_hf.ops import _backend
 
 from .helpers import CASE_IDS, CASES, PAD, model_inputs, random_tokens
 
@@ -232,6 +233,21 @@ def test_padding_is_ignored(case):
     logits = model(**inputs).logits
     padded_logits = model(**padded, **masks).logits[:, : logits.shape[1]]
     torch.testing.assert_close(padded_logits, logits, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_a_forward_reads_the_backend_variable_once(case, monkeypatch):
+    """$TALK_HF_BACKEND is read when the model's forward starts, once for all the ops it runs."""
+    model = case.model().eval()
+    reads = []
+    read = _backend._environment_backend
+    monkeypatch.setattr(_backend, "_environment_backend", lambda: reads.append(read()) or reads[-1])
+    with torch.no_grad():
+        model(**model_inputs(case))
+    assert reads == ["auto"]
+    monkeypatch.setenv("TALK_HF_BACKEND", "gpu")
+    with pytest.raises(ValueError, match=r"\$TALK_HF_BACKEND must be one of .*'gpu'"):
+        model(**model_inputs(case))
 
 
 @pytest.mark.parametrize("case", CASES[:2], ids=CASE_IDS[:2])

@@ -24,6 +24,7 @@ from ...layers.sinusoidal_positions import positions_from_mask
 from ...layers.slicenet_attention import SliceAttention, TimingSignal
 from ...layers.slicenet_conv import ConvModule, ConvStep, SliceConv
 from ...layers.slicenet_layers import SliceNetDecoderLayer, SliceNetEncoderLayer, SliceNetIOMixer
+from ...ops._backend import reads_backend_once
 from ...transformers_internals import init, split_cache
 from ..conv_modeling import ConvForConditionalGeneration, ConvPreTrainedModel, ConvSeq2SeqModel
 from ..input_checks import InputNames, check_stack_inputs, check_token_ids
@@ -81,6 +82,7 @@ class SliceNetEncoder(_SliceNetStack):
         )
         self.dropout = nn.Dropout(config.dropout if config.dropout_placement == "stack" else 0.0)
 
+    @reads_backend_once
     def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_hidden_states=None,
                 **kwargs) -> BaseModelOutput:
         """input_ids (B, S) or inputs_embeds (B, S, d); attention_mask (B, S) with 1 at real tokens.
@@ -143,6 +145,7 @@ class SliceNetDecoder(_SliceNetStack):
         residuals every step lies on one path and the bound is reached."""
         return [step.window for step in self.causal_steps()]
 
+    @reads_backend_once
     def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, encoder_hidden=None,
                 encoder_mask=None, past_key_values=None, output_attentions=False, output_hidden_states=False):
         """
