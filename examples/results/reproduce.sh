@@ -39,11 +39,13 @@ train() {  # script run_name [flags]: skip a recorded run, resume an interrupted
     local out="$RUNS/$2" record="$RECORDS/$2" resume=()
     [[ -f "$record/test_results.json" ]] && return
     if [[ -d "$out/state" || -d "$out/state.old" ]]; then resume=(--resume); else rm -rf "$out"; fi
-    python "examples/$1/train.py" --output_dir "$out" --save_every 200 "${resume[@]}" "${@:3}" >>"$RUNS/$2.log" 2>&1
-    mkdir -p "$record.partial/best"
-    cp "$out/log.jsonl" "$out/test_results.json" "$record.partial/"
-    cp "$out/best/config.json" "$record.partial/best/"
-    rm -rf "$record" && mv "$record.partial" "$record"  # a record is whole or absent
+    # Each step's failure reaches the worker, which names the run (set -e does not act inside
+    # `train ... || ...`); a record is whole or absent.
+    python "examples/$1/train.py" --output_dir "$out" --save_every 200 "${resume[@]}" "${@:3}" >>"$RUNS/$2.log" 2>&1 &&
+        mkdir -p "$record.partial/best" &&
+        cp "$out/log.jsonl" "$out/test_results.json" "$record.partial/" &&
+        cp "$out/best/config.json" "$record.partial/best/" &&
+        rm -rf "$record" && mv "$record.partial" "$record"
 }
 
 translation() {  # task model_type source target minutes seed
