@@ -27,6 +27,8 @@ namespace {
 // Time steps per task: long enough that a TaLK tile's halo (the rows its windows reach beyond the
 // tile) is a small part of what it reads, short enough that its buffers stay in a core's L2 cache.
 constexpr int64_t kTile = 128;
+// How many rows of x a TaLK backward task prefetches ahead of the rows its windows read next.
+constexpr int64_t kEdgeLookahead = 8;
 // The most elements of a TaLK forward prefix-sum buffer (1 MiB of float).  Where windows reach
 // far (large offsets), a tile's heads are summed in groups small enough to stay under it.
 constexpr int64_t kPrefixElements = 1 << 18;
@@ -274,9 +276,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward(const at::Tensor& g
       const scalar_t* x_batch = x_data + b * length * channels;
       const int64_t first_contributor = std::max<int64_t>(0, first - reach.after);
       const int64_t last_contributor = std::min(length - 1, end - 1 + reach.before);
+      // The offset gradients below read x at the window edges of the tile's tokens, head by head
+      // in no order a hardware prefetcher follows: x is prefetched row by row instead, kEdgeLookahead
+      // rows past the farthest right edge of the token at hand (the rows from the farthest left edge
+      // on stay in the cache meanwhile), and the rows of the tile's first windows at its start.
+      const int64_t prefetch_ahead = reach.after + kEdgeLookahead;
+      for (int64_t row = std::max<int64_t>(0, first - reach.before); row < std::min(length, first + prefetch_ahead); ++row) {
+        prefetch_row(x_batch + row * channels, channels);
+      }
       for (int64_t t = first_contributor; t <= last_contributor; ++t) {
         const scalar_t* grad_row = grad_data + (b * length + t) * channels;
         const bool in_tile = t >= first && t < end;
+        if (in_tile && t + prefetch_ahead < length) prefetch_row(x_batch + (t + prefetch_ahead) * channels, channels);
         for (int64_t h = 0; h < heads; ++h) {
           const Edge<acc_t> left = windows.left(b, t, h), right = windows.right(b, t, h);
           const scalar_t* grad_head = grad_row + h * head_size;

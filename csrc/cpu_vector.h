@@ -37,6 +37,15 @@ inline void store_lanes(scalar_t* target, const typename Lanes<acc_t>::type& lan
   }
 }
 
+// Asks the CPU to bring `count` elements from `row` on into its caches, one request per cache line
+// (64 bytes), without waiting for them: for rows a loop will read soon in an order the hardware
+// prefetchers cannot follow.
+template <typename scalar_t>
+inline void prefetch_row(const scalar_t* row, int64_t count) {
+  constexpr int64_t per_line = 64 / sizeof(scalar_t);
+  for (int64_t c = 0; c < count; c += per_line) __builtin_prefetch(row + c);
+}
+
 // out[n] = sum_c a[c] * rows[n][c] over `count` elements, for n < kDots, in acc_t: two vectors of
 // partial sums per row, so a loaded vector of `a` feeds kDots independent chains and no chain
 // waits on the previous step's addition.
