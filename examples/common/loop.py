@@ -302,6 +302,25 @@ class TrainingClock:
                 self._mark = time.perf_counter()
 
 
+def stop_on_terminal_stop():
+    """Make a terminal stop (Ctrl-Z, `kill -TSTP`) stop this process however it was started; call
+    it first thing in a script.
+
+    A process whose process group is orphaned (started with `setsid`, or `nohup ... &` from a shell
+    that has exited: the usual way to leave a long run behind) discards a SIGTSTP that has its
+    default action, so `kill -TSTP` stopped such a run only inside `stops_off_the_clock`, not while
+    it loaded data or evaluated the test set. With this handler it stops everywhere; inside
+    `stops_off_the_clock` the handler that also pauses the clock takes over. Does nothing where
+    there is no SIGTSTP (Windows) or off the main thread.
+    """
+    if hasattr(signal, "SIGTSTP") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTSTP, _stop_this_process)
+
+
+def _stop_this_process(signum, frame):
+    os.kill(os.getpid(), signal.SIGSTOP)  # returns once somebody sends SIGCONT
+
+
 @contextmanager
 def stops_off_the_clock(clock):
     """Make a terminal stop (Ctrl-Z, `kill -TSTP`) stop the process without charging the budget.
@@ -317,7 +336,7 @@ def stops_off_the_clock(clock):
 
     def stop(signum, frame):
         with clock.paused():
-            os.kill(os.getpid(), signal.SIGSTOP)  # returns once somebody sends SIGCONT
+            _stop_this_process(signum, frame)
 
     previous = signal.signal(signal.SIGTSTP, stop)
     try:

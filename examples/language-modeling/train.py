@@ -82,6 +82,7 @@ def make_evaluate(accelerator, blocks, args):
 
 
 def main(argv=None):
+    loop.stop_on_terminal_stop()
     args = parse_args(argv)
     accelerator = loop.make_accelerator(args)
     limit = args.max_train_samples

@@ -19,8 +19,9 @@
 # resumes from its last saved state in RUNS. So the script can be stopped and started again, on
 # another machine too once the records are committed; seeds go outermost, so a partial pass has whole
 # seeds. To borrow the machine for a while without
-# disturbing the timings: `pkill -TSTP -f 'examples/.*/train.py'`, later `pkill -CONT -f …` (a
-# stopped run's clock stops too). Run it from a checkout nobody edits meanwhile (e.g. `git worktree
+# disturbing the timings: `pkill -STOP -f examples/results/reproduce.sh; pkill -TSTP -f
+# 'examples/.*/train.py'` (a stopped run's clock stops too; the script, stopped, starts no new
+# run), later the same with -CONT, runs first. Run it from a checkout nobody edits meanwhile (e.g. `git worktree
 # add ../repro COMMIT`, then `PYTHONPATH=../repro`): every run imports the package and kernels of
 # that checkout, so an edit would give later runs other code (and a kernel edit a compile inside
 # a timed step). At the end plot.py draws the README's figure

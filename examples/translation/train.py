@@ -111,6 +111,7 @@ def load_pairs(args, split):
 
 
 def main(argv=None):
+    loop.stop_on_terminal_stop()
     args = parse_args(argv)
     accelerator = loop.make_accelerator(args)
     train_pairs = load_pairs(args, args.train_split)

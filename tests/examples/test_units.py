@@ -266,6 +266,46 @@ def test_a_terminal_stop_does_not_count_as_training_time():
     assert lap > 0.0
 
 
+ORPHANED_CHILD = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from common import loop
+if sys.argv[2] == "handler":
+    loop.stop_on_terminal_stop()
+print("ready", flush=True)
+sys.stdin.readline()
+"""
+
+
+def _state(pid):
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0]
+
+
+@pytest.mark.skipif(
+    not hasattr(signal, "SIGTSTP") or not Path("/proc/self/stat").exists(), reason="needs SIGTSTP and /proc"
+)
+@pytest.mark.parametrize("handler", ["handler", "default"])
+def test_a_terminal_stop_stops_a_run_left_in_its_own_session(handler):
+    """A run in an orphaned process group (its own session, as `setsid` leaves it) discards a default
+    SIGTSTP; with `stop_on_terminal_stop` it stops, as the scripts' runs must outside the training loop."""
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    child = subprocess.Popen([sys.executable, "-c", ORPHANED_CHILD, str(examples), handler], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert child.stdout.readline() == "ready\n"
+        child.send_signal(signal.SIGTSTP)
+        deadline = time.monotonic() + (10 if handler == "handler" else 1)
+        while _state(child.pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert (_state(child.pid) == "T") == (handler == "handler")
+        child.send_signal(signal.SIGCONT)
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.wait(timeout=10) == 0
+    finally:
+        child.kill()
+
+
 def test_weight_average_is_the_mean_of_the_last_snapshots_and_gives_the_weights_back():
     model = torch.nn.Linear(2, 2)
     average = loop.WeightAverage(model, count=2)
