@@ -26,6 +26,7 @@ import statistics
 import time
 
 import torch
+from talk_hf.transformers_internals import CACHE_NAME  # the cache's argument name (renamed in transformers 5.24)
 from _device import add_cpu_options, parse_cpu_args, run_metadata, synchronize, write_report
 from _models import CAUSAL_LM_MODELS, SEQ2SEQ_MODELS, ModelShape, add_shape_options, baseline_of, build_model
 
@@ -74,7 +75,7 @@ class Decoder:
             prefix = {"encoder_outputs": (encoder_outputs.last_hidden_state[:1],)}
         else:
             prefix = {}
-        self.cache = model(**prefix, **{self.key: self.tokens(position, 1)}, use_cache=True).past_key_values
+        self.cache = getattr(model(**prefix, **{self.key: self.tokens(position, 1)}, use_cache=True), CACHE_NAME)
         self.cache.batch_repeat_interleave(rows)
         self.beam_idx = torch.arange(rows, device=self.device).view(-1, beams).roll(1, dims=1).flatten() if beams > 1 else None
         self.times: list[float] = []  # wall-clock seconds per step
@@ -93,15 +94,15 @@ class Decoder:
         token = self.tokens(1)
         synchronize(self.device)
         start, start_cpu = time.perf_counter(), time.process_time()
-        outputs = self.model(**self.inputs, **mask, **{self.key: token}, past_key_values=self.cache, use_cache=True)
+        outputs = self.model(**self.inputs, **mask, **{self.key: token, CACHE_NAME: self.cache}, use_cache=True)
         outputs.logits[:, -1].argmax(-1)
         if self.beam_idx is not None:
-            outputs.past_key_values.reorder_cache(self.beam_idx)
+            getattr(outputs, CACHE_NAME).reorder_cache(self.beam_idx)
         synchronize(self.device)
         if record:
             self.times.append(time.perf_counter() - start)
             self.cpu_times.append(time.process_time() - start_cpu)
-        self.cache = outputs.past_key_values
+        self.cache = getattr(outputs, CACHE_NAME)
 
     def result(self) -> dict:
         self_bytes, cross_bytes = state_bytes(self.cache)

@@ -4,15 +4,17 @@ The package otherwise imports only transformers' documented top-level names (``P
 ``PretrainedConfig``, ``GenerationMixin``, the ``modeling_outputs`` dataclasses).  What follows is
 public enough to rely on but not promised stable across 5.x minor releases: a release that moves
 or renames one of these breaks this file only.  Each item says what it is, why the package needs
-it, and which releases it was checked against (5.17 and 5.23 at the time of writing; the CI runs
-both).
+it, and which releases it was checked against (5.17, 5.23 and 5.24 at the time of writing; the CI
+runs the oldest and the newest).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import fields
 
 import torch
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 # Cache base classes (``transformers.cache_utils``).  ``CacheLayerMixin`` is the per-layer state
 # protocol (``lazy_initialization``, ``get_seq_length``, ``reorder_cache``, ``crop``, batch ops,
@@ -36,6 +38,7 @@ from transformers.activations import ACT2FN
 
 __all__ = [
     "ACT2FN",
+    "CACHE_NAME",
     "Cache",
     "CacheLayerMixin",
     "DynamicCache",
@@ -48,8 +51,25 @@ __all__ = [
     "can_return_tuple",
     "cross_attention_keys_values",
     "init",
+    "resolve_cache_argument",
     "split_cache",
 ]
+
+# The name of the generation cache, as a model-output field and as the keyword ``generate`` passes
+# to a forward: ``past_key_values`` up to 5.23, ``cache`` from 5.24 (whose outputs still accept and
+# return the old name, with a deprecation warning, but whose ``generate`` passes only ``cache``).
+CACHE_NAME = "cache" if "cache" in {field.name for field in fields(CausalLMOutputWithPast)} else "past_key_values"
+
+
+def resolve_cache_argument(cache, past_key_values):
+    """The generation cache given to a forward under either name (``cache``, transformers >= 5.24,
+    or ``past_key_values``, the name before it), or None.  Both at once is an error."""
+    if past_key_values is None:
+        return cache
+    if cache is not None:
+        raise ValueError("pass the generation cache as `cache` or as `past_key_values` (its name before "
+                         "transformers 5.24), not both")
+    return past_key_values
 
 
 def activation_checkpointing_enabled(model: torch.nn.Module) -> bool:
@@ -116,10 +136,10 @@ class FixedStateGenerationMixin:
     * ``_supports_default_dynamic_cache`` -> False: ``generate`` must not build a ``DynamicCache``.
     * ``_prepare_cache_for_generation(generation_config, model_kwargs, ...)``: after transformers'
       own checks (a user cache, ``use_cache=False``), put ``new_cache()`` into
-      ``model_kwargs["past_key_values"]``.  Assisted decoding requires a cache before the first
+      ``model_kwargs[CACHE_NAME]``.  Assisted decoding requires a cache before the first
       forward, and an assistant model's cache must record its past (``activate_past_recording``) so
       that rejected draft tokens can be rolled back; transformers does that only for caches it
-      builds itself.  Same signature in 5.17 and 5.23.
+      builds itself.  Same signature in 5.17 to 5.24.
     """
 
     new_cache: Callable[[], Cache]
@@ -130,10 +150,10 @@ class FixedStateGenerationMixin:
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs):
         super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
-        if model_kwargs.get("past_key_values") is None and generation_config.use_cache:
-            model_kwargs["past_key_values"] = self.new_cache()
+        if model_kwargs.get(CACHE_NAME) is None and generation_config.use_cache:
+            model_kwargs[CACHE_NAME] = self.new_cache()
             if generation_config.is_assistant:
-                model_kwargs["past_key_values"].activate_past_recording()
+                model_kwargs[CACHE_NAME].activate_past_recording()
 
 
 class HeadClassKeepingResizeMixin:

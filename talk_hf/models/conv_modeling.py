@@ -33,11 +33,13 @@ from ..layers.mixer_block import MixerBlock, token_multiplier
 from ..layers.sinusoidal_positions import SinusoidalPositions, positions_from_mask
 from ..ops._backend import reads_backend_once
 from ..transformers_internals import (
+    CACHE_NAME,
     FixedStateGenerationMixin,
     HeadClassKeepingResizeMixin,
     activation_checkpointing_enabled,
     can_return_tuple,
     init,
+    resolve_cache_argument,
     split_cache,
 )
 from .input_checks import InputNames, check_stack_inputs, check_token_ids
@@ -202,7 +204,7 @@ class ConvPreTrainedModel(FixedStateGenerationMixin, HeadClassKeepingResizeMixin
     # The blocks FSDP shards one by one (Accelerate's TRANSFORMER_BASED_WRAP reads this, and fails on
     # a class the model does not hold: the decoder-only models override it).
     _no_split_modules = ["ConvEncoderLayer", "ConvDecoderLayer"]
-    _skip_keys_device_placement = ["past_key_values"]
+    _skip_keys_device_placement = ["cache", "past_key_values"]  # the name from transformers 5.24, and before
     _supports_sdpa = True  # the cross-attention always runs scaled_dot_product_attention
     make_core: CoreFactory
 
@@ -218,18 +220,21 @@ class ConvPreTrainedModel(FixedStateGenerationMixin, HeadClassKeepingResizeMixin
         explicit False wins over the config, else the config's value."""
         return bool(getattr(self.config, name) if value is None else value)
 
-    def _cache_for_forward(self, use_cache: bool | None, past_key_values, new_cache: Callable):
-        """The cache this forward fills: the given one, a new one, or None when caching is off
-        (``use_cache`` False, or training with gradient checkpointing)."""
+    def _cache_for_forward(self, use_cache: bool | None, cache, past_key_values, new_cache: Callable):
+        """The cache this forward fills: the given one (under either name, see
+        `resolve_cache_argument`), a new one, or None when caching is off (``use_cache`` False, or
+        training with gradient checkpointing)."""
+        cache = resolve_cache_argument(cache, past_key_values)
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if not use_cache or (self.training and activation_checkpointing_enabled(self)):
             return None
-        cache = new_cache() if past_key_values is None else past_key_values
+        cache = new_cache() if cache is None else cache
         conv_cache, _ = split_cache(cache)
         if not isinstance(conv_cache, ConvCache):
             raise TypeError(
-                f"past_key_values must be the ConvCache (or EncoderDecoderCache around one) that this model "
-                f"returned, got {type(conv_cache).__name__}"
+                f"the generation cache (`cache`, or `past_key_values` before transformers 5.24) must be the "
+                f"ConvCache (or EncoderDecoderCache around one) that this model returned, got "
+                f"{type(conv_cache).__name__}"
             )
         return cache
 
@@ -277,10 +282,11 @@ class ConvSeq2SeqModel(ConvPreTrainedModel):
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
-                encoder_outputs=None, past_key_values=None, inputs_embeds=None, decoder_inputs_embeds=None,
+                encoder_outputs=None, cache=None, inputs_embeds=None, decoder_inputs_embeds=None,
                 use_cache=None, output_attentions=None, output_hidden_states=None, return_dict=None,
-                **kwargs) -> Seq2SeqModelOutput:
-        """Source (B, S) and target (B, T) ids with their masks; see `Seq2SeqModelOutput`."""
+                past_key_values=None, **kwargs) -> Seq2SeqModelOutput:
+        """Source (B, S) and target (B, T) ids with their masks; see `Seq2SeqModelOutput`.  The
+        generation cache comes as ``cache`` (transformers >= 5.24) or ``past_key_values``."""
         output_hidden_states = self._switch("output_hidden_states", output_hidden_states)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(input_ids, attention_mask, inputs_embeds, output_hidden_states)
@@ -288,14 +294,14 @@ class ConvSeq2SeqModel(ConvPreTrainedModel):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
         if decoder_input_ids is None and decoder_inputs_embeds is None:
             raise ValueError("pass decoder_input_ids (or labels, which are shifted into decoder_input_ids)")
-        cache = self._cache_for_forward(use_cache, past_key_values, self.new_cache)
+        cache = self._cache_for_forward(use_cache, cache, past_key_values, self.new_cache)
         hidden, all_hidden, cross_attentions = self.decoder(
             decoder_input_ids, decoder_attention_mask, decoder_inputs_embeds, encoder_outputs.last_hidden_state,
             attention_mask, cache, self._switch("output_attentions", output_attentions), output_hidden_states,
         )
         return Seq2SeqModelOutput(
             last_hidden_state=hidden,
-            past_key_values=cache,
+            **{CACHE_NAME: cache},
             decoder_hidden_states=all_hidden,
             cross_attentions=cross_attentions,
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
@@ -356,9 +362,9 @@ class ConvForConditionalGeneration(ConvHeadBase):
     @can_return_tuple
     @reads_backend_once
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
-                encoder_outputs=None, past_key_values=None, inputs_embeds=None, decoder_inputs_embeds=None,
+                encoder_outputs=None, cache=None, inputs_embeds=None, decoder_inputs_embeds=None,
                 labels=None, use_cache=None, output_attentions=None, output_hidden_states=None, return_dict=None,
-                logits_to_keep: int = 0, **kwargs) -> Seq2SeqLMOutput:
+                logits_to_keep: int = 0, past_key_values=None, **kwargs) -> Seq2SeqLMOutput:
         """As the base model, plus ``labels`` (B, T) (-100 = ignored; decoder inputs are made from them
         when not given) and ``logits_to_keep`` (compute logits for the last N positions only; 0 = all)."""
         if labels is not None:
@@ -366,8 +372,9 @@ class ConvForConditionalGeneration(ConvHeadBase):
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
         outputs = self.model(
-            input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs, past_key_values,
-            inputs_embeds, decoder_inputs_embeds, use_cache, output_attentions, output_hidden_states,
+            input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs,
+            resolve_cache_argument(cache, past_key_values), inputs_embeds, decoder_inputs_embeds, use_cache,
+            output_attentions, output_hidden_states,
         )
         logits = self.lm_head(outputs.last_hidden_state[:, -logits_to_keep:])
         loss = None
@@ -378,7 +385,7 @@ class ConvForConditionalGeneration(ConvHeadBase):
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **{CACHE_NAME: getattr(outputs, CACHE_NAME)},
             decoder_hidden_states=outputs.decoder_hidden_states,
             cross_attentions=outputs.cross_attentions,
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,
@@ -406,15 +413,17 @@ class ConvLMModel(ConvPreTrainedModel):
         return self.decoder.new_cache()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, past_key_values=None, inputs_embeds=None,
-                use_cache=None, output_hidden_states=None, return_dict=None, **kwargs) -> BaseModelOutputWithPast:
-        """input_ids (B, T); attention_mask (B, past + T) with 1 at real tokens (left padding allowed)."""
-        cache = self._cache_for_forward(use_cache, past_key_values, self.new_cache)
+    def forward(self, input_ids=None, attention_mask=None, cache=None, inputs_embeds=None,
+                use_cache=None, output_hidden_states=None, return_dict=None, past_key_values=None,
+                **kwargs) -> BaseModelOutputWithPast:
+        """input_ids (B, T); attention_mask (B, past + T) with 1 at real tokens (left padding allowed);
+        the generation cache as ``cache`` (transformers >= 5.24) or ``past_key_values``."""
+        cache = self._cache_for_forward(use_cache, cache, past_key_values, self.new_cache)
         hidden, all_hidden, _ = self.decoder(
             input_ids, attention_mask, inputs_embeds, past_key_values=cache,
             output_hidden_states=self._switch("output_hidden_states", output_hidden_states),
         )
-        return BaseModelOutputWithPast(last_hidden_state=hidden, past_key_values=cache, hidden_states=all_hidden)
+        return BaseModelOutputWithPast(last_hidden_state=hidden, **{CACHE_NAME: cache}, hidden_states=all_hidden)
 
 
 class ConvForCausalLM(ConvHeadBase):
@@ -424,9 +433,9 @@ class ConvForCausalLM(ConvHeadBase):
 
     @can_return_tuple
     @reads_backend_once
-    def forward(self, input_ids=None, attention_mask=None, past_key_values=None, inputs_embeds=None, labels=None,
+    def forward(self, input_ids=None, attention_mask=None, cache=None, inputs_embeds=None, labels=None,
                 use_cache=None, output_hidden_states=None, return_dict=None, logits_to_keep: int = 0,
-                **kwargs) -> CausalLMOutputWithPast:
+                past_key_values=None, **kwargs) -> CausalLMOutputWithPast:
         """As the base model, plus ``labels`` (B, T) (shifted inside the loss; -100 = ignored),
         ``shift_labels`` (B, T) (targets already aligned with the logits, as transformers passes them
         under sequence or context parallelism: used instead of shifting ``labels``) and
@@ -434,13 +443,13 @@ class ConvForCausalLM(ConvHeadBase):
         shift_labels = kwargs.get("shift_labels")
         if labels is not None or shift_labels is not None:
             use_cache = False
-        outputs = self.model(input_ids, attention_mask, past_key_values, inputs_embeds, use_cache,
-                             output_hidden_states)
+        cache = resolve_cache_argument(cache, past_key_values)
+        outputs = self.model(input_ids, attention_mask, cache, inputs_embeds, use_cache, output_hidden_states)
         logits = self.lm_head(outputs.last_hidden_state[:, -logits_to_keep:])
         loss = None
         if labels is not None or shift_labels is not None:
             loss = self.loss_function(logits, labels, logits.shape[-1], shift_labels=shift_labels,
                                       num_items_in_batch=kwargs.get("num_items_in_batch"))
         return CausalLMOutputWithPast(
-            loss=loss, logits=logits, past_key_values=outputs.past_key_values, hidden_states=outputs.hidden_states
+            loss=loss, logits=logits, **{CACHE_NAME: getattr(outputs, CACHE_NAME)}, hidden_states=outputs.hidden_states
         )

@@ -27,6 +27,7 @@ from talk_hf.convert import convert_fairseq_checkpoint, fairseq_tokenizer
 from talk_hf.convert.__main__ import main
 from talk_hf.convert.fairseq_checkpoint import load_fairseq_checkpoint
 from talk_hf.convert.fairseq_tokenizer import fsmt_merges, fsmt_vocabulary
+from talk_hf.transformers_internals import CACHE_NAME
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "fairseq"
 TRANSLATION = ["lightconv_iwslt_de_en_args", "dynamicconv_glu_wmt_en_de_cfg", "talkconv_iwslt_de_en_args",
@@ -170,8 +171,8 @@ def test_incremental_decoding_matches_fairseq_step_logits(name, converted):
         cache, rows = None, []
         with torch.no_grad():
             for token in [2] + tokens[:-1]:
-                output = model(**source, **{key: torch.tensor([[token]])}, past_key_values=cache, use_cache=True)
-                cache = output.past_key_values
+                output = model(**source, **{key: torch.tensor([[token]])}, cache=cache, use_cache=True)
+                cache = getattr(output, CACHE_NAME)
                 rows.append(output.logits[0, -1])
         torch.testing.assert_close(torch.stack(rows), step_logits, **TOLERANCE)
 

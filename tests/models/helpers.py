@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 import talk_hf
+from talk_hf.transformers_internals import CACHE_NAME
 
 VOCAB = 40
 PAD, BOS, EOS = 1, 0, 2
@@ -84,3 +85,9 @@ def training_inputs(case: Case, batch: int = 2, device: str = "cpu") -> tuple[di
 def generation_prompt(case: Case, batch: int = 2) -> dict:
     """Prompt for generate(): a source sentence (seq2seq) or a few LM tokens."""
     return dict(input_ids=random_tokens(batch, 7 if case.is_seq2seq else 5, seed=3))
+
+
+def returned_cache(outputs):
+    """The generation cache a forward or ``generate`` returned, under the field name of the installed
+    transformers (``cache`` from 5.24, ``past_key_values`` before)."""
+    return getattr(outputs, CACHE_NAME)

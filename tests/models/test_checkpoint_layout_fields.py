@@ -5,7 +5,7 @@ import pytest
 import torch
 
 
-from .helpers import CASES, random_tokens
+from .helpers import CASES, random_tokens, returned_cache
 
 OUR_CASES = [case for case in CASES if hasattr(case.config_class, "position_offset")]
 SEQ2SEQ_CASES = [case for case in OUR_CASES if case.is_seq2seq]
@@ -32,7 +32,7 @@ def test_position_offset_keeps_cached_decoding_exact(case):
     key = "decoder_input_ids" if case.is_seq2seq else "input_ids"
     full = model(**source, **{key: tokens}, use_cache=False).logits
     prefix = model(**source, **{key: tokens[:, :5]}, use_cache=True)
-    rest = model(**source, **{key: tokens[:, 5:]}, past_key_values=prefix.past_key_values).logits
+    rest = model(**source, **{key: tokens[:, 5:]}, cache=returned_cache(prefix)).logits
     torch.testing.assert_close(torch.cat([prefix.logits, rest], 1), full, rtol=1e-5, atol=1e-5)
     assert not torch.allclose(case.model(position_offset=0)(**source, **{key: tokens}).logits, full)
 

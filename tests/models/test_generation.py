@@ -9,7 +9,7 @@ from transformers import GenerationConfig
 
 from talk_hf import ConvCache, ConvWindowLayer
 
-from .helpers import CASE_IDS, CASES, PAD, generation_prompt, random_tokens
+from .helpers import CACHE_NAME, CASE_IDS, CASES, PAD, generation_prompt, random_tokens, returned_cache
 
 MODES = {
     "greedy": dict(do_sample=False, num_beams=1),
@@ -48,7 +48,7 @@ def test_cached_forward_equals_full_forward(case):
     for position in range(4, 9):
         extra = {"encoder_outputs": (outputs.encoder_last_hidden_state,)} if case.is_seq2seq else {}
         outputs = model(**source, **extra, **{key: tokens[:, position:position + 1]},
-                        past_key_values=outputs.past_key_values, use_cache=True)
+                        cache=returned_cache(outputs), use_cache=True)
         steps.append(outputs.logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
 
@@ -61,7 +61,8 @@ def test_generate_is_identical_with_and_without_cache(case, mode):
     cached = _generate(model, inputs, use_cache=True, **MODES[mode])
     uncached = _generate(model, inputs, use_cache=False, **MODES[mode])
     _assert_same_generation(cached, uncached)
-    assert isinstance(getattr(cached.past_key_values, "self_attention_cache", cached.past_key_values), ConvCache)
+    cache = returned_cache(cached)
+    assert isinstance(getattr(cache, "self_attention_cache", cache), ConvCache)
 
 
 @pytest.mark.parametrize("case", CASES[:2], ids=CASE_IDS[:2])
@@ -103,7 +104,7 @@ def test_generation_continues_from_a_returned_cache(case):
     continued_inputs[key] = first.sequences
     if case.is_seq2seq:  # the decoder mask tells generate() which decoder tokens the cache has not seen yet
         continued_inputs["decoder_attention_mask"] = torch.ones_like(first.sequences)
-    rest = _generate(model, continued_inputs, past_key_values=first.past_key_values,
+    rest = _generate(model, continued_inputs, **{CACHE_NAME: returned_cache(first)},
                      max_new_tokens=6, min_new_tokens=6, **settings).sequences
     assert torch.equal(rest, whole)
 
@@ -115,7 +116,7 @@ def test_cache_tensors_keep_their_size_from_step_10_to_step_500(case):
     sizes = {}
 
     def record(step_outputs, step):
-        cache = step_outputs.past_key_values
+        cache = returned_cache(step_outputs)
         conv = getattr(cache, "self_attention_cache", cache)
         sizes[step] = [tuple(layer.window.shape) for layer in conv.layers] + [conv.nbytes]
         if case.is_seq2seq:
@@ -128,11 +129,11 @@ def test_cache_tensors_keep_their_size_from_step_10_to_step_500(case):
     with torch.no_grad():
         for step in range(1, 501):
             extra = {"encoder_outputs": (outputs.encoder_last_hidden_state,)} if case.is_seq2seq else {}
-            outputs = model(**extra, **{key: tokens[:, step:step + 1]}, past_key_values=outputs.past_key_values)
+            outputs = model(**extra, **{key: tokens[:, step:step + 1]}, cache=returned_cache(outputs))
             if step in (10, 500):
                 record(outputs, step)
     assert sizes[10] == sizes[500]
-    cache = outputs.past_key_values
+    cache = returned_cache(outputs)
     assert cache.get_seq_length() == 501
     expected_windows = [layer.mixer.core.window for layer in model.model.decoder.layers]
     assert [shape[1] for shape in sizes[500][:len(expected_windows)]] == expected_windows
@@ -153,12 +154,12 @@ def test_cache_rows_can_be_repeated_and_selected(case):
     key = "decoder_input_ids" if case.is_seq2seq else "input_ids"
     prefix, step = random_tokens(1, 5, seed=4), random_tokens(1, 1, seed=5)
     single = model(**source, **{key: prefix}, use_cache=True)
-    expected = model(**source, **{key: step}, past_key_values=single.past_key_values).logits
-    cache = model(**source, **{key: prefix}, use_cache=True).past_key_values
+    expected = model(**source, **{key: step}, cache=returned_cache(single)).logits
+    cache = returned_cache(model(**source, **{key: prefix}, use_cache=True))
     cache.batch_repeat_interleave(3)
     cache.batch_select_indices(torch.tensor([0, 2]))
     repeated = {key: value.repeat(2, 1) for key, value in source.items()}
-    logits = model(**repeated, **{key: step.repeat(2, 1)}, past_key_values=cache).logits
+    logits = model(**repeated, **{key: step.repeat(2, 1)}, cache=cache).logits
     torch.testing.assert_close(logits, expected.expand(2, -1, -1), rtol=1e-5, atol=1e-5)
 
 

@@ -9,7 +9,7 @@ from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 import talk_hf
 from talk_hf.ops import _backend
 
-from .helpers import CASE_IDS, CASES, PAD, model_inputs, random_tokens
+from .helpers import CASE_IDS, CASES, PAD, model_inputs, random_tokens, returned_cache
 
 
 def _auto_head(case):
@@ -263,8 +263,28 @@ def test_a_foreign_cache_is_rejected():
     from transformers import DynamicCache
 
     case = CASES[1]
-    with pytest.raises(TypeError, match="past_key_values must be the ConvCache"):
-        case.model()(**model_inputs(case), past_key_values=DynamicCache(), use_cache=True)
+    for name in ("cache", "past_key_values"):
+        with pytest.raises(TypeError, match=r"the generation cache \(`cache`, or `past_key_values` .*\) must be the ConvCache"):
+            case.model()(**model_inputs(case), **{name: DynamicCache()}, use_cache=True)
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_the_cache_is_accepted_under_its_old_and_new_names(case):
+    """transformers 5.24 renamed the cache argument ``past_key_values`` to ``cache``: a forward takes
+    either (the same logits), and refuses both at once."""
+    model = case.model()
+    inputs = model_inputs(case)
+    key = "decoder_input_ids" if case.is_seq2seq else "input_ids"
+    prefix, step = {**inputs, key: inputs[key][:, :-1]}, {**inputs, key: inputs[key][:, -1:]}
+    logits = {}
+    for name in ("cache", "past_key_values"):
+        cache = returned_cache(model(**prefix, use_cache=True))
+        logits[name] = model(**step, **{name: cache}, use_cache=True).logits
+    torch.testing.assert_close(logits["cache"], logits["past_key_values"], rtol=0, atol=0)
+    torch.testing.assert_close(logits["cache"], model(**inputs).logits[:, -1:], rtol=1e-5, atol=1e-5)
+    cache = returned_cache(model(**prefix, use_cache=True))
+    with pytest.raises(ValueError, match="as `cache` or as `past_key_values`.*not both"):
+        model(**step, cache=cache, past_key_values=cache)
 
 
 def test_lightweight_seq2seq_forward_and_padding():
@@ -283,9 +303,9 @@ def test_a_decoder_mask_of_the_wrong_length_is_rejected():
     case = CASES[1]
     model = case.model()
     tokens = random_tokens(1, 4)
-    cache = model(input_ids=tokens, use_cache=True).past_key_values
+    cache = returned_cache(model(input_ids=tokens, use_cache=True))
     with pytest.raises(ValueError, match="must cover the 4 cached and 1 new tokens"):
-        model(input_ids=tokens[:, :1], attention_mask=torch.ones(1, 1, dtype=torch.long), past_key_values=cache)
+        model(input_ids=tokens[:, :1], attention_mask=torch.ones(1, 1, dtype=torch.long), cache=cache)
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)

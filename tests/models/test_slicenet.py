@@ -11,7 +11,7 @@ from talk_hf import SliceNetConfig, SliceNetForConditionalGeneration, SliceNetMo
 from talk_hf.models.slicenet.configuration_slicenet import TABLE2_ROWS
 
 from . import test_generation
-from .helpers import PAD, VOCAB, Case, random_tokens
+from .helpers import PAD, VOCAB, Case, random_tokens, returned_cache
 
 # d_model 24 divides the groups of separability -2 (3, 2) and of the IO mixer (4).
 TINY = dict(vocab_size=VOCAB, d_model=24, encoder_layers=2, decoder_layers=2, kernel_sizes=[3, 5, 3],
@@ -183,13 +183,13 @@ def _cached_logits(model, source, target, chunks):
     outputs, pieces, start = None, [], 0
     for size in chunks:
         extra = {} if outputs is None else dict(encoder_outputs=(outputs.encoder_last_hidden_state,),
-                                                past_key_values=outputs.past_key_values)
+                                                cache=returned_cache(outputs))
         with torch.no_grad():
             outputs = model(input_ids=source, decoder_input_ids=target[:, start:start + size], use_cache=True, **extra)
         pieces.append(outputs.logits)
         start += size
     assert start == target.shape[1]
-    return torch.cat(pieces, dim=1), outputs.past_key_values
+    return torch.cat(pieces, dim=1), returned_cache(outputs)
 
 
 @pytest.mark.parametrize("option", OPTIONS, ids=list(OPTIONS))
