@@ -90,7 +90,8 @@ class ConvLMConfigBase(PretrainedConfig):
         init_std (`float`): standard deviation of the normal weight initialisation.
         tie_word_embeddings (`bool`): share the output projection with the (decoder) input embeddings.
         pad_token_id / bos_token_id / eos_token_id (`int`): special token ids.
-        use_cache (`bool`): return the fixed-size generation state (`past_key_values`).
+        use_cache (`bool`): return the fixed-size generation state (`cache`; `past_key_values` before
+            transformers 5.24).
     """
 
     attribute_map: ClassVar[dict[str, str]] = {"hidden_size": "d_model", "num_hidden_layers": "decoder_layers"}
