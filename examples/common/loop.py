@@ -42,6 +42,9 @@ import talk_hf
 
 from .batching import TokenBatchSampler
 
+# The model types of talk_hf's families (the baselines are transformers' own).
+OUR_MODEL_TYPES = frozenset(config_class.model_type for config_class, *_ in talk_hf.MODEL_FAMILIES)
+
 
 def make_accelerator(args):
     """The `Accelerator` for `args`, with TensorBoard tracking when it is installed.
@@ -350,6 +353,13 @@ def crossed_multiple(before, after, interval):
     return math.floor(after / interval) > math.floor(before / interval)
 
 
+def prepare_kernels(accelerator, model):
+    """Build and load our compiled kernels for this process's device before the training clock
+    starts: a first-use compile (a minute or more) is not training time.  Baselines need none."""
+    if accelerator.unwrap_model(model).config.model_type in OUR_MODEL_TYPES:
+        talk_hf.ops.prepare_backend(accelerator.device)
+
+
 def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn, evaluate, tokenizer, args, metric):
     """Train until `args.max_steps` optimizer steps or `args.max_train_minutes` of training time.
 
@@ -425,6 +435,7 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
         return progress.step >= args.max_steps or progress.train_seconds >= budget_seconds
 
     model.train()
+    prepare_kernels(accelerator, model)
     clock = TrainingClock()
     with stops_off_the_clock(clock):
         while not finished():
@@ -560,7 +571,7 @@ def hub_folder(output_dir):
     folder = Path(output_dir) / "hub"
     shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(Path(output_dir) / "best", folder)
-    if AutoConfig.from_pretrained(folder).model_type in {family[0].model_type for family in talk_hf.MODEL_FAMILIES}:
+    if AutoConfig.from_pretrained(folder).model_type in OUR_MODEL_TYPES:
         talk_hf.export_for_remote_code(folder)
     return folder
 

@@ -23,8 +23,8 @@
 # 'examples/.*/train.py'` (a stopped run's clock stops too; the script, stopped, starts no new
 # run), later the same with -CONT, runs first. Run it from a checkout nobody edits meanwhile (e.g. `git worktree
 # add ../repro COMMIT`, then `PYTHONPATH=../repro`): every run imports the package and kernels of
-# that checkout, so an edit would give later runs other code (and a kernel edit a compile inside
-# a timed step). At the end plot.py draws the README's figure
+# that checkout, so an edit would give later runs other code (a script builds the kernels it imports
+# before its clock starts: a first build is not training time). At the end plot.py draws the README's figure
 # and table from RECORDS (examples/results/summary.{md,json}, curves.png).
 set -euo pipefail
 DATA=${1:-../shared/data}
@@ -34,7 +34,6 @@ SEEDS=${SEEDS:-0 1 2}
 RECORDS=${RECORDS:-examples/results/runs}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$RUNS"
-python -m talk_hf.ops.build --cpu  # compile the C++ kernels now, not inside the first timed training step
 
 train() {  # script run_name [flags]: skip a recorded run, resume an interrupted one, record a finished one
     local out="$RUNS/$2" record="$RECORDS/$2" resume=()

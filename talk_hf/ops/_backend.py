@@ -98,3 +98,17 @@ def resolve_backend(backend: str | None, device: torch.device) -> str:
     if device.type != requested:
         raise ValueError(f"backend {requested!r} runs on {requested} tensors, but x is on {device}")
     return requested
+
+
+def prepare_backend(device: torch.device | str, backend: str | None = None) -> str:
+    """Build (on first use) and load now the compiled kernels that ops on ``device`` tensors will run.
+
+    Call it before a timed loop or a latency-sensitive service: a first-use compile takes a minute or
+    more and would otherwise land inside the first step.  ``backend`` as for the ops (``None``: read
+    ``$TALK_HF_BACKEND``); under ``"auto"`` a backend that cannot load falls back with the ops' one
+    warning, and a compiled backend asked for by name that cannot load raises.
+
+    Returns:
+        The backend that ops on ``device`` tensors will run: ``"torch"``, ``"cpu"`` or ``"cuda"``.
+    """
+    return resolve_backend(backend, torch.device(device))

@@ -24,7 +24,7 @@ from transformers import AutoTokenizer
 
 import talk_hf
 
-from .conftest import load_script
+from .conftest import LANGUAGE_MODELING, load_script, read_log, requires_data
 
 LENGTHS = torch.randint(1, 40, (300,), generator=torch.Generator().manual_seed(1)).tolist()
 
@@ -304,6 +304,29 @@ def test_a_terminal_stop_stops_a_run_left_in_its_own_session(handler):
         assert child.wait(timeout=10) == 0
     finally:
         child.kill()
+
+
+@requires_data
+@pytest.mark.parametrize("model_type", ["talk", "transformer"])
+def test_our_kernels_are_prepared_before_the_training_clock_starts(model_type, tmp_path, monkeypatch):
+    """A first-use kernel compile (faked here: 2 s) is not charged to --max_train_minutes; the
+    Transformer baseline does not ask for our kernels at all."""
+    prepared = []
+
+    def slow_prepare(device, backend=None):
+        prepared.append(torch.device(device).type)
+        time.sleep(2.0)
+        return "torch"
+
+    monkeypatch.setattr(talk_hf.ops, "prepare_backend", slow_prepare)
+    monkeypatch.setattr(loop, "stop_on_terminal_stop", lambda: None)  # leave pytest's signal handlers alone
+    monkeypatch.setenv("TALK_HF_BACKEND", "torch")
+    script = load_script("language-modeling/train.py")
+    script.main([*LANGUAGE_MODELING, "--model_type", model_type, "--max_steps", "2", "--test_split", "",
+                 "--output_dir", str(tmp_path)])
+    steps, _ = read_log(tmp_path)
+    assert prepared == (["cpu"] if model_type == "talk" else [])
+    assert len(steps) == 2 and steps[-1]["seconds"] < 1.0
 
 
 def test_weight_average_is_the_mean_of_the_last_snapshots_and_gives_the_weights_back():

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.utils.cpp_extension as cpp_extension
 
-from talk_hf.ops import _extension, dynamic_conv, light_conv, talk_conv
+from talk_hf.ops import _extension, dynamic_conv, light_conv, prepare_backend, talk_conv
 from talk_hf.ops._extension import ExtensionUnavailable
 from talk_hf.version import __version__
 
@@ -191,6 +191,33 @@ def test_a_failed_build_falls_back_once_and_names_the_compiler_error(fresh_loade
     torch.testing.assert_close(out, talk_conv(x, offsets, offsets, 2, 2, backend="torch"))
     with pytest.raises(ExtensionUnavailable, match="TALK_HF_BUILD_VERBOSE=1"):
         talk_conv(x, offsets, offsets, 2, 2, backend="cpu")
+
+
+def test_prepare_backend_loads_now_what_the_ops_will_run(fresh_loader, monkeypatch):
+    built = []
+    build = _extension._build
+    monkeypatch.setattr(_extension, "_build", lambda kind: built.append(kind) or build(kind))
+    assert prepare_backend("cpu") == "cpu" and built == ["cpu"]
+    talk_conv(x, offsets, offsets, 2, 2)
+    assert built == ["cpu"]  # the op found the extension loaded
+    assert prepare_backend(torch.device("cpu"), backend="torch") == "torch"
+    monkeypatch.setenv("TALK_HF_BACKEND", "torch")
+    assert prepare_backend("cpu") == "torch"
+    assert prepare_backend("meta", backend="auto") == "torch"
+
+
+def test_prepare_backend_falls_back_with_the_ops_one_warning_or_raises_when_named(fresh_loader, monkeypatch, tmp_path):
+    def failing_load(**kwargs):
+        raise RuntimeError("Error building extension 'talk_hf_cpu':\ncpu_ops.cpp:7:1: error: boom")
+
+    monkeypatch.setenv(_extension.BUILD_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(cpp_extension, "load", failing_load)
+    with pytest.warns(_extension.BackendFallbackWarning, match="error: boom") as caught:
+        assert prepare_backend("cpu") == "torch"
+        talk_conv(x, offsets, offsets, 2, 2)  # no second warning
+    assert len(caught) == 1 and caught[0].filename == __file__  # points at prepare_backend's caller
+    with pytest.raises(ExtensionUnavailable, match="error: boom"):
+        prepare_backend("cpu", backend="cpu")
 
 
 def test_build_directory_names_versions_architecture_and_sources(monkeypatch):
