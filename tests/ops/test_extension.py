@@ -178,12 +178,18 @@ def test_a_live_lock_times_out_with_a_clear_error(built_copy, tmp_path):
     assert "TALK_HF_BUILD_LOCK_TIMEOUT" in result.stdout
 
 
-def test_a_failed_build_falls_back_once_and_names_the_compiler_error(fresh_loader, monkeypatch, tmp_path):
+@pytest.fixture
+def failing_build(fresh_loader, monkeypatch, tmp_path):
+    """A CPU build (in an empty $TALK_HF_BUILD_DIR) whose compiler fails with "error: boom"."""
+
     def failing_load(**kwargs):
         raise RuntimeError("Error building extension 'talk_hf_cpu':\ncpu_ops.cpp:7:1: error: boom\nninja: build stopped")
 
     monkeypatch.setenv(_extension.BUILD_DIR_ENV, str(tmp_path))
     monkeypatch.setattr(cpp_extension, "load", failing_load)
+
+
+def test_a_failed_build_falls_back_once_and_names_the_compiler_error(failing_build):
     with pytest.warns(_extension.BackendFallbackWarning, match="cpu_ops.cpp:7:1: error: boom") as caught:
         for _ in range(3):
             out = talk_conv(x, offsets, offsets, 2, 2)
@@ -206,12 +212,7 @@ def test_prepare_backend_loads_now_what_the_ops_will_run(fresh_loader, monkeypat
     assert prepare_backend("meta", backend="auto") == "torch"
 
 
-def test_prepare_backend_falls_back_with_the_ops_one_warning_or_raises_when_named(fresh_loader, monkeypatch, tmp_path):
-    def failing_load(**kwargs):
-        raise RuntimeError("Error building extension 'talk_hf_cpu':\ncpu_ops.cpp:7:1: error: boom")
-
-    monkeypatch.setenv(_extension.BUILD_DIR_ENV, str(tmp_path))
-    monkeypatch.setattr(cpp_extension, "load", failing_load)
+def test_prepare_backend_falls_back_with_the_ops_one_warning_or_raises_when_named(failing_build):
     with pytest.warns(_extension.BackendFallbackWarning, match="error: boom") as caught:
         assert prepare_backend("cpu") == "torch"
         talk_conv(x, offsets, offsets, 2, 2)  # no second warning
