@@ -36,6 +36,9 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 # Activation functions by name, as in the built-in models' configs (``activations.ACT2FN``).
 from transformers.activations import ACT2FN
 
+# transformers' logger, for its ``warning_once`` (``transformers.utils.logging``).
+from transformers.utils import logging
+
 __all__ = [
     "ACT2FN",
     "CACHE_NAME",
@@ -54,6 +57,8 @@ __all__ = [
     "resolve_cache_argument",
     "split_cache",
 ]
+
+logger = logging.get_logger(__name__)
 
 # The name of the generation cache, as a model-output field and as the keyword ``generate`` passes
 # to a forward: ``past_key_values`` up to 5.23, ``cache`` from 5.24 (whose outputs still accept and
@@ -134,6 +139,9 @@ class FixedStateGenerationMixin:
     The model provides ``new_cache()`` (an empty cache for one generation).
 
     * ``_supports_default_dynamic_cache`` -> False: ``generate`` must not build a ``DynamicCache``.
+      A ``cache_implementation`` (``"static"``, ``"offloaded"``, ...) would then be ignored with
+      transformers' message that the model "does not support `Cache` instances", which is untrue
+      here: the model says itself that it keeps its own fixed-size state.
     * ``_prepare_cache_for_generation(generation_config, model_kwargs, ...)``: after transformers'
       own checks (a user cache, ``use_cache=False``), put ``new_cache()`` into
       ``model_kwargs[CACHE_NAME]``.  Assisted decoding requires a cache before the first
@@ -149,6 +157,13 @@ class FixedStateGenerationMixin:
         return False
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs):
+        if generation_config.cache_implementation is not None and model_kwargs.get(CACHE_NAME) is None:
+            logger.warning_once(
+                f"{type(self).__name__} keeps its own fixed-size decoding state (a window of the last inputs of "
+                f"each layer, whatever the length): cache_implementation={generation_config.cache_implementation!r} "
+                "is ignored."
+            )
+            generation_config.cache_implementation = None  # generate's own copy of the configuration
         super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
         if model_kwargs.get(CACHE_NAME) is None and generation_config.use_cache:
             model_kwargs[CACHE_NAME] = self.new_cache()

@@ -66,6 +66,21 @@ def test_generate_is_identical_with_and_without_cache(case, mode):
 
 
 @pytest.mark.parametrize("case", CASES[:2], ids=CASE_IDS[:2])
+def test_a_cache_implementation_is_ignored_with_our_own_message(case, caplog):
+    """transformers would say the model "does not support `Cache` instances"; ours says what it keeps."""
+    model = case.model()
+    inputs = generation_prompt(case)
+    expected = _generate(model, inputs, **MODES["beam"])
+    with caplog.at_level("WARNING", logger="talk_hf"):
+        static = _generate(model, inputs, cache_implementation="static", **MODES["beam"])
+    _assert_same_generation(static, expected)
+    cache = returned_cache(static)
+    assert isinstance(getattr(cache, "self_attention_cache", cache), ConvCache)
+    assert f"{type(model).__name__} keeps its own fixed-size decoding state" in caplog.text
+    assert "cache_implementation='static' is ignored" in caplog.text
+
+
+@pytest.mark.parametrize("case", CASES[:2], ids=CASE_IDS[:2])
 def test_beam_search_needs_cache_reordering(case, monkeypatch):
     """With reordering disabled, beam search gives other beams: reordering is really exercised."""
     model = case.model()
