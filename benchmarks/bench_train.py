@@ -5,8 +5,10 @@ length of ``--blocks`` (default 256, 1,024, 4,096, 16,384), every step holding t
 tokens (``--tokens`` = rows x block).  Seq2seq: TaLKForConditionalGeneration and
 DynamicConvForConditionalGeneration against Marian (SDPA) with summarization-like lengths
 (``--source-length`` 512 source and ``--target-length`` 128 target tokens, ``--seq2seq-rows`` rows).
-All models share width, depth, heads, FFN size and vocabulary (`_models`), keep their configs'
-default dropout, and train in float32.
+All models share width, depth, heads, FFN size and vocabulary (`_models`) and train in float32,
+with their configs' default dropout or, with ``--dropout P``, every dropout probability set to P.
+Attention dropout decides GPT-2's path on the CPU: PyTorch's flash SDPA kernel (memory O(T)) takes
+no dropout, so with GPT-2's default 0.1 it runs the math path, whose score matrices grow with T².
 
 A training step is forward, backward and an AdamW update on random token ids.  Every (model,
 length) runs in a fresh subprocess, so that each peak memory is its own: ``--warmup`` steps,
@@ -18,6 +20,8 @@ fails for lack of memory is recorded as out of memory, with the error.  Ratios (
 baseline): tokens per second and peak memory, at each length.
 
     THP_MEM_ALLOC_ENABLE=1 python benchmarks/bench_train.py       # CPU, writes results/train_cpu.json
+    THP_MEM_ALLOC_ENABLE=1 python benchmarks/bench_train.py --dropout 0 --models TaLKForCausalLM \
+        DynamicConvForCausalLM "GPT2 (baseline)" --out benchmarks/results/train_cpu_no_dropout.json
     python benchmarks/bench_train.py --device cuda                  # on a GPU (peak memory: the CUDA allocator's)
 """
 
@@ -74,7 +78,7 @@ def measure_one(name: str, length: int, rows: int, args) -> dict:
     """Train model ``name`` for warmup + timed steps in this process; step times and memory."""
     torch.manual_seed(0)
     max_positions = max(length, args.source_length, args.target_length) + 8
-    model = build_model(name, ModelShape.from_args(args), max_positions).to(args.device).train()
+    model = build_model(name, ModelShape.from_args(args), max_positions, args.dropout).to(args.device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batch = make_batch(name, length, rows, args, torch.Generator().manual_seed(0))
     memory_before = memory_in_use(args.device, peak=False)
@@ -151,6 +155,8 @@ def parse_args(argv=None):
     parser.add_argument("--seq2seq-rows", type=int, default=16)
     parser.add_argument("--models", nargs="+", default=list(CAUSAL_LM_MODELS + SEQ2SEQ_MODELS),
                         help="a subset of the models (each needs its baseline)")
+    parser.add_argument("--dropout", type=float, default=None,
+                        help="every dropout probability of every model (default: each config's own)")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--steps", type=int, default=3, help="timed steps per (model, length)")
     parser.add_argument("--one", nargs=3, metavar=("MODEL", "LENGTH", "ROWS"), help=argparse.SUPPRESS)
@@ -168,6 +174,8 @@ def parse_args(argv=None):
                        "--warmup", str(args.warmup), "--steps", str(args.steps)]
     if args.threads:
         args.child_args += ["--threads", str(args.threads)]
+    if args.dropout is not None:
+        args.child_args += ["--dropout", str(args.dropout)]
     return args
 
 
@@ -205,6 +213,7 @@ def main(argv=None) -> None:
         "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE"),
         "shapes": {key: getattr(args, key) for key in ("d_model", "layers", "heads", "ffn", "vocab", "blocks",
                                                        "tokens", "source_length", "target_length", "seq2seq_rows")},
+        "dropout": "each config's default" if args.dropout is None else args.dropout,
         "steps": {"warmup": args.warmup, "timed": args.steps},
         "results": results,
         "summary": summarise(results),

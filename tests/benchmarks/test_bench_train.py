@@ -28,6 +28,20 @@ def test_one_training_step_of_every_model_reports_time_and_memory(name):
     assert measured["training_memory_bytes"] == measured["peak_memory_bytes"] - measured["memory_before_bytes"]
 
 
+def test_dropout_reaches_every_dropout_of_every_model_and_the_children():
+    args = bench_train.parse_args([*TINY, "--dropout", "0"])
+    assert args.child_args[-2:] == ["--dropout", "0.0"]
+    for name in CAUSAL_LM_MODELS + SEQ2SEQ_MODELS:
+        model = bench_train.build_model(name, bench_train.ModelShape.from_args(args), 32, args.dropout)
+        # GPT-2's summary_first_dropout belongs to a classification head its LM does not have.
+        probabilities = {key: value for key, value in model.config.to_dict().items()
+                         if ("dropout" in key or "pdrop" in key) and isinstance(value, float)
+                         and not key.startswith("summary_")}
+        assert probabilities and set(probabilities.values()) == {0.0}, (name, probabilities)
+    default = bench_train.parse_args(TINY)
+    assert default.dropout is None and "--dropout" not in default.child_args
+
+
 def test_summary_ratios_and_a_baseline_that_ran_out_of_memory():
     ok = {"status": "ok", "tokens_per_s": 100.0, "peak_memory_bytes": 400, "training_memory_bytes": 200}
     results = {
