@@ -15,6 +15,11 @@ this script's):
                    tokens per second, validation curve, best validation metric, test metrics) and
                    their mean and standard deviation
     summary.md     the same as a Markdown table, mean ± standard deviation over the seeds (also printed)
+
+For each of our models the summary and table also give its test metric minus the same task's
+baseline's (the Transformer, GPT-2), seed by seed over the seeds both have: runs of one seed see the
+same data order and, as reproduce.sh runs them, usually the same machine, so this difference is
+free of most of the spread between seeds and machines that the separate means carry.
 """
 
 import argparse
@@ -44,6 +49,7 @@ TASKS = {  # TASK part of the run folders -> (panel title, validation metric, wh
 }
 SEED_SUFFIX = re.compile(r"-s(\d+)$")
 SUMMED = ("parameters", "steps", "tokens_per_second", "best_valid", "test")  # the fields given as mean ± std
+BASELINES = ("Transformer", "GPT-2")  # the attention models that ours are measured against
 
 
 def model_label(best):
@@ -111,6 +117,21 @@ def group(runs):
     return summaries
 
 
+def add_paired_differences(summaries):
+    """Give each summary of a model with a baseline in its task "test_vs_baseline": [mean, std] over
+    the seeds both have (listed in "paired_seeds") of its test metric minus the baseline's."""
+    for summary in summaries:
+        baseline = next((s for s in summaries if s["task"] == summary["task"] and s["model"] in BASELINES), None)
+        if baseline is None or summary["model"] in BASELINES:
+            continue
+        baseline_test = {run["seed"]: run["test"] for run in baseline["runs"] if "test" in run}
+        differences = {run["seed"]: run["test"] - baseline_test[run["seed"]]
+                       for run in summary["runs"] if "test" in run and run["seed"] in baseline_test}
+        if differences:
+            summary["paired_seeds"] = sorted(differences)
+            summary["test_vs_baseline"] = list(mean_and_std(list(differences.values())))
+
+
 def band(runs):
     """(minutes, mean, lowest, highest) per evaluation index over the seeds that reached it."""
     count = max(len(r["curve"]) for r in runs)
@@ -155,12 +176,21 @@ def spread(summary, field, digits=1):
     return f"{mean:.{digits}f}" if len(summary["seeds"]) == 1 else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
+def paired(summary):
+    """`±mean ± std (n seeds)` of a summary's test difference from its baseline, or '-'."""
+    if "test_vs_baseline" not in summary:
+        return "-"
+    mean, std = summary["test_vs_baseline"]
+    count = len(summary["paired_seeds"])
+    return f"{mean:+.1f}" + (f" ± {std:.1f}" if count > 1 else "") + f" ({count} seed{'s' * (count > 1)})"
+
+
 def table(summaries):
     """The Markdown table: one row per task and model, mean ± std over its seeds."""
     lines = [
         "| task | model | seeds | parameters | steps | target tokens/s | best validation (greedy BLEU / ppl) "
-        "| test (beam-5 BLEU / ppl) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| test (beam-5 BLEU / ppl) | test − baseline, same seeds |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for summary in summaries:
         title, metric, _ = TASKS[summary["task"]]
@@ -169,7 +199,8 @@ def table(summaries):
         lines.append(
             f"| {title} | {summary['model']} | {len(summary['seeds'])} | {summary['parameters'][0] / 1e6:.2f}M "
             f"| {spread(summary, 'steps', 0)} | {spread(summary, 'tokens_per_second', 0)} "
-            f"| {unit} {spread(summary, 'best_valid')} | {test if test == '-' else f'{unit} {test}'} |"
+            f"| {unit} {spread(summary, 'best_valid')} | {test if test == '-' else f'{unit} {test}'} "
+            f"| {paired(summary)} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -181,6 +212,7 @@ def main():
     args = parser.parse_args()
     folders = sorted(f for f in args.runs.iterdir() if (f / "log.jsonl").exists() and (f / "best/config.json").exists())
     summaries = group(map(read_run, folders))
+    add_paired_differences(summaries)
     args.output.mkdir(parents=True, exist_ok=True)
     plot(summaries, args.output / "curves.png")
     (args.output / "summary.json").write_text(json.dumps(summaries, indent=1) + "\n")
