@@ -360,6 +360,42 @@ def prepare_kernels(accelerator, model):
         talk_hf.ops.prepare_backend(accelerator.device)
 
 
+def train_step(accelerator, model, optimizer, scheduler, group, loss_fn, *, clip_norm, clock):
+    """One optimizer step over a group of micro-batches (gradient accumulation), on every process.
+
+    Args:
+        group: the micro-batches of this process for the step (`micro_batch_groups`).
+        loss_fn: (model, batch) -> (summed loss, token count) over the batch's target tokens.
+        clip_norm: the gradients' largest norm (0: no clipping).
+        clock: the `TrainingClock`, lapped when the step's updates are done.
+    Returns:
+        (mean loss per target token, target tokens, seconds), all three over every process: the
+        step's seconds are the slowest process's, so that all agree on when the time budget ends.
+    """
+    accumulation = accelerator.gradient_accumulation_steps
+    tokens = accelerator.reduce(sum(b["labels"].ne(-100).sum() for b in group), "sum")
+    # backward divides by `accumulation` and DDP averages over processes: undo both.
+    scale = accelerator.num_processes * accumulation / tokens
+    total = 0.0
+    for batch in group:
+        with accelerator.accumulate(model):
+            loss_sum, _ = loss_fn(model, batch)
+            accelerator.backward(loss_sum * scale)
+        total += loss_sum.detach()
+    if clip_norm > 0:
+        accelerator.clip_grad_norm_(model.parameters(), clip_norm)
+    optimizer.step()
+    if not accelerator.optimizer_step_was_skipped:
+        scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    # One collective for the loss (summed) and the step time (the slowest process's).
+    elapsed = torch.tensor(clock.lap(), device=accelerator.device)
+    per_process = accelerator.gather(torch.stack([total.float(), elapsed]).unsqueeze(0))  # (P, 2)
+    summed_loss, step_seconds = torch.stack([per_process[:, 0].sum(), per_process[:, 1].max()]).tolist()
+    step_tokens = int(tokens)
+    return summed_loss / step_tokens, step_tokens, step_seconds
+
+
 def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn, evaluate, tokenizer, args, metric):
     """Train until `args.max_steps` optimizer steps or `args.max_train_minutes` of training time.
 
@@ -442,28 +478,9 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
             sampler.set_epoch(progress.epoch)
             loader = accelerator.skip_first_batches(train_loader, progress.batches_in_epoch)
             for group in micro_batch_groups(loader, accumulation):
-                tokens = accelerator.reduce(sum(b["labels"].ne(-100).sum() for b in group), "sum")
-                # backward divides by `accumulation` and DDP averages over processes: undo both.
-                scale = accelerator.num_processes * accumulation / tokens
-                total = 0.0
-                for batch in group:
-                    with accelerator.accumulate(model):
-                        loss_sum, _ = loss_fn(model, batch)
-                        accelerator.backward(loss_sum * scale)
-                    total += loss_sum.detach()
-                if args.clip_norm > 0:
-                    accelerator.clip_grad_norm_(model.parameters(), args.clip_norm)
-                optimizer.step()
-                if not accelerator.optimizer_step_was_skipped:
-                    scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                # One collective for the loss (summed) and the step time (the slowest process's: every
-                # process must agree on when the time budget runs out).
-                elapsed = torch.tensor(clock.lap(), device=accelerator.device)
-                per_process = accelerator.gather(torch.stack([total.float(), elapsed]).unsqueeze(0))  # (P, 2)
-                summed_loss, step_seconds = torch.stack([per_process[:, 0].sum(), per_process[:, 1].max()]).tolist()
-                step_tokens = int(tokens)
-                loss = summed_loss / step_tokens
+                loss, step_tokens, step_seconds = train_step(
+                    accelerator, model, optimizer, scheduler, group, loss_fn, clip_norm=args.clip_norm, clock=clock
+                )
                 progress.step += 1
                 progress.batches_in_epoch += len(group)
                 progress.train_tokens += step_tokens
