@@ -157,8 +157,15 @@ def median_seconds(step, device, min_seconds: float, max_repeats: int = 50) -> f
 
 
 def time_case(name, batch, length, channels, heads, device, dtype, min_seconds, backend=None):
-    """Forward and forward+backward median seconds of one case."""
+    """Forward and forward+backward median seconds of one case.
+
+    The backward pass starts from a fixed random gradient of the output, as inside a model: a
+    ``.sum().backward()`` would add a reduction over the output and the writing out of its
+    expanded all-ones gradient (the kernels read a contiguous one) to the op's time.
+    """
     run, inputs = build_case(name, batch, length, channels, heads, device, dtype, backend)
+    with torch.no_grad():
+        output_gradient = torch.randn_like(run())
 
     def forward():
         with torch.no_grad():
@@ -167,7 +174,7 @@ def time_case(name, batch, length, channels, heads, device, dtype, min_seconds, 
     def forward_backward():
         for tensor in inputs:
             tensor.grad = None
-        run().sum().backward()
+        run().backward(output_gradient)
 
     return median_seconds(forward, device, min_seconds), median_seconds(forward_backward, device, min_seconds)
 
