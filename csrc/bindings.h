@@ -11,7 +11,7 @@ inline void bind_operators(pybind11::module_& module) {
   module.def("talk_forward", &talk_forward, "TaLK convolution, forward");
   module.def("talk_backward", &talk_backward, "TaLK convolution, backward (grad x, offsets)");
   module.def("conv_forward", &conv_forward, "DynamicConv/LightConv, forward");
-  module.def("conv_backward", &conv_backward, "DynamicConv/LightConv, backward (grad x, per-token weight)");
+  module.def("conv_backward", &conv_backward, "DynamicConv/LightConv, backward (grad x, grad weight per token or summed)");
 }
 
 }  // namespace talk_hf

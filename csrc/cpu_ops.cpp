@@ -79,14 +79,15 @@ inline void weighted_row_sum(scalar_t* out, int64_t count, int64_t first, int64_
 }
 
 // grad_weight[j, h, k] = <grad_out[j, head h], x[j + k - padding_l, head h]> for the tokens j of a
-// tile, when the taps fill 2 to kTapVectors vector registers.  The head's rows that the tile reads are
+// tile, handed over token by token as store(j, gradients of the taps), when the taps fill 2 to
+// kTapVectors vector registers.  The head's rows that the tile reads are
 // first copied channel-major (transposed, (head_size, span), zeros outside the sequence), so for each channel one broadcast of grad_out[j][c] multiplies the
 // taps' kTapVectors vectors at once: no horizontal sums, and separate accumulators for even and
 // odd channels keep the multiply-add chains independent.
-template <int kTapVectors, typename acc_t, typename scalar_t>
-void tap_gradients(const scalar_t* x_batch, const scalar_t* grad_batch, acc_t* grad_weight_batch, int64_t length,
-                   int64_t channels, int64_t heads, int64_t h, int64_t taps, int64_t padding_l, int64_t first,
-                   int64_t end, std::vector<acc_t>& transposed) {
+template <int kTapVectors, typename acc_t, typename scalar_t, typename Store>
+void tap_gradients(const scalar_t* x_batch, const scalar_t* grad_batch, int64_t length, int64_t channels,
+                   int64_t heads, int64_t h, int64_t padding_l, int64_t first, int64_t end,
+                   std::vector<acc_t>& transposed, const Store& store) {
   using Vector = typename Lanes<acc_t>::type;
   constexpr int64_t lanes = Lanes<acc_t>::count;
   const int64_t head_size = channels / heads;
@@ -116,22 +117,22 @@ void tap_gradients(const scalar_t* x_batch, const scalar_t* grad_batch, acc_t* g
       for (int v = 0; v < kTapVectors; ++v) even[v] += g_even * load_lanes<acc_t>(taps_of_j + c * span + v * lanes);
     }
     for (int v = 0; v < kTapVectors; ++v) store_lanes<acc_t>(sums + v * lanes, even[v] + odd[v]);
-    std::copy_n(sums, taps, grad_weight_batch + (j * heads + h) * taps);
+    store(j, sums);
   }
 }
 
 // The same for any number of taps: four taps at a time, each a dot product over the head (ending
 // in a horizontal sum).
-template <typename acc_t, typename scalar_t>
-void tap_gradients_by_dots(const scalar_t* x_batch, const scalar_t* grad_batch, acc_t* grad_weight_batch,
-                           int64_t length, int64_t channels, int64_t heads, int64_t h, int64_t taps, int64_t padding_l,
-                           int64_t first, int64_t end, const scalar_t* zeros) {
+template <typename acc_t, typename scalar_t, typename Store>
+void tap_gradients_by_dots(const scalar_t* x_batch, const scalar_t* grad_batch, int64_t length, int64_t channels,
+                           int64_t heads, int64_t h, int64_t taps, int64_t padding_l, int64_t first, int64_t end,
+                           const scalar_t* zeros, const Store& store) {
   const int64_t head_size = channels / heads;
+  std::vector<acc_t> grad_weight_row(taps);
   for (int64_t j = first; j < end; ++j) {
     const int64_t tap_first = std::max<int64_t>(0, padding_l - j);
     const int64_t tap_end = std::min(taps, length + padding_l - j);
     const scalar_t* grad_head = grad_batch + j * channels + h * head_size;
-    acc_t* grad_weight_row = grad_weight_batch + (j * heads + h) * taps;
     const auto x_row = [&](int64_t k) {  // x[j + k - padding_l] of head h, zeros outside
       return k >= tap_first && k < tap_end ? x_batch + conv_source(j, k, padding_l) * channels + h * head_size : zeros;
     };
@@ -140,7 +141,7 @@ void tap_gradients_by_dots(const scalar_t* x_batch, const scalar_t* grad_batch, 
       const scalar_t* const rows[4] = {x_row(k), x_row(k + 1), x_row(k + 2), x_row(k + 3)};
       acc_t products[4];
       dots(grad_head, rows, head_size, products);
-      std::copy_n(products, 4, grad_weight_row + k);
+      std::copy_n(products, 4, grad_weight_row.begin() + k);
     }
     for (; k < taps; ++k) {
       const scalar_t* const rows[1] = {x_row(k)};
@@ -148,6 +149,7 @@ void tap_gradients_by_dots(const scalar_t* x_batch, const scalar_t* grad_batch, 
       dots(grad_head, rows, head_size, products);
       grad_weight_row[k] = products[0];
     }
+    store(j, grad_weight_row.data());
   }
 }
 
@@ -356,13 +358,18 @@ at::Tensor conv_forward(const at::Tensor& x_in, const at::Tensor& weight, int64_
 }
 
 std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out_in, const at::Tensor& x_in,
-                                                 const at::Tensor& weight, int64_t padding_l) {
+                                                 const at::Tensor& weight, int64_t padding_l, bool sum_weight_gradient) {
   const at::Tensor grad_out = grad_out_in.contiguous();
   const at::Tensor x = x_in.contiguous();
   const int64_t batch = x.size(0), length = x.size(1), channels = x.size(2);
   const int64_t heads = weight.size(2), taps = weight.size(3), head_size = channels / heads;
+  const int64_t tiles = ceil_div(length, kTile);
   at::Tensor grad_x = at::empty(x.sizes(), x.options());
-  at::Tensor grad_weight = at::empty({batch, length, heads, taps}, x.options().dtype(at::toOpMathType(x.scalar_type())));
+  // Per token, or (LightConv) one partial sum per task, (B * tiles, H, K), summed below: no
+  // (B, T, H, K) tensor to write and read back.
+  const auto accumulation = x.options().dtype(at::toOpMathType(x.scalar_type()));
+  at::Tensor grad_weight = sum_weight_gradient ? at::zeros({batch * tiles, heads, taps}, accumulation)
+                                               : at::empty({batch, length, heads, taps}, accumulation);
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "conv_backward_cpu", [&] {
     using acc_t = at::opmath_type<scalar_t>;
@@ -387,12 +394,20 @@ std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out_in, 
         }
       }
       // grad_weight[j, h, k] = <grad_out[j], x[j + k - padding_l]> over head h, 0 where that row is outside.
-      acc_t* grad_weight_batch = grad_weight_data + b * length * heads * taps;
       std::vector<acc_t> transposed;
       for (int64_t h = 0; h < heads; ++h) {
+        acc_t* const per_token = grad_weight_data + (b * length * heads + h) * taps;
+        acc_t* const task_sum = grad_weight_data + ((b * tiles + first / kTile) * heads + h) * taps;
+        const auto store = [&](int64_t j, const acc_t* gradients) {
+          if (sum_weight_gradient) {
+            for (int64_t k = 0; k < taps; ++k) task_sum[k] += gradients[k];
+          } else {
+            std::copy_n(gradients, taps, per_token + j * heads * taps);
+          }
+        };
         const auto in_registers = [&](auto tap_vectors) {
-          tap_gradients<decltype(tap_vectors)::value, acc_t>(x_batch, grad_batch, grad_weight_batch, length, channels,
-                                                              heads, h, taps, padding_l, first, end, transposed);
+          tap_gradients<decltype(tap_vectors)::value, acc_t>(x_batch, grad_batch, length, channels, heads, h,
+                                                              padding_l, first, end, transposed, store);
         };
         // One vector of taps or fewer (k = 3): the transposed copy costs more than the horizontal
         // sums it saves (measured: k = 3 forward+backward 1.5x slower that way).
@@ -401,13 +416,13 @@ std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out_in, 
           case 3: in_registers(std::integral_constant<int, 3>{}); break;
           case 4: in_registers(std::integral_constant<int, 4>{}); break;
           default:
-            tap_gradients_by_dots<acc_t>(x_batch, grad_batch, grad_weight_batch, length, channels, heads, h, taps,
-                                         padding_l, first, end, zeros.data());
+            tap_gradients_by_dots<acc_t>(x_batch, grad_batch, length, channels, heads, h, taps, padding_l, first,
+                                         end, zeros.data(), store);
         }
       }
     });
   });
-  return {grad_x, grad_weight};
+  return {grad_x, sum_weight_gradient ? grad_weight.sum(0) : grad_weight};
 }
 
 }  // namespace talk_hf

@@ -392,7 +392,7 @@ at::Tensor conv_forward(const at::Tensor& x_in, const at::Tensor& weight, int64_
 }
 
 std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out_in, const at::Tensor& x_in,
-                                                 const at::Tensor& weight, int64_t padding_l) {
+                                                 const at::Tensor& weight, int64_t padding_l, bool sum_weight_gradient) {
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor grad_out = grad_out_in.contiguous();
   const at::Tensor x = x_in.contiguous();
@@ -400,7 +400,12 @@ std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out_in, 
   at::Tensor grad_x = at::empty(x.sizes(), x.options());
   at::Tensor grad_weight =
       at::empty({x.size(0), x.size(1), heads, taps}, x.options().dtype(at::toOpMathType(x.scalar_type())));
-  if (x.numel() == 0) return {grad_x, grad_weight.zero_()};  // C == 0: the weight is still (B, T, H, K)
+  // The weight's gradient per token; LightConv's is its sum over batch and time.
+  const auto weight_gradient = [&]() { return sum_weight_gradient ? grad_weight.sum({0, 1}) : grad_weight; };
+  if (x.numel() == 0) {  // C == 0: the weight still has its shape
+    grad_weight.zero_();
+    return {grad_x, weight_gradient()};
+  }
   const Layout layout = layout_of(x, heads);
   const int64_t pairs = x.size(0) * x.size(1) * heads;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
@@ -415,7 +420,7 @@ std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out_in, 
         grad_weight.mutable_data_ptr<acc_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
-  return {grad_x, grad_weight};
+  return {grad_x, weight_gradient()};
 }
 
 }  // namespace talk_hf

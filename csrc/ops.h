@@ -25,10 +25,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward(const at::Tensor& g
 // DynamicConv forward: out[b, t, c] = sum_k weight[b, t, h(c), k] * x[b, t + k - padding_l, c].
 at::Tensor conv_forward(const at::Tensor& x, const at::Tensor& weight, int64_t padding_l);
 
-// DynamicConv backward: the gradient for x (x's dtype) and the per-token gradient for the
-// weight, (B, T, H, K) in the accumulation dtype (float32, float64 for float64): LightConv sums
-// it over batch and time before rounding.
+// DynamicConv/LightConv backward: the gradient for x (x's dtype) and for the weight, in the
+// accumulation dtype (float32, float64 for float64): per token, (B, T, H, K), or with
+// sum_weight_gradient (LightConv: one kernel shared by every token) summed over batch and time,
+// (H, K), rounded to the weight's dtype by the caller.
 std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out, const at::Tensor& x,
-                                                 const at::Tensor& weight, int64_t padding_l);
+                                                 const at::Tensor& weight, int64_t padding_l, bool sum_weight_gradient);
 
 }  // namespace talk_hf

@@ -118,10 +118,11 @@ def light_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int) -> torch.T
 
 @torch.library.custom_op("talk_hf::conv_backward", mutates_args=())
 def conv_backward(
-    grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, padding_l: int
+    grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, padding_l: int, sum_weight_gradient: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gradient for x and the per-token weight gradient (B, T, H, K) in the accumulation dtype."""
-    return tuple(_module(x).conv_backward(grad_out, x, weight, padding_l))
+    """Gradient for x and the weight's gradient in the accumulation dtype: per token (B, T, H, K),
+    or with ``sum_weight_gradient`` (LightConv's shared kernel) summed over batch and time, (H, K)."""
+    return tuple(_module(x).conv_backward(grad_out, x, weight, padding_l, sum_weight_gradient))
 
 
 @dynamic_conv.register_fake
@@ -135,9 +136,9 @@ def _(x, weight, padding_l):
 
 
 @conv_backward.register_fake
-def _(grad_out, x, weight, padding_l):
-    per_token = x.new_empty((*x.shape[:2], *weight.shape[-2:]), dtype=accumulation_dtype(x.dtype))
-    return x.new_empty(x.shape), per_token
+def _(grad_out, x, weight, padding_l, sum_weight_gradient):
+    shape = weight.shape[-2:] if sum_weight_gradient else (*x.shape[:2], *weight.shape[-2:])
+    return x.new_empty(x.shape), x.new_empty(shape, dtype=accumulation_dtype(x.dtype))
 
 
 def _conv_setup(ctx, inputs, output):
@@ -147,14 +148,14 @@ def _conv_setup(ctx, inputs, output):
 
 def _dynamic_backward(ctx, grad_out):
     x, weight = ctx.saved_tensors
-    grad_x, grad_weight = conv_backward(grad_out, x, weight, ctx.padding_l)
+    grad_x, grad_weight = conv_backward(grad_out, x, weight, ctx.padding_l, False)
     return grad_x, grad_weight.to(weight.dtype), None
 
 
 def _light_backward(ctx, grad_out):
     x, weight = ctx.saved_tensors
-    grad_x, grad_weight = conv_backward(grad_out, x, _per_token(weight, x), ctx.padding_l)
-    return grad_x, grad_weight.sum((0, 1)).to(weight.dtype), None
+    grad_x, grad_weight = conv_backward(grad_out, x, _per_token(weight, x), ctx.padding_l, True)
+    return grad_x, grad_weight.to(weight.dtype), None
 
 
 dynamic_conv.register_autograd(_dynamic_backward, setup_context=_conv_setup)
