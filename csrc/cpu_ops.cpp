@@ -396,13 +396,12 @@ std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out_in, 
       // grad_weight[j, h, k] = <grad_out[j], x[j + k - padding_l]> over head h, 0 where that row is outside.
       std::vector<acc_t> transposed;
       for (int64_t h = 0; h < heads; ++h) {
-        acc_t* const per_token = grad_weight_data + (b * length * heads + h) * taps;
-        acc_t* const task_sum = grad_weight_data + ((b * tiles + first / kTile) * heads + h) * taps;
         const auto store = [&](int64_t j, const acc_t* gradients) {
           if (sum_weight_gradient) {
+            acc_t* task_sum = grad_weight_data + ((b * tiles + first / kTile) * heads + h) * taps;
             for (int64_t k = 0; k < taps; ++k) task_sum[k] += gradients[k];
           } else {
-            std::copy_n(gradients, taps, per_token + j * heads * taps);
+            std::copy_n(gradients, taps, grad_weight_data + ((b * length + j) * heads + h) * taps);
           }
         };
         const auto in_registers = [&](auto tap_vectors) {
