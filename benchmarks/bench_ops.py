@@ -235,6 +235,7 @@ def environment(device: torch.device) -> dict:
     return {
         "device": device_name(device),
         "device_type": device.type,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # AVX2, AVX512, ...: VMs of one type differ
         "cpu_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,

@@ -12,6 +12,9 @@ Output folder layout (`output_dir`):
     best/       the model + tokenizer with the best validation metric so far
     log.jsonl   one JSON record per logged step and per evaluation
     args.json   the command-line settings of the run, defaults included (of its latest start)
+    environment.json  where it trained (CPU and its vector instructions, caches, threads,
+                processes, GPUs, library versions; of its latest start): a fixed training-time
+                budget buys as many steps as the machine gives
 
 Every folder is written beside its final name and then renamed into place, so a run killed at any
 moment leaves the previous complete version (`X` or, if it died between two renames, `X.old`).
@@ -21,6 +24,7 @@ import importlib.util
 import json
 import math
 import os
+import platform
 import shutil
 import signal
 import threading
@@ -68,7 +72,44 @@ def make_accelerator(args):
     if accelerator.is_main_process:  # the run's full settings, defaults included, beside its outputs
         Path(args.output_dir).mkdir(parents=True, exist_ok=True)
         (Path(args.output_dir) / "args.json").write_text(json.dumps(vars(args), indent=1) + "\n")
+        environment = describe_environment(accelerator.num_processes)
+        (Path(args.output_dir) / "environment.json").write_text(json.dumps(environment, indent=1) + "\n")
     return accelerator
+
+
+def describe_environment(processes: int) -> dict:
+    """What a run's result depends on besides its settings: the machine and the library versions.
+
+    Two VMs sold as the same type can differ in CPU generation (vector instructions, cache sizes),
+    and a run with a training-time budget then makes a different number of steps.
+    """
+    import accelerate
+    import transformers
+
+    cpuinfo = Path("/proc/cpuinfo")
+    cpu_lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    cpu = next((line.split(":", 1)[1].strip() for line in cpu_lines if line.startswith("model name")), None)
+    caches = {}  # e.g. {"L1d": "32K", "L2": "1024K", "L3": "32768K"} of the first core
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        level, kind = (index / "level").read_text().strip(), (index / "type").read_text().strip()
+        name = f"L{level}" + {"Data": "d", "Instruction": "i"}.get(kind, "")
+        caches[name] = (index / "size").read_text().strip()
+    return {
+        "cpu": cpu or platform.processor() or platform.machine(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # the vector instructions torch uses
+        "cpu_caches": caches,
+        "logical_cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "processes": processes,
+        "gpus": [torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count())],
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "accelerate": accelerate.__version__,
+            "talk_hf": talk_hf.__version__,
+        },
+    }
 
 
 def make_optimizer(model, args, steps_per_epoch):

@@ -14,8 +14,9 @@
 #   lm           WikiText-2 word level, TaLK, DynamicConv and GPT-2, blocks of 256, 12 minutes each
 #   long         the same with blocks of 2,048 tokens, where attention's cost grows and ours does not
 # Run folders are TASK-MODEL_TYPE-sSEED. A finished run's record (log.jsonl, test_results.json,
-# best/config.json: what plot.py reads, a few hundred kB) is copied to RECORDS (default:
-# examples/results/runs, committed), and a run with a record there is skipped; an interrupted one
+# best/config.json: what plot.py reads, a few hundred kB; environment.json: the machine it ran
+# on) is copied to RECORDS (default: examples/results/runs, committed), and a run with a record
+# there is skipped; an interrupted one
 # resumes from its last saved state in RUNS. So the script can be stopped and started again, on
 # another machine too once the records are committed; seeds go outermost, so a partial pass has whole
 # seeds. To borrow the machine for a while without
@@ -43,7 +44,7 @@ train() {  # script run_name [flags]: skip a recorded run, resume an interrupted
     # `train ... || ...`); a record is whole or absent.
     python "examples/$1/train.py" --output_dir "$out" --save_every 200 "${resume[@]}" "${@:3}" >>"$RUNS/$2.log" 2>&1 &&
         mkdir -p "$record.partial/best" &&
-        cp "$out/log.jsonl" "$out/test_results.json" "$record.partial/" &&
+        cp "$out/log.jsonl" "$out/test_results.json" "$out/environment.json" "$record.partial/" &&
         cp "$out/best/config.json" "$record.partial/best/" &&
         rm -rf "$record" && mv "$record.partial" "$record"
 }

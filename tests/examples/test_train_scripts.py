@@ -60,6 +60,9 @@ def test_translation_trains_evaluates_saves_and_reloads(tmp_path, model_type):
     assert json.loads((tmp_path / "last" / "training_state.json").read_text())["step"] == 2
     settings = json.loads((tmp_path / "args.json").read_text())  # given flags and defaults alike
     assert settings["model_type"] == model_type and settings["max_steps"] == 2 and settings["max_tokens"] > 0
+    environment = json.loads((tmp_path / "environment.json").read_text())  # where it trained
+    assert environment["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert environment["processes"] == 1 and environment["versions"]["torch"] == torch.__version__
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "best")
     batch = tokenizer(["Ein Hund läuft."], return_tensors="pt")
     assert model.generate(**batch, max_new_tokens=5).shape[0] == 1
