@@ -3,17 +3,17 @@
     python examples/results/plot.py runs/results [examples/results]
 
 Each run folder is named TASK-MODEL_TYPE-sSEED (`multi30k-en-de-talk-s0`, `wikitext2-transformer-s2`,
-...; without `-sSEED` it is seed 0) and holds the training script's `log.jsonl`, `test_results.json`
-and `best/config.json` (a training run's output folder, or the record `reproduce.sh` keeps of it in
-examples/results/runs). The runs of one task and model are its seeds. Writes to the output folder (default:
+...; without `-sSEED` it is seed 0) and holds the training script's `log.jsonl`, `test_results.json`,
+`best/config.json` and, from runs that record it, `environment.json` (a training run's output
+folder, or the record `reproduce.sh` keeps of it in examples/results/runs). The runs of one task and model are its seeds. Writes to the output folder (default:
 this script's):
 
     curves.png     validation BLEU (translation) or perplexity (LM) against training minutes, one
                    panel per task, one line per model: the mean over its seeds at each evaluation,
                    with a band from the lowest to the highest seed
     summary.json   per task and model: the seeds' runs (parameters, steps, training minutes, target
-                   tokens per second, validation curve, best validation metric, test metrics) and
-                   their mean and standard deviation
+                   tokens per second, validation curve, best validation metric, test metrics, the
+                   machine where recorded) and their mean and standard deviation
     summary.md     the same as a Markdown table, mean ± standard deviation over the seeds (also printed)
 
 For each of our models the summary and table also give its test metric minus the same task's
@@ -93,6 +93,10 @@ def read_run(folder):
     test_file = folder / "test_results.json"
     if test_file.exists():
         run["test"] = json.loads(test_file.read_text())["test_bleu" if metric == "bleu" else "test_ppl"]
+    environment_file = folder / "environment.json"
+    if environment_file.exists():  # e.g. "AMD EPYC, AVX512, L2 1024K"
+        environment = json.loads(environment_file.read_text())
+        run["machine"] = f"{environment['cpu']}, {environment['cpu_capability']}, L2 {environment['cpu_caches'].get('L2', '?')}"
     return run
 
 

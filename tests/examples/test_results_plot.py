@@ -32,12 +32,14 @@ def parameters(model_class, config):
     return sum(p.numel() for p in model_class(config).parameters())
 
 
-def make_run(folder, config, records, test=None):
+def make_run(folder, config, records, test=None, environment=None):
     """A run folder as the training script leaves it, less the weights (plot.py needs only the config)."""
     config.save_pretrained(folder / "best")
     (folder / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     if test is not None:
         (folder / "test_results.json").write_text(json.dumps(test))
+    if environment is not None:
+        (folder / "environment.json").write_text(json.dumps(environment))
 
 
 def evaluations(metric, values):
@@ -55,7 +57,8 @@ def test_plot_writes_the_figure_summary_and_table(tmp_path):
     make_run(runs / "multi30k-en-de-talk-s0", TALK, evaluations("bleu", [7.5, 12.0]),
              test={"split": "test_2016_flickr", "test_bleu": 13.0})
     make_run(runs / "multi30k-en-de-talk-s1", TALK, evaluations("bleu", [6.5]),
-             test={"split": "test_2016_flickr", "test_bleu": 11.0})
+             test={"split": "test_2016_flickr", "test_bleu": 11.0},
+             environment={"cpu": "AMD EPYC", "cpu_capability": "AVX512", "cpu_caches": {"L2": "1024K"}})
     make_run(runs / "multi30k-en-de-lightconv", LIGHTCONV, evaluations("bleu", [6.0]))
     # The baseline: seeds 0 and 2, so TaLK pairs with it on seed 0 only.
     make_run(runs / "multi30k-en-de-transformer-s0", MARIAN, evaluations("bleu", [8.0]),
@@ -78,6 +81,7 @@ def test_plot_writes_the_figure_summary_and_table(tmp_path):
     ]
     talk = summary["multi30k-en-de", "TaLK"]
     assert talk["seeds"] == [0, 1] and [r["curve"] for r in talk["runs"]] == [[[1.0, 7.5], [2.0, 12.0]], [[1.0, 6.5]]]
+    assert [r.get("machine") for r in talk["runs"]] == [None, "AMD EPYC, AVX512, L2 1024K"]  # where recorded
     talk_parameters = parameters(talk_hf.TaLKForConditionalGeneration, TALK)
     assert talk["parameters"] == [talk_parameters, 0] and talk["steps"] == [1.5, pytest.approx(0.5**0.5)]
     assert talk["best_valid"] == [9.25, pytest.approx(2.75 * 2**0.5)]  # 12.0 and 6.5
