@@ -5,8 +5,8 @@
 Each run folder is named TASK-MODEL_TYPE-sSEED (`multi30k-en-de-talk-s0`, `wikitext2-transformer-s2`,
 ...; without `-sSEED` it is seed 0) and holds the training script's `log.jsonl`, `test_results.json`,
 `best/config.json` and, from runs that record it, `environment.json` (a training run's output
-folder, or the record `reproduce.sh` keeps of it in examples/results/runs). The runs of one task and model are its seeds. Writes to the output folder (default:
-this script's):
+folder, or the record `reproduce.sh` keeps of it in examples/results/runs). The runs of one task
+and model are its seeds. Writes to the output folder (default: this script's):
 
     curves.png     validation BLEU (translation) or perplexity (LM) against training minutes, one
                    panel per task, one line per model: the mean over its seeds at each evaluation,
