@@ -21,11 +21,13 @@
 # seeds. To borrow the machine for a while without
 # disturbing the timings: `pkill -STOP -f examples/results/reproduce.sh; pkill -TSTP -f
 # 'examples/.*/train.py'` (a stopped run's clock stops too; the script, stopped, starts no new
-# run), later the same with -CONT, runs first. Run it from a checkout nobody edits meanwhile (e.g. `git worktree
-# add ../repro COMMIT`, then `PYTHONPATH=../repro`): every run imports the package and kernels of
-# that checkout, so an edit would give later runs other code (a script builds the kernels it imports
-# before its clock starts: a first build is not training time). At the end plot.py draws the README's figure
-# and table from RECORDS (examples/results/summary.{md,json}, curves.png).
+# run), later the same with -CONT, runs first. Run it from a checkout nobody edits meanwhile (e.g.
+# `git worktree add ../repro COMMIT`, then run it inside ../repro with `PYTHONPATH=.` and RECORDS
+# pointing back here): every run imports the package and kernels of that checkout, so an edit would
+# give later runs other code (a script builds the kernels it imports before its clock starts: a
+# first build is not training time). Scripts and package must be of one commit: the scripts call
+# the package's functions of their own time. At the end plot.py draws the README's figure and table
+# from RECORDS (examples/results/summary.{md,json}, curves.png).
 set -euo pipefail
 DATA=${1:-../shared/data}
 RUNS=${2:-runs/results}
