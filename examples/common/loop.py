@@ -13,8 +13,9 @@ Output folder layout (`output_dir`):
     log.jsonl   one JSON record per logged step and per evaluation
     args.json   the command-line settings of the run, defaults included (of its latest start)
     environment.json  where it trained (CPU and its vector instructions, caches, threads,
-                processes, GPUs, library versions; of its latest start): a fixed training-time
-                budget buys as many steps as the machine gives
+                processes, GPUs, library versions, the git commit of the talk_hf it imported; of
+                its latest start): a fixed training-time budget buys as many steps as the machine
+                gives
 
 Every folder is written beside its final name and then renamed into place, so a run killed at any
 moment leaves the previous complete version (`X` or, if it died between two renames, `X.old`).
@@ -27,6 +28,7 @@ import os
 import platform
 import shutil
 import signal
+import subprocess
 import threading
 import time
 from collections import deque
@@ -109,7 +111,29 @@ def describe_environment(processes: int) -> dict:
             "accelerate": accelerate.__version__,
             "talk_hf": talk_hf.__version__,
         },
+        "talk_hf_source": describe_package_source(),
     }
+
+
+def describe_package_source() -> dict | None:
+    """The git commit of the checkout talk_hf is imported from, and whether its tracked files
+    (package, kernels, scripts) differ from that commit.
+
+    `{"commit": "5b7ace4…", "modified": False}`, or None where talk_hf is not a tracked part of a
+    git checkout (e.g. an installed wheel; its version number is in `versions`).
+    """
+    package_dir = Path(talk_hf.__file__).resolve().parent
+
+    def git(*arguments):
+        try:
+            result = subprocess.run(["git", "-C", str(package_dir), *arguments], capture_output=True, text=True)
+        except OSError:  # no git on this machine
+            return None
+        return result.stdout.strip() if result.returncode == 0 else None
+
+    if git("ls-files", "--error-unmatch", "__init__.py") is None:  # not a checkout, or one that ignores it
+        return None
+    return {"commit": git("rev-parse", "HEAD"), "modified": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
 def make_optimizer(model, args, steps_per_epoch):

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 import torch
-from common.loop import hub_folder
+from common.loop import describe_package_source, hub_folder
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
 import talk_hf  # noqa: F401  (registers our models with the Auto classes)
@@ -63,6 +63,7 @@ def test_translation_trains_evaluates_saves_and_reloads(tmp_path, model_type):
     environment = json.loads((tmp_path / "environment.json").read_text())  # where it trained
     assert environment["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert environment["processes"] == 1 and environment["versions"]["torch"] == torch.__version__
+    assert environment["talk_hf_source"] == describe_package_source()  # the code it ran
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "best")
     batch = tokenizer(["Ein Hund läuft."], return_tensors="pt")
     assert model.generate(**batch, max_new_tokens=5).shape[0] == 1

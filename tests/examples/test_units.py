@@ -128,6 +128,28 @@ def test_replace_dir_never_leaves_nothing(tmp_path):
     assert existing_dir(tmp_path / "never") is None
 
 
+@pytest.mark.skipif(subprocess.run(["git", "--version"], capture_output=True).returncode != 0, reason="needs git")
+def test_environment_names_the_commit_of_the_package_it_imported(tmp_path, monkeypatch):
+    checkout = tmp_path / "checkout"
+    (checkout / "talk_hf").mkdir(parents=True)
+    init = checkout / "talk_hf" / "__init__.py"
+    init.write_text("")
+    monkeypatch.setattr(talk_hf, "__file__", str(init))
+    assert loop.describe_package_source() is None  # not a git checkout: nothing to name
+
+    def git(*arguments):
+        command = ["git", "-C", str(checkout), "-c", "user.name=t", "-c", "user.email=t@t", *arguments]
+        return subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    assert loop.describe_package_source() is None  # a checkout that does not track the package
+    git("add", ".")
+    git("commit", "-qm", "package")
+    assert loop.describe_package_source() == {"commit": git("rev-parse", "HEAD"), "modified": False}
+    init.write_text("VERSION = 2\n")
+    assert loop.describe_package_source() == {"commit": git("rev-parse", "HEAD"), "modified": True}
+
+
 def test_word_tokenizer_ids_have_no_hole_when_the_text_contains_unk():
     tokenizer = train_tokenizer(["a <unk> b", "b c <unk>"], "word", vocab_size=100)
     ids = sorted(tokenizer.get_vocab().values())
