@@ -136,14 +136,15 @@ def describe_package_source() -> dict | None:
     return {"commit": git("rev-parse", "HEAD"), "modified": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
-def make_optimizer(model, args, steps_per_epoch):
-    """AdamW (betas 0.9/0.98 as in the papers) and the warmup schedule; sets `args.max_steps`."""
-    if args.max_steps is None:
-        args.max_steps = max(1, math.ceil(args.epochs * steps_per_epoch))
+def total_steps(args, steps_per_epoch: int) -> int:
+    """The optimizer steps to train: `--max_steps`, or `--epochs` worth of them."""
+    return args.max_steps if args.max_steps is not None else max(1, math.ceil(args.epochs * steps_per_epoch))
+
+
+def make_optimizer(model, args, max_steps: int):
+    """AdamW (betas 0.9/0.98 as in the papers) and the warmup schedule, decaying over `max_steps`."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=args.weight_decay)
-    scheduler = get_scheduler(
-        args.schedule, optimizer, num_warmup_steps=args.warmup_steps, num_training_steps=args.max_steps
-    )
+    scheduler = get_scheduler(args.schedule, optimizer, num_warmup_steps=args.warmup_steps, num_training_steps=max_steps)
     return optimizer, scheduler
 
 
@@ -461,8 +462,11 @@ def train_step(accelerator, model, optimizer, scheduler, group, loss_fn, *, clip
     return summed_loss / step_tokens, step_tokens, step_seconds
 
 
-def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn, evaluate, tokenizer, args, metric):
-    """Train until `args.max_steps` optimizer steps or `args.max_train_minutes` of training time.
+def fit(
+    accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn, evaluate, tokenizer, args, metric,
+    *, max_steps,
+):
+    """Train until `max_steps` optimizer steps or `args.max_train_minutes` of training time.
 
     Evaluates every `args.eval_every` steps, or each time the training time (evaluation and saving
     excluded) passes a multiple of `args.eval_every_minutes` when that is given, and at the end.
@@ -476,9 +480,10 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
         loss_fn: (model, batch) -> (loss_sum, token_count) over the batch's target tokens.
         evaluate: (model) -> {name: float}, run on every process (evaluation is distributed).
         tokenizer: saved beside every model checkpoint.
-        args: max_steps, max_train_minutes, eval_every, eval_every_minutes, save_every, average_last,
+        args: max_train_minutes, eval_every, eval_every_minutes, save_every, average_last,
             log_every, clip_norm, output_dir, resume, stop_after_steps (see `options.add_training_options`).
         metric: (name, "max" or "min"), the key of `evaluate`'s result that picks `best/`.
+        max_steps: the optimizer steps to train (see `total_steps`).
     Returns:
         True when training reached `max_steps` or its time budget, False when `stop_after_steps`
         cut it short.
@@ -504,7 +509,7 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
     accumulation = accelerator.gradient_accumulation_steps
     budget_seconds = math.inf if args.max_train_minutes is None else 60 * args.max_train_minutes
     eval_interval_seconds = None if args.eval_every_minutes is None else 60 * args.eval_every_minutes
-    bar = tqdm(total=args.max_steps, initial=progress.step, disable=not accelerator.is_main_process, desc="train")
+    bar = tqdm(total=max_steps, initial=progress.step, disable=not accelerator.is_main_process, desc="train")
 
     def checkpoint():
         save_model(accelerator, model, tokenizer, output_dir / "last", asdict(progress))
@@ -533,7 +538,7 @@ def fit(accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn
             save_model(accelerator, model, tokenizer, output_dir / "best", {**asdict(progress), **about, **metrics})
 
     def finished():
-        return progress.step >= args.max_steps or progress.train_seconds >= budget_seconds
+        return progress.step >= max_steps or progress.train_seconds >= budget_seconds
 
     model.train()
     prepare_kernels(accelerator, model)
@@ -619,10 +624,12 @@ def train(accelerator, model, train_loader, sampler, loss_fn, evaluate, tokenize
     """
     accelerator.print(f"{args.model_type}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
     steps_per_epoch = len(sampler) // (accelerator.num_processes * args.gradient_accumulation_steps)
-    optimizer, scheduler = make_optimizer(model, args, steps_per_epoch)
+    max_steps = total_steps(args, steps_per_epoch)
+    optimizer, scheduler = make_optimizer(model, args, max_steps)
     model, optimizer, scheduler, train_loader = accelerator.prepare(model, optimizer, scheduler, train_loader)
     return fit(
-        accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn, evaluate, tokenizer, args, metric
+        accelerator, model, optimizer, scheduler, train_loader, sampler, loss_fn, evaluate, tokenizer, args, metric,
+        max_steps=max_steps,
     )
 
 
