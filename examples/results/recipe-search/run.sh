@@ -67,6 +67,13 @@ for round in "$@"; do
             lm_pair tok1024-lr1e-3 --max_tokens 1024 --lr 1e-3 --schedule inverse_sqrt --warmup_steps 50 --dropout 0.0
             lm_pair tok2048-lr1e-3 --max_tokens 2048 --lr 1e-3 --schedule inverse_sqrt --warmup_steps 50 --dropout 0.0
             ;;
+        lm-long)  # blocks of 2,048 (the README's long-context comparison), one block per batch: the
+            # learning rate, since the recipe above was chosen at blocks of 256
+            for lr in 1e-3 2e-3 5e-4; do
+                lm_pair "long-lr$lr" --block_size 2048 --max_tokens 2048 --lr "$lr" --schedule inverse_sqrt \
+                    --warmup_steps 50 --dropout 0.0
+            done
+            ;;
         *) echo "unknown round $round" >&2; exit 2 ;;
     esac
 done
