@@ -16,9 +16,9 @@
 # Run folders are TASK-MODEL_TYPE-sSEED. A finished run's record (log.jsonl, test_results.json,
 # best/config.json: what plot.py reads, a few hundred kB; environment.json: the machine it ran
 # on) is copied to RECORDS (default: examples/results/runs, committed), and a run with a record
-# there is skipped; an interrupted one resumes from its last saved state in RUNS. So the script can be stopped and started again, on
-# another machine too once the records are committed; seeds go outermost, so a partial pass has whole
-# seeds. To borrow the machine for a while without
+# there is skipped; an interrupted one resumes from its last saved state in RUNS. So the script
+# can be stopped and started again, on another machine too once the records are committed; seeds
+# go outermost, so a partial pass has whole seeds. To borrow the machine for a while without
 # disturbing the timings: `pkill -STOP -f examples/results/reproduce.sh; pkill -TSTP -f
 # 'examples/.*/train.py'` (a stopped run's clock stops too; the script, stopped, starts no new
 # run), later the same with -CONT, runs first. Run it from a checkout nobody edits meanwhile (e.g.

@@ -3,6 +3,7 @@ pacing by training time and the Hub upload."""
 
 import json
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -128,7 +129,7 @@ def test_replace_dir_never_leaves_nothing(tmp_path):
     assert existing_dir(tmp_path / "never") is None
 
 
-@pytest.mark.skipif(subprocess.run(["git", "--version"], capture_output=True).returncode != 0, reason="needs git")
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_environment_names_the_commit_of_the_package_it_imported(tmp_path, monkeypatch):
     checkout = tmp_path / "checkout"
     (checkout / "talk_hf").mkdir(parents=True)
