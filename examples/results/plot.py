@@ -46,6 +46,7 @@ TASKS = {  # TASK part of the run folders -> (panel title, validation metric, wh
     "multi30k-en-de-25min": ("Multi30k En→De, 25 minutes", "bleu", True),
     "wikitext2": ("WikiText-2 (word level)", "valid_ppl", False),
     "wikitext2-long": ("WikiText-2, blocks of 2,048", "valid_ppl", False),
+    "wikitext2-long-lr2e-3": ("WikiText-2, blocks of 2,048, lr 2e-3", "valid_ppl", False),
 }
 SEED_SUFFIX = re.compile(r"-s(\d+)$")
 SUMMED = ("parameters", "steps", "tokens_per_second", "best_valid", "test")  # the fields given as mean ± std

@@ -6,13 +6,15 @@
 #
 #   bash examples/results/reproduce.sh [DATA] [RUNS] [PARTS]
 #
-# DATA: ../shared/data; RUNS: runs/results (checkpoints, logs); PARTS (default: all four, in this order):
+# DATA: ../shared/data; RUNS: runs/results (checkpoints, logs); PARTS (default: the first four, in this order):
 #   translation  Multi30k En→De and De→En, TaLK, the Transformer baseline, DynamicConv, LightConv and
 #                SliceNet, 12 training minutes each; validation BLEU (greedy) every 4 minutes,
 #                test_2016_flickr BLEU with beam 5 at the end
 #   goal         Multi30k En→De, TaLK and the Transformer, 25 training minutes each (the goal of #15)
 #   lm           WikiText-2 word level, TaLK, DynamicConv and GPT-2, blocks of 256, 12 minutes each
 #   long         the same with blocks of 2,048 tokens, where attention's cost grows and ours does not
+#   long-lr2e-3  the same at learning rate 2e-3, the best of the search at blocks of 2,048 (round
+#                lm-long of examples/results/recipe-search; the defaults were chosen at 256)
 # Run folders are TASK-MODEL_TYPE-sSEED. A finished run's record (log.jsonl, test_results.json,
 # best/config.json: what plot.py reads, a few hundred kB; environment.json: the machine it ran
 # on) is copied to RECORDS (default: examples/results/runs, committed), and a run with a record
@@ -80,6 +82,10 @@ for seed in $SEEDS; do
             long)  # one block of 2,048 tokens per step
                 for model in talk dynamic_conv transformer; do
                     jobs+=("language_model wikitext2-long $model $seed --block_size 2048 --max_tokens 2048")
+                done ;;
+            long-lr2e-3)
+                for model in talk dynamic_conv transformer; do
+                    jobs+=("language_model wikitext2-long-lr2e-3 $model $seed --block_size 2048 --max_tokens 2048 --lr 2e-3")
                 done ;;
             *) echo "unknown part $part" >&2; exit 2 ;;
         esac
