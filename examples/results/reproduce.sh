@@ -6,7 +6,7 @@
 #
 #   bash examples/results/reproduce.sh [DATA] [RUNS] [PARTS]
 #
-# DATA: ../shared/data; RUNS: runs/results (checkpoints, logs); PARTS (default: the first four, in this order):
+# DATA: ../shared/data; RUNS: runs/results (checkpoints, logs); PARTS (default: all five, in this order):
 #   translation  Multi30k En→De and De→En, TaLK, the Transformer baseline, DynamicConv, LightConv and
 #                SliceNet, 12 training minutes each; validation BLEU (greedy) every 4 minutes,
 #                test_2016_flickr BLEU with beam 5 at the end
@@ -33,7 +33,7 @@
 set -euo pipefail
 DATA=${1:-../shared/data}
 RUNS=${2:-runs/results}
-PARTS=${3:-translation goal lm long}
+PARTS=${3:-translation goal lm long long-lr2e-3}
 SEEDS=${SEEDS:-0 1 2}
 RECORDS=${RECORDS:-examples/results/runs}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false

@@ -69,6 +69,8 @@ def test_plot_writes_the_figure_summary_and_table(tmp_path):
     make_run(runs / "wikitext2-transformer-s0", GPT2, evaluations("valid_ppl", [403.4, 390.0]),
              test={"split": "test", "test_ppl": 380.0})
     make_run(runs / "wikitext2-long-talk-s0", TALK_LM, evaluations("valid_ppl", [665.1]))
+    # A task named as another task plus a suffix with a dash of its own: placed by the whole name.
+    make_run(runs / "wikitext2-long-lr2e-3-talk-s1", TALK_LM, evaluations("valid_ppl", [612.0]))
     (runs / "unfinished").mkdir()  # no log: ignored
     result = subprocess.run(
         [sys.executable, EXAMPLES / "results" / "plot.py", runs, output], capture_output=True, text=True
@@ -78,6 +80,7 @@ def test_plot_writes_the_figure_summary_and_table(tmp_path):
     assert list(summary) == [  # TASKS order, then models by name
         ("multi30k-en-de", "LightConv"), ("multi30k-en-de", "SliceNet"), ("multi30k-en-de", "TaLK"),
         ("multi30k-en-de", "Transformer"), ("wikitext2", "GPT-2"), ("wikitext2-long", "TaLK"),
+        ("wikitext2-long-lr2e-3", "TaLK"),
     ]
     talk = summary["multi30k-en-de", "TaLK"]
     assert talk["seeds"] == [0, 1] and [r["curve"] for r in talk["runs"]] == [[[1.0, 7.5], [2.0, 12.0]], [[1.0, 6.5]]]
@@ -90,6 +93,9 @@ def test_plot_writes_the_figure_summary_and_table(tmp_path):
     assert "test_vs_baseline" not in summary["multi30k-en-de", "Transformer"]
     assert "test_vs_baseline" not in summary["multi30k-en-de", "LightConv"]  # no test metric
     assert "test_vs_baseline" not in summary["wikitext2-long", "TaLK"]  # no baseline in its task
+    assert summary["wikitext2-long", "TaLK"]["seeds"] == [0]
+    assert summary["wikitext2-long-lr2e-3", "TaLK"]["seeds"] == [1]
+    assert summary["wikitext2-long-lr2e-3", "TaLK"]["best_valid"] == [612.0, 0.0]
     assert summary["multi30k-en-de", "SliceNet"]["parameters"] == [parameters(talk_hf.SliceNetForConditionalGeneration, SLICENET), 0]
     assert summary["multi30k-en-de", "LightConv"]["seeds"] == [0] and "test" not in summary["multi30k-en-de", "LightConv"]
     gpt2 = summary["wikitext2", "GPT-2"]
@@ -102,6 +108,7 @@ def test_plot_writes_the_figure_summary_and_table(tmp_path):
     assert f"| Multi30k En→De | LightConv | 1 | {lightconv_parameters / 1e6:.2f}M | 1 | 3 | BLEU 6.0 | - | - |" in table
     assert f"| WikiText-2 (word level) | GPT-2 | 1 | {gpt2_parameters / 1e6:.2f}M | 2 | 3 | ppl 390.0 | ppl 380.0 | - |" in table
     assert "| WikiText-2, blocks of 2,048 | TaLK |" in table and table in result.stdout
+    assert "| WikiText-2, blocks of 2,048, lr 2e-3 | TaLK | 1 |" in table
     assert (output / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
