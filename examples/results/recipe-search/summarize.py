@@ -69,6 +69,7 @@ def main():
 
     runs = sorted(map(read_run, folders), key=order)
     tables = "\n".join(f"## {task}\n\n{table(runs, task)}" for task in METRICS if any(r["task"] == task for r in runs))
+    args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "results.json").write_text(json.dumps(runs, indent=1) + "\n")
     (args.output / "results.md").write_text(tables)
     print(tables)
