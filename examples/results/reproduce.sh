@@ -79,13 +79,11 @@ for seed in $SEEDS; do
                 done ;;
             goal) for model in talk transformer; do jobs+=("translation multi30k-en-de-25min $model en de 25 $seed"); done ;;
             lm) for model in talk dynamic_conv transformer; do jobs+=("language_model wikitext2 $model $seed"); done ;;
-            long)  # one block of 2,048 tokens per step
+            long | long-lr2e-3)  # one block of 2,048 tokens per step; the part's name is its task's
+                flags="--block_size 2048 --max_tokens 2048"
+                [[ $part == long-lr2e-3 ]] && flags+=" --lr 2e-3"
                 for model in talk dynamic_conv transformer; do
-                    jobs+=("language_model wikitext2-long $model $seed --block_size 2048 --max_tokens 2048")
-                done ;;
-            long-lr2e-3)
-                for model in talk dynamic_conv transformer; do
-                    jobs+=("language_model wikitext2-long-lr2e-3 $model $seed --block_size 2048 --max_tokens 2048 --lr 2e-3")
+                    jobs+=("language_model wikitext2-$part $model $seed $flags")
                 done ;;
             *) echo "unknown part $part" >&2; exit 2 ;;
         esac
