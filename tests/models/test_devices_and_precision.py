@@ -12,6 +12,7 @@ import torch
 
 import talk_hf
 
+from ..tolerances import assert_tensor_sets_close
 from .helpers import CASE_IDS, CASES, PAD, SEQ2SEQ_SIZES, Case, generation_prompt, training_inputs
 
 # The shared cases plus the one head they lack: LightConv as an encoder-decoder.
@@ -74,9 +75,7 @@ def test_cuda_model_matches_the_cpu_model(case):
     loss_cpu.backward()
     loss_cuda.backward()
     torch.testing.assert_close(loss_cuda.cpu(), loss_cpu, rtol=1e-5, atol=1e-5)
-    gradients_cpu = _gradients(on_cpu)
-    for name, gradient in _gradients(on_cuda).items():
-        torch.testing.assert_close(gradient, gradients_cpu[name], rtol=1e-4, atol=1e-5, msg=name)
+    assert_tensor_sets_close(_gradients(on_cuda), _gradients(on_cpu), rtol=1e-4, context=f"{case.name} on CUDA")
 
     prompt = generation_prompt(case)
     settings = dict(max_new_tokens=8, do_sample=False, num_beams=3, pad_token_id=PAD)

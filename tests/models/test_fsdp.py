@@ -18,6 +18,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from ..tolerances import assert_tensor_sets_close
 from .helpers import CASES, training_inputs
 
 WORLD_SIZE = 2
@@ -27,6 +28,11 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _named(context: str):
+    """An `assert_close` message: ``context`` above torch's own report of the differences."""
+    return lambda details: f"{context}\n{details}"
 
 
 def _shard_like_accelerate(model):
@@ -60,12 +66,13 @@ def _check_every_case(rank: int, port: int, folder: Path) -> None:
             full = get_model_state_dict(sharded, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
             expected = reference.state_dict()
             for name, tensor in full.items():
-                torch.testing.assert_close(tensor, expected[name], rtol=0, atol=0, msg=f"{case.name}: {name}")
+                torch.testing.assert_close(tensor, expected[name], rtol=0, atol=0, msg=_named(f"{case.name}: {name}"))
             if rank == 0:
                 sharded.save_pretrained(folder / case.name, state_dict=full)
                 reloaded = type(reference).from_pretrained(folder / case.name).train()
                 for name, tensor in reloaded.state_dict().items():
-                    torch.testing.assert_close(tensor, expected[name], rtol=0, atol=0, msg=f"{case.name}: {name}")
+                    torch.testing.assert_close(tensor, expected[name], rtol=0, atol=0,
+                                               msg=_named(f"{case.name}: {name}"))
 
             # Rows of equal length and no padding: the mean of the two halves' losses is the whole
             # batch's loss, and FSDP's reduce-scatter averages the gradients over the processes.
@@ -82,18 +89,16 @@ def _check_every_case(rank: int, port: int, folder: Path) -> None:
                 expected_loss = reference(**inputs, labels=labels).loss
                 expected_loss.backward()
                 dist.all_reduce(mean_loss := loss.detach() / WORLD_SIZE)
-                torch.testing.assert_close(mean_loss, expected_loss.detach(), rtol=1e-5, atol=0, msg=f"{case.name} {step}")
+                context = f"{case.name}, step {step}"
+                torch.testing.assert_close(mean_loss, expected_loss.detach(), rtol=1e-5, atol=0,
+                                           msg=_named(f"{context}: loss"))
                 expected = dict(reference.named_parameters())
-                for name, parameter in sharded.named_parameters():
-                    message = f"{case.name}, step {step}: {name}"
-                    torch.testing.assert_close(parameter.full_tensor(), expected[name], rtol=1e-4, atol=1e-6, msg=message)
-                    # Summation order differs: near-zero entries are compared on the tensor's scale. The
-                    # float32 rounding grows with the momentum steps: by step 2 it reaches about 1.2e-4
-                    # of the scale for talk-seq2seq, with the PyTorch path and the C++ kernels alike
-                    # (the bug this guards against, a weight sharded twice, is off by the whole scale).
-                    scale = expected[name].grad.abs().max().item()
-                    torch.testing.assert_close(parameter.grad.full_tensor(), expected[name].grad, rtol=1e-3,
-                                               atol=1e-3 * scale + 1e-7, msg=message)
+                weights = {name: parameter.full_tensor() for name, parameter in sharded.named_parameters()}
+                assert_tensor_sets_close(weights, {name: expected[name] for name in weights}, rtol=1e-4,
+                                         context=context)
+                gradients = {name: parameter.grad.full_tensor() for name, parameter in sharded.named_parameters()}
+                assert_tensor_sets_close(gradients, {name: expected[name].grad for name in gradients}, rtol=1e-3,
+                                         context=context)
                 for optimizer in optimizers:
                     optimizer.step()
                     optimizer.zero_grad()
