@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line; 0 on success, 1 with a one-line ``error:`` on stderr (no traceback) when
+    an input is unusable, 2 (argparse) for a malformed command line."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:

@@ -99,8 +99,12 @@ def convert_fairseq_checkpoint(checkpoint_path: str | Path, output_dir: str | Pa
         The configuration of the converted model.
 
     Raises:
-        ValueError: for anything talk_hf cannot reproduce or files that do not fit each other.
+        ValueError: naming the file, for a ``checkpoint_path`` that is no readable fairseq checkpoint, an
+            ``output_dir`` that is a file, anything talk_hf cannot reproduce or files that do not fit each other.
     """
+    output_dir = Path(output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ValueError(f"{output_dir} is a file: the output must be a folder (created if missing)")
     checkpoint = load_fairseq_checkpoint(checkpoint_path, allow_globals)
     family = family or detect_family(checkpoint)
     language_model = is_language_model(checkpoint)
@@ -118,7 +122,6 @@ def convert_fairseq_checkpoint(checkpoint_path: str | Path, output_dir: str | Pa
     model.generation_config = fairseq_generation_config(not language_model, num_beams, length_penalty)
 
     # The tokenizer before the weights: it can still fail (no sacremoses, codes of another format).
-    output_dir = Path(output_dir)
     if language_model:
         tokenizer_note = "No tokenizer: FSMTTokenizer is a translation tokenizer; inputs are dict.txt ids."
     elif not tokenizer:

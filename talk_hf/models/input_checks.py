@@ -38,8 +38,10 @@ def check_stack_inputs(names: InputNames, input_ids, inputs_embeds, attention_ma
                        d_model: int) -> None:
     """Shapes and dtypes of one stack's inputs (the token-id range is `check_token_ids`'s job).
 
+    ``generate()`` calls the forward too, so it gets these checks as well.
+
     Args:
-        input_ids: (B, T) integer ids, or None when ``inputs_embeds`` (B, T, d_model) is given.
+        input_ids: (B, T) integer ids with B, T >= 1, or None when ``inputs_embeds`` (B, T, d_model) is given.
         attention_mask: (B, past_length + T) or None.
         past_length: tokens already in the cache (0 for an encoder).
     """
@@ -57,6 +59,9 @@ def check_stack_inputs(names: InputNames, input_ids, inputs_embeds, attention_ma
                              f"got {tuple(inputs_embeds.shape)}")
         name, tokens = names.embeds, inputs_embeds
     batch, length = tokens.shape[:2]
+    if batch == 0:
+        raise ValueError(f"{name} must hold a batch of at least one row (one sequence), "
+                         f"got shape {tuple(tokens.shape)}")
     if length == 0:
         raise ValueError(f"{name} must hold at least one token, got shape {tuple(tokens.shape)}")
     if attention_mask is None:
