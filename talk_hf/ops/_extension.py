@@ -11,23 +11,39 @@ Nothing is built at import.  :func:`load` builds an extension on first use with
 ``torch.utils.cpp_extension.load`` (ninja) into :func:`build_directory`, a folder named by the
 package version, torch version, CUDA version (or ``cpu``), architecture and a digest of the kernel
 sources' content (and of the host CPU where the build targets it), under ``$TALK_HF_BUILD_DIR``
-(default ``~/.cache/talk_hf/extensions``).  Clones and environments with the same sources therefore share one build, and a folder that already holds
-the library is imported as it is, without ninja (whose build file records one clone's absolute
-paths and would rebuild for another).  A compile is announced through ``logging`` (a warning, so
-it shows by default) when it starts and when it ends.  A :func:`preflight` check runs first and
-every failure, of the check or of the build, becomes an :class:`ExtensionUnavailable` that says
-why and how to fix it; :func:`warn_fallback` turns it into one warning per process.
+(default ``~/.cache/talk_hf/extensions``).  Clones and environments with the same sources therefore
+share one build, and a folder that already holds a finished build imports its library as it is,
+without ninja (whose build file records one clone's absolute paths and would rebuild for
+another).  A compile is announced through ``logging`` (a warning, so it shows by default) when it
+starts and when it ends.  A :func:`preflight` check runs first and every failure, of the check or
+of the build, becomes an :class:`ExtensionUnavailable` that says why and how to fix it;
+:func:`warn_fallback` turns it into one warning per process.
 
 Builds are serialised by an OS-level file lock (``filelock``) with a timeout of
 ``$TALK_HF_BUILD_LOCK_TIMEOUT`` seconds (default 600).  The OS drops that lock when its holder
 dies, so a killed build never blocks later runs; torch's own "lock" file, which it leaves behind
 when killed and would otherwise wait on forever, is removed while we hold ours.
+
+A build becomes visible only when it is complete: after the library is linked, imported and
+flushed to disk, a completion record (``talk_hf_<kind>.complete.json``: its size and SHA-256) is
+written next to it, atomically.  A library is loaded only when it matches its record, because
+importing a library cut short (a full disk, a power loss, a job killed while linking) kills the
+process with a bus error rather than raising.  A library without a matching record (or without
+one at all, as those built before records were kept) is announced as such (one warning line) and
+built again under the lock; ninja links it anew and recompiles only the objects whose compile did
+not finish.
+
+Loading a finished build takes no lock and writes nothing, so a read-only build folder (a cluster's
+read-only home, a shared cache) that holds one is used as it is; a folder that cannot be created or
+written when a build is needed becomes an :class:`ExtensionUnavailable` that names the folder and
+``$TALK_HF_BUILD_DIR``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import logging
 import os
 import platform
@@ -62,6 +78,8 @@ LOCK_TIMEOUT_ENV = "TALK_HF_BUILD_LOCK_TIMEOUT"
 PORTABLE_CPU_ENV = "TALK_HF_PORTABLE_CPU"
 DEFAULT_LOCK_TIMEOUT_S = 600.0
 TORCH_BATON = "lock"  # the file torch.utils.cpp_extension waits on while another build runs
+BUILD_LOCK = "talk_hf_build.lock"
+NOT_BUILT = "is not built yet"  # what _library_fault says of a folder without a library
 
 logger = logging.getLogger(__name__)
 _results: dict[str, ModuleType | ExtensionUnavailable] = {}
@@ -194,22 +212,77 @@ def source_digest(kind: str) -> str:
     return digest.hexdigest()[:12]
 
 
+def _build_root() -> Path:
+    """``$TALK_HF_BUILD_DIR``, or ``~/.cache/talk_hf/extensions`` where it is unset or empty."""
+    return Path(os.environ.get(BUILD_DIR_ENV) or Path.home() / ".cache" / "talk_hf" / "extensions")
+
+
 def build_directory(kind: str) -> Path:
     """Where ``kind`` is built: one folder per package, torch, CUDA version, architecture and
     kernel source content (:func:`source_digest`)."""
-    root = Path(os.environ.get(BUILD_DIR_ENV) or Path.home() / ".cache" / "talk_hf" / "extensions")
     cuda = f"cu{torch.version.cuda}" if kind == "cuda" else "cpu"
     name = f"talk_hf-{__version__}_torch-{torch.__version__}_{cuda}_{architecture(kind)}_{source_digest(kind)}"
-    return root / re.sub(r"[^A-Za-z0-9._-]", "_", name)
+    return _build_root() / re.sub(r"[^A-Za-z0-9._-]", "_", name)
 
 
 def _library(kind: str, directory: Path) -> Path:
     return directory / f"talk_hf_{kind}{cpp_extension.LIB_EXT}"
 
 
+def _completion_record(kind: str, directory: Path) -> Path:
+    """The file that says ``kind``'s library in ``directory`` is complete: its size and SHA-256."""
+    return directory / f"talk_hf_{kind}.complete.json"
+
+
+def _fingerprint(path: Path) -> dict:
+    """Size in bytes and SHA-256 of the file at ``path``, from one reading of it."""
+    digest, size = hashlib.sha256(), 0
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+            size += len(block)
+    return {"size": size, "sha256": digest.hexdigest()}
+
+
+def _library_fault(kind: str, directory: Path) -> str | None:
+    """None when ``directory`` holds ``kind``'s library exactly as its finished build recorded it;
+    otherwise what is wrong, worded to follow "the library" (:data:`NOT_BUILT` where there is none).
+
+    Reads files only, never imports the library: importing one cut short is a bus error.
+    """
+    library, record = _library(kind, directory), _completion_record(kind, directory)
+    try:
+        if not library.is_file():
+            return NOT_BUILT
+        recorded = json.loads(record.read_text())
+        found = _fingerprint(library)
+    except FileNotFoundError:
+        return f"has no completion record {record.name} (its build did not finish)"
+    except (OSError, ValueError) as error:
+        return f"cannot be checked against its completion record {record.name} ({error})"
+    if found == recorded:
+        return None
+    built = recorded.get("size", "?") if isinstance(recorded, dict) else "?"
+    return f"does not match its completion record ({found['size']} bytes, {built} when built)"
+
+
+def _record_completion(kind: str, directory: Path) -> None:
+    """Flush ``kind``'s library to disk, then write its completion record (atomically: a partial
+    file renamed), so that a record never vouches for a library a power loss could cut short."""
+    library, record = _library(kind, directory), _completion_record(kind, directory)
+    with library.open("rb") as file:
+        os.fsync(file.fileno())
+    partial = record.with_name(record.name + ".partial")
+    with partial.open("w") as file:
+        json.dump(_fingerprint(library), file)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(partial, record)
+
+
 def is_built(kind: str) -> bool:
-    """Whether :func:`build_directory` already holds ``kind``'s compiled library (loading reuses it)."""
-    return _library(kind, build_directory(kind)).is_file()
+    """Whether :func:`build_directory` holds a finished, intact build of ``kind`` (loading reuses it)."""
+    return _library_fault(kind, build_directory(kind)) is None
 
 
 def _lock_timeout() -> float:
@@ -228,15 +301,58 @@ def _import_library(kind: str, library: Path) -> ModuleType:
     return module
 
 
+def _import_finished(kind: str, directory: Path) -> ModuleType | str:
+    """``kind``'s module imported from a finished build in ``directory``, or why there is none to
+    import (:func:`_library_fault`, or the import's error).  Takes no lock and writes nothing."""
+    fault = _library_fault(kind, directory)
+    if fault is not None:
+        return fault
+    try:
+        return _import_library(kind, _library(kind, directory))
+    except ImportError as error:  # intact, but e.g. linked against a libtorch that is gone
+        return f"does not import ({error})"
+
+
+def _unusable_folder(kind: str, directory: Path, fault: str, error: OSError) -> ExtensionUnavailable:
+    """The error for a build folder that cannot be created or written when ``kind`` needs a build."""
+    setting = os.environ.get(BUILD_DIR_ENV)
+    now = f"now {setting}" if setting else "unset, so ~/.cache/talk_hf/extensions"
+    return ExtensionUnavailable(
+        kind,
+        f"its build folder {directory} cannot be created or written ({error.strerror or error}), "
+        f"and a build is needed there: the library {fault}",
+        f"point ${BUILD_DIR_ENV} ({now}) at a writable folder, or set TALK_HF_BACKEND=torch",
+    )
+
+
+def _take_build_lock(kind: str, directory: Path, fault: str, timeout: float) -> filelock.FileLock:
+    """Create ``directory`` and take its build lock, held when this returns.  ``fault`` is why a
+    build is needed (:func:`_library_fault`), for the error raised if the folder is unusable."""
+    lock = filelock.FileLock(str(directory / BUILD_LOCK), timeout=timeout)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        lock.acquire()
+    except filelock.Timeout:  # first: a subclass of OSError
+        raise ExtensionUnavailable(
+            kind, f"another process held the build lock {lock.lock_file} for more than {timeout:g} s",
+            f"wait for that build to finish, or raise ${LOCK_TIMEOUT_ENV}") from None
+    except OSError as error:  # a file in the way, a read-only file system, no permission
+        raise _unusable_folder(kind, directory, fault, error) from None  # it names the folder and the cause
+    return lock
+
+
 def _compile(kind: str, directory: Path) -> ModuleType:
-    """Build (or reuse) ``kind`` in ``directory``; the caller holds the build lock."""
+    """Build ``kind`` in ``directory``, unless another process finished it while this one waited for
+    the build lock, which the caller holds."""
     (directory / TORCH_BATON).unlink(missing_ok=True)  # stale: no other talk_hf build can hold it now
+    found = _import_finished(kind, directory)
+    if not isinstance(found, str):
+        return found
     library = _library(kind, directory)
-    if library.is_file():
-        try:
-            return _import_library(kind, library)
-        except ImportError:  # e.g. cut short by a build killed while linking: build it again
-            library.unlink()
+    if found != NOT_BUILT:
+        logger.warning("talk_hf: not loading %s, which %s; building it again", library, found)
+    _completion_record(kind, directory).unlink(missing_ok=True)
+    library.unlink(missing_ok=True)  # ninja would take a library cut short for up to date
     if kind == "cuda" and not os.environ.get("TORCH_CUDA_ARCH_LIST"):  # this GPU only, as the folder says
         os.environ["TORCH_CUDA_ARCH_LIST"] = "{}.{}".format(*torch.cuda.get_device_capability())
     logger.warning("talk_hf: compiling the %s kernels, once for these sources and this torch "
@@ -250,28 +366,31 @@ def _compile(kind: str, directory: Path) -> ModuleType:
         verbose=os.environ.get("TALK_HF_BUILD_VERBOSE") == "1",
         **_compiler_flags(kind),
     )
+    _record_completion(kind, directory)  # only now may other processes load it
     logger.warning("talk_hf: the %s kernels were built in %.0f s", kind, time.perf_counter() - start)
     return module
 
 
 def _build(kind: str) -> ModuleType:
+    """Check, then import ``kind``'s finished build, or build it under the lock (errors become
+    :class:`ExtensionUnavailable`)."""
     preflight(kind)
+    timeout = _lock_timeout()  # a bad setting is named even where a finished build needs no lock
     directory = build_directory(kind)
-    directory.mkdir(parents=True, exist_ok=True)
-    lock_path = directory / "talk_hf_build.lock"
-    timeout = _lock_timeout()
+    found = _import_finished(kind, directory)  # lock-free, so a read-only folder's build is used
+    if not isinstance(found, str):
+        return found
+    lock = _take_build_lock(kind, directory, found, timeout)
     try:
-        with filelock.FileLock(str(lock_path), timeout=timeout):
-            return _compile(kind, directory)
-    except filelock.Timeout:
-        raise ExtensionUnavailable(kind, f"another process held the build lock {lock_path} for more than {timeout:g} s",
-                                   f"wait for that build to finish, or raise ${LOCK_TIMEOUT_ENV}") from None
+        return _compile(kind, directory)
     except (RuntimeError, OSError, subprocess.SubprocessError) as error:
         lines = str(error).strip().splitlines() or [type(error).__name__]
         summary = next((line.strip() for line in lines if "error:" in line.lower()), lines[-1])
         raise ExtensionUnavailable(kind, f"the build in {directory} failed ({summary})",
                                    "rerun with TALK_HF_BUILD_VERBOSE=1 to see the compiler output, "
                                    "or set TALK_HF_BACKEND=torch") from error
+    finally:
+        lock.release()
 
 
 def load(kind: str) -> ModuleType:

@@ -2,9 +2,11 @@
 
 For cluster nodes and CI images: the build lands in the same folder that first use would pick
 (:func:`talk_hf.ops._extension.build_directory`; set ``$TALK_HF_BUILD_DIR`` to move it), so later
-processes load it at once.  Without flags it builds what this machine can and says what it skipped
-and why (exit 0); a backend named with ``--cpu`` or ``--cuda`` that cannot be built exits 1 with the
-reason and the fix.  Each line says whether the backend was built now or reused.  ``--arch 8.0
+processes load it at once (without the build lock, so the folder may then be made read-only).  A
+library there that its build did not finish, or that was damaged since, is announced and built
+again.  Without flags it builds what this machine can and says what it skipped and why (exit 0);
+a backend named with ``--cpu`` or ``--cuda`` that cannot be built exits 1 with the reason and the
+fix.  Each line says whether the backend was built now or reused.  ``--arch 8.0
 9.0`` builds CUDA for those architectures instead of the visible GPU's, without needing one (it
 sets ``$TORCH_CUDA_ARCH_LIST``; export the same value where the build is used, since the folder is
 named by it).

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import filelock
 import pytest
@@ -130,9 +131,11 @@ def test_fallback_warns_once_per_process(tmp_path):
 
 
 def test_stale_locks_of_a_killed_build_do_not_hang(built_copy, tmp_path):
-    # A killed build leaves torch's "lock" baton and our (unheld) lock file behind.
+    # A killed build leaves torch's "lock" baton and our (unheld) lock file behind, and no record
+    # that it finished: the next process builds (links) again.
     (built_copy / _extension.TORCH_BATON).write_text("")
-    (built_copy / "talk_hf_build.lock").write_text("")
+    (built_copy / _extension.BUILD_LOCK).write_text("")
+    _extension._completion_record("cpu", built_copy).unlink()
     code = """
         import torch
         from talk_hf.ops import talk_conv
@@ -158,7 +161,8 @@ def test_stale_locks_of_a_killed_build_do_not_hang(built_copy, tmp_path):
 
 
 def test_a_live_lock_times_out_with_a_clear_error(built_copy, tmp_path):
-    with filelock.FileLock(str(built_copy / "talk_hf_build.lock")):
+    _extension._completion_record("cpu", built_copy).unlink()  # not finished: another process builds it
+    with filelock.FileLock(str(built_copy / _extension.BUILD_LOCK)):
         result = run_python(
             """
             import torch
@@ -275,27 +279,46 @@ def test_a_built_library_is_imported_without_ninja(built_copy, fresh_loader, mon
     assert not caplog.records
 
 
-def test_a_truncated_library_is_built_again(fresh_loader, monkeypatch, tmp_path):
-    """A build killed while linking leaves a library that does not import: it is rebuilt, not kept."""
-    rebuilt = []
+def fake_compile(compiled: list):
+    """A stand-in for ``cpp_extension.load`` that writes a library, notes its folder in
+    ``compiled`` and returns a module-like object (this test module)."""
+    def load(**kwargs):
+        compiled.append(kwargs["build_directory"])
+        _extension._library("cpu", Path(kwargs["build_directory"])).write_bytes(b"\x7fELF a whole library")
+        return sys.modules[__name__]
+
+    return load
+
+
+@pytest.mark.parametrize("record", ["none", "of the whole library"])
+def test_a_library_that_does_not_match_its_record_is_built_again(record, fresh_loader, monkeypatch, tmp_path, caplog):
+    """A build killed while linking leaves a library cut short and no record; a library cut short
+    later no longer matches its record.  Either is announced and built again, never imported.
+    (test_build_faults.py injects the same faults into a real build.)"""
+    compiled = []
     monkeypatch.setenv(_extension.BUILD_DIR_ENV, str(tmp_path))
-    monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: rebuilt.append(True) or _extension)
-    library = _extension.build_directory("cpu") / f"talk_hf_cpu{cpp_extension.LIB_EXT}"
-    library.parent.mkdir(parents=True)
-    library.write_bytes(b"\x7fELF cut short")
-    assert _extension.load("cpu") is _extension and rebuilt == [True]
-    assert not library.exists()
+    monkeypatch.setattr(cpp_extension, "load", fake_compile(compiled))
+    monkeypatch.setattr(_extension, "_import_library", lambda kind, library: pytest.fail(f"imported {library}"))
+    directory = _extension.build_directory("cpu")
+    library = _extension._library("cpu", directory)
+    directory.mkdir(parents=True)
+    library.write_bytes(b"\x7fELF a whole library")
+    if record != "none":
+        _extension._record_completion("cpu", directory)
+    library.write_bytes(b"\x7fELF cut")
+    assert not _extension.is_built("cpu")
+    with caplog.at_level("WARNING", logger=_extension.__name__):
+        assert _extension.load("cpu") is sys.modules[__name__] and compiled == [str(directory)]
+    fault = "has no completion record" if record == "none" else "does not match its completion record (8 bytes, 20 when built)"
+    assert caplog.messages[0].startswith(f"talk_hf: not loading {library}, which {fault}")
+    assert caplog.messages[0].endswith("; building it again")
+    assert _extension.is_built("cpu")  # the new library has its record
 
 
 def test_a_compile_is_announced_when_it_starts_and_ends(fresh_loader, monkeypatch, tmp_path, caplog):
     compiled = []
-
-    def fake_load(**kwargs):
-        compiled.append(kwargs["build_directory"])
-        return _extension.load  # any module-like object: only the announcement is tested here
-
     monkeypatch.setenv(_extension.BUILD_DIR_ENV, str(tmp_path))
-    monkeypatch.setattr(cpp_extension, "load", fake_load)
+    monkeypatch.setattr(cpp_extension, "load", fake_compile(compiled))
     with caplog.at_level("WARNING", logger=_extension.__name__):
         _extension.load("cpu")
         _extension.load("cpu")  # remembered for the process: built once, said once
