@@ -6,6 +6,8 @@
 with ``h(c) = c // (C / H)`` and x taken as zero outside ``[0, T)``.  The caller normalises the
 kernel (softmax over K, then optional DropConnect).  ``padding_l = K - 1`` gives the causal
 decoder form, ``K // 2`` the centred encoder form; any K >= 1 works, even K included.
+
+The loop-form definition every backend is tested against: :func:`talk_hf.ops.naive.naive_dynamic_conv`.
 """
 
 from __future__ import annotations

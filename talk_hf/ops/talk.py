@@ -16,6 +16,8 @@ The PyTorch path never builds one global prefix sum (its differences cancel cata
 low precision at long T).  It cuts time into blocks, gives each block a halo as wide as the
 farthest window reaches, and takes a float32 (float64 for float64 input) prefix sum inside each
 block only.  Memory stays O(B*T*C) and the result is exact to accumulation precision at any T.
+
+The loop-form definition every backend is tested against: :func:`talk_hf.ops.naive.naive_talk_conv`.
 """
 
 from __future__ import annotations

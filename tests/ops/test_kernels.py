@@ -15,7 +15,7 @@ from talk_hf.ops import _compiled, dynamic_conv, light_conv, talk_conv
 from talk_hf.ops._extension import BackendFallbackWarning
 
 from .helpers import TOLERANCES, assert_close_to_reference, offsets_off_the_grid
-from .naive import naive_dynamic_conv, naive_talk_conv
+from talk_hf.ops.naive import naive_dynamic_conv, naive_talk_conv
 
 
 def signed_window_talk_conv(x, offset_left, offset_right, max_left, max_right):

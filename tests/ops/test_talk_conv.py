@@ -9,7 +9,7 @@ from talk_hf.ops import talk_conv
 from talk_hf.ops.talk import MIN_BLOCK
 
 from .helpers import assert_close_to_reference, offsets_off_the_grid
-from .naive import naive_talk_conv
+from talk_hf.ops.naive import naive_talk_conv
 
 pytestmark = pytest.mark.usefixtures("each_backend")
 

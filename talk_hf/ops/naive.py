@@ -1,6 +1,11 @@
-"""Direct loop implementations of the operator definitions (DESIGN section 3), in float64.
+"""The definitions of the mixing operators, as direct loops in float64.
 
-Slow and obviously correct: the tests hold every backend against these on small inputs.
+Each function here states its operator the plainest way: ``naive_talk_conv`` integrates the step
+signal over each token's window, token by token; ``naive_dynamic_conv`` sums the kernel taps.  They
+are slow (Python loops over batch, time and heads) and exist to be obviously right: every backend
+of :func:`talk_hf.ops.talk_conv`, :func:`talk_hf.ops.dynamic_conv` and
+:func:`talk_hf.ops.light_conv` (PyTorch, C++, CUDA) is tested against them, forward and backward.
+Arguments are those of the fast ops; the result is float64 whatever the input dtype.
 """
 
 import torch
