@@ -105,7 +105,7 @@ stage_trainspeed() {
 
 translate() {  # model_type
     "$PYTHON" examples/translation/train.py --data_dir "$DATA/multi30k" --source_lang en --target_lang de \
-        --model_type "$1" --preset "${TRAIN_PRESET:-iwslt14-de-en}" --output_dir "$RESULTS/train/multi30k-en-de-$1" \
+        --model_type "$1" --preset "${TRAIN_PRESET:-iwslt14-de-en}" --output_dir "$RESULTS/train/multi30k-en-de-$1" --overwrite_output_dir \
         --test_split test_2016_flickr --mixed_precision bf16 --max_tokens "${TRAIN_MAX_TOKENS:-8192}" \
         --epochs "${TRAIN_EPOCHS:-1000}" --max_train_minutes "${TRAIN_MINUTES:-5}" --eval_every_minutes 1 --valid_num_beams 1 --num_beams 5 \
         --warmup_steps 500 --save_every 100000 --eval_batch_size 256 >"$RESULTS/train/multi30k-en-de-$1.log" 2>&1

@@ -8,6 +8,8 @@ particular to its task. Modules:
 * `batching`   -- batches by token count (fairseq's max-tokens), collators, LM blocks
 * `models`     -- `build_model`: our models and same-size transformers baselines
 * `loop`       -- the Accelerate training loop: accumulation, clipping, evaluation, checkpoints, resume
+* `run_folder` -- the output folder: one run at a time, fresh start or resume, the run's settings and
+                  tokenizer, loading its saved state with errors that name the damaged file
 * `options`    -- the command-line options every Accelerate script shares
 * `hf_trainer` -- what the `Trainer` scripts share
 """

@@ -5,20 +5,25 @@ processes. The loss is the sum over all target tokens of that global batch divid
 count, whatever the split into processes and micro-batches: one process with accumulation 2 and
 two processes without accumulation compute the same loss and gradients.
 
-Output folder layout (`output_dir`):
+Output folder layout (`output_dir`; `run_folder` says who may write it and what a start needs):
 
     state/      Accelerate state (model, optimizer, scheduler, RNGs, `Progress`): resume from here
     last/       the latest model + tokenizer, `save_pretrained` format
     best/       the model + tokenizer with the best validation metric so far
+    tokenizer/  the run's tokenizer, saved before training: a resume uses it, not a new one
     log.jsonl   one JSON record per logged step and per evaluation
-    args.json   the command-line settings of the run, defaults included (of its latest start)
+    args.json   the command-line settings of the run, defaults included (of its first start)
+    resumes.jsonl  one line per resume: when, where, and the settings it changed
     environment.json  where it trained (CPU and its vector instructions, caches, threads,
                 processes, GPUs, library versions, the git commit of the talk_hf it imported; of
                 its latest start): a fixed training-time budget buys as many steps as the machine
                 gives
+    .lock, .lock.json  the lock that keeps a second run out while one runs, and who holds it
 
 Every folder is written beside its final name and then renamed into place, so a run killed at any
-moment leaves the previous complete version (`X` or, if it died between two renames, `X.old`).
+moment leaves the previous complete version (`X` or, if it died between two renames, `X.old`);
+files are written the same way, except `log.jsonl`, which is appended to (a resume drops a torn
+last line). A kill costs at most the steps since the last save.
 """
 
 import importlib.util
@@ -46,18 +51,24 @@ from transformers import AutoConfig, AutoTokenizer, get_scheduler
 
 import talk_hf
 
+from . import run_folder
 from .batching import TokenBatchSampler
+from .run_folder import existing_dir, replace_dir, write_json
 
 # The model types of talk_hf's families (the baselines are transformers' own).
 OUR_MODEL_TYPES = frozenset(config_class.model_type for config_class, *_ in talk_hf.MODEL_FAMILIES)
 
 
-def make_accelerator(args):
-    """The `Accelerator` for `args`, with TensorBoard tracking when it is installed.
+@contextmanager
+def training_run(args):
+    """The `Accelerator` of a run of `args`, in its output folder (a `with` block).
 
-    Gradients are synchronised every `gradient_accumulation_steps` micro-batches exactly (the
-    sampler makes epochs a whole number of steps), and the scheduler steps once per optimizer
-    step whatever the number of processes: the global batch, not the process count, sets the pace.
+    The folder is locked for this run and checked for a fresh start or a resume first
+    (`run_folder.open_run`), before anything is written; the lock goes when the block ends. TensorBoard
+    tracks the run when it is installed. Gradients are synchronised every
+    `gradient_accumulation_steps` micro-batches exactly (the sampler makes epochs a whole number of
+    steps), and the scheduler steps once per optimizer step whatever the number of processes: the
+    global batch, not the process count, sets the pace.
     """
     accelerator = Accelerator(
         mixed_precision=args.mixed_precision,
@@ -68,15 +79,18 @@ def make_accelerator(args):
         log_with="tensorboard" if importlib.util.find_spec("tensorboard") else None,
         project_dir=args.output_dir,
     )
-    set_seed(args.seed)
-    hparams = {k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool))}
-    accelerator.init_trackers("train", config=hparams)
-    if accelerator.is_main_process:  # the run's full settings, defaults included, beside its outputs
-        Path(args.output_dir).mkdir(parents=True, exist_ok=True)
-        (Path(args.output_dir) / "args.json").write_text(json.dumps(vars(args), indent=1) + "\n")
-        environment = describe_environment(accelerator.num_processes)
-        (Path(args.output_dir) / "environment.json").write_text(json.dumps(environment, indent=1) + "\n")
-    return accelerator
+    lock = run_folder.open_run(accelerator, args)
+    try:
+        set_seed(args.seed)
+        hparams = {k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool))}
+        accelerator.init_trackers("train", config=hparams)
+        if accelerator.is_main_process:  # where it trains
+            write_json(Path(args.output_dir) / "environment.json", describe_environment(accelerator.num_processes))
+        yield accelerator
+        accelerator.end_training()
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def describe_environment(processes: int) -> dict:
@@ -253,25 +267,6 @@ class Progress:
             setattr(self, key, value)
 
 
-def replace_dir(tmp, final):
-    """Move the complete folder `tmp` to `final`, keeping the previous `final` until that worked."""
-    tmp, final = Path(tmp), Path(final)
-    old = final.with_name(final.name + ".old")
-    if final.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(final, old)
-    os.replace(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def existing_dir(path):
-    """`path`, or `path.old` when a run died between the two renames of `replace_dir`; else None."""
-    for candidate in (Path(path), Path(str(path) + ".old")):
-        if candidate.is_dir():
-            return candidate
-    return None
-
-
 def save_model(accelerator, model, tokenizer, directory, metadata):
     """`save_pretrained` model and tokenizer into `directory`, atomically (call on every process)."""
     # Under FSDP the full weights must be gathered from the shards (every process takes part).
@@ -310,9 +305,8 @@ class JsonLog:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         if accelerator.is_main_process and self.path.exists():
             # Records after the resumed state belong to the lost part of the run: they are redone.
-            records = [json.loads(line) for line in self.path.read_text().splitlines()]
-            kept = [r for r in records if r["step"] <= resume_step]
-            self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+            kept = [r for r in run_folder.read_log(self.path) if r["step"] <= resume_step]
+            run_folder.write_log(self.path, kept)
 
     def __call__(self, record):
         self.accelerator.log({k: v for k, v in record.items() if k != "step"}, step=record["step"])
@@ -493,17 +487,19 @@ def fit(
     """
     output_dir = Path(args.output_dir)
     progress = Progress()
-    accelerator.register_for_checkpointing(progress)
+    checkpointed = [progress]  # saved with the Accelerate state
     average = None
     if args.average_last:
         if accelerator.distributed_type == DistributedType.FSDP:
             raise ValueError("--average_last keeps full copies of the weights: it does not work with FSDP sharding")
         average = WeightAverage(model, args.average_last)
-        accelerator.register_for_checkpointing(average)
-    state_dir = existing_dir(output_dir / "state")
-    if args.resume and state_dir is not None:
-        accelerator.load_state(state_dir)
+        checkpointed.append(average)
+    accelerator.register_for_checkpointing(*checkpointed)
+    if args.resume:
+        state_dir = run_folder.load_state(accelerator, output_dir, custom_objects=len(checkpointed))
         accelerator.print(f"resumed from {state_dir} at step {progress.step} (epoch {progress.epoch})")
+        if progress.best is not None and run_folder.best_is_lost(accelerator, output_dir):
+            progress.best = None  # the next evaluation writes best/ again
     log = JsonLog(accelerator, output_dir / "log.jsonl", progress.step)
     metric_name, mode = metric
     accumulation = accelerator.gradient_accumulation_steps
@@ -635,7 +631,7 @@ def train(accelerator, model, train_loader, sampler, loss_fn, evaluate, tokenize
 
 def load_best(accelerator, args, auto_class):
     """(folder, tokenizer, model) of `output_dir/best`, reloaded through `auto_class` for evaluation."""
-    best = Path(args.output_dir) / "best"
+    best = existing_dir(Path(args.output_dir) / "best")
     return best, AutoTokenizer.from_pretrained(best), auto_class.from_pretrained(best).to(accelerator.device).eval()
 
 
@@ -648,7 +644,7 @@ def report_test(accelerator, args, best, metrics):
     accelerator.print(f"test ({args.test_split}) with {best}: {describe(named)}")
     if accelerator.is_main_process:
         record = {"split": args.test_split, "checkpoint": str(best), **named}
-        (Path(args.output_dir) / "test_results.json").write_text(json.dumps(record, indent=1) + "\n")
+        write_json(Path(args.output_dir) / "test_results.json", record)
 
 
 def hub_folder(output_dir):

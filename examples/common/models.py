@@ -130,6 +130,18 @@ def baseline_config(tokenizer, encoder_decoder, preset="small", max_positions=10
     )
 
 
+def build_config(model_type, tokenizer, encoder_decoder, preset="small", max_positions=1024, **sizes):
+    """The configuration of the model `build_model` builds (see there for the arguments).
+
+    Raises ValueError when the sizes make no valid configuration of `model_type`.
+    """
+    if model_type not in model_types(encoder_decoder):
+        raise ValueError(f"model_type must be one of {model_types(encoder_decoder)}, not {model_type!r}")
+    if model_type == "transformer":
+        return baseline_config(tokenizer, encoder_decoder, preset, max_positions, **sizes)
+    return our_config(model_type, tokenizer, encoder_decoder, preset, **sizes)
+
+
 def build_model(model_type, tokenizer, encoder_decoder, preset="small", max_positions=1024, **sizes):
     """A randomly initialised model.
 
@@ -141,11 +153,6 @@ def build_model(model_type, tokenizer, encoder_decoder, preset="small", max_posi
         max_positions: longest sequence of the baseline (its position table); ours have none.
         sizes: d_model, ffn_dim, encoder_layers, decoder_layers, heads, dropout; None keeps the preset's.
     """
-    if model_type not in model_types(encoder_decoder):
-        raise ValueError(f"model_type must be one of {model_types(encoder_decoder)}, not {model_type!r}")
-    if model_type == "transformer":
-        config = baseline_config(tokenizer, encoder_decoder, preset, max_positions, **sizes)
-    else:
-        config = our_config(model_type, tokenizer, encoder_decoder, preset, **sizes)
+    config = build_config(model_type, tokenizer, encoder_decoder, preset, max_positions, **sizes)
     auto_class = AutoModelForSeq2SeqLM if encoder_decoder else AutoModelForCausalLM
     return auto_class.from_config(config)

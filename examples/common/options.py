@@ -2,12 +2,41 @@
 
 import argparse
 import copy
+import math
 import os
 from pathlib import Path
 
+from .models import build_config, config_classes, model_types
+from .tokenizer import KINDS, SPECIAL_TOKENS
 
-from .models import config_classes, model_types
-from .tokenizer import KINDS
+# The settings a resume may change without --allow_changed_args: when training stops, how often it
+# evaluates, saves and logs, the test report and the upload. Everything else shapes the model, the
+# data, the tokenizer or the optimization, and must match the run's args.json.
+MAY_CHANGE_ON_RESUME = frozenset(
+    {
+        "output_dir",  # the same folder, however it is spelled
+        "max_steps",
+        "epochs",
+        "max_train_minutes",
+        "eval_every",
+        "eval_every_minutes",
+        "save_every",
+        "log_every",
+        "eval_batch_size",
+        "stop_after_steps",
+        "test_split",
+        "prompt",
+        "push_to_hub",
+        "hub_model_id",
+    }
+)
+# The flags that say how to start, not what to train: never compared with args.json.
+START_FLAGS = frozenset({"resume", "overwrite_output_dir", "allow_changed_args"})
+
+
+def fail(message):
+    """Stop the script with `error: message` (exit status 1, no traceback)."""
+    raise SystemExit(f"error: {message}")
 
 
 def add_data_options(parser, dataset_name, dataset_config=None):
@@ -28,7 +57,12 @@ def add_tokenizer_options(parser, kind, vocab_size, min_frequency):
     group = parser.add_argument_group("tokenizer")
     group.add_argument("--tokenizer", help="existing tokenizer (Hub name or folder) instead of training one")
     group.add_argument("--tokenizer_kind", choices=KINDS, default=kind)
-    group.add_argument("--vocab_size", type=int, default=vocab_size)
+    group.add_argument(
+        "--vocab_size",
+        type=int,
+        default=vocab_size,
+        help=f"at least {len(SPECIAL_TOKENS) + 1}; bpe also needs one id per character of the text",
+    )
     group.add_argument(
         "--min_frequency", type=int, default=min_frequency, help="rarer pieces/words are not in the vocabulary"
     )
@@ -58,8 +92,28 @@ def model_sizes(args):
 
 def add_training_options(parser, lr, max_tokens, schedule, warmup_steps, label_smoothing, metric):
     group = parser.add_argument_group("training")
-    group.add_argument("--output_dir", required=True)
-    group.add_argument("--resume", action="store_true", help="continue from output_dir/state (a new run without it)")
+    group.add_argument(
+        "--output_dir", required=True, help="the run's folder (checkpoints, logs): one run at a time in it"
+    )
+    group.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in output_dir from its last save (output_dir/state), with its tokenizer",
+    )
+    group.add_argument(
+        "--overwrite_output_dir",
+        action="store_true",
+        help="start anew in an output_dir that holds a run: its outputs are deleted first",
+    )
+    may_change = ", ".join(sorted(MAY_CHANGE_ON_RESUME - {"output_dir"}))
+    group.add_argument(
+        "--allow_changed_args",
+        action="store_true",
+        help="with --resume: go on although settings that shape the model, the data, the tokenizer or the "
+        "optimization differ from the run's args.json (the tokenizer stays the run's own, and lr and "
+        "weight_decay come back from the saved optimizer state). Without it a resume may change only "
+        f"{may_change}",
+    )
     group.add_argument("--max_tokens", type=int, default=max_tokens, help="padded tokens per micro-batch and process")
     group.add_argument("--gradient_accumulation_steps", type=int, default=1)
     group.add_argument("--max_steps", type=int, help="optimizer steps (default: --epochs worth)")
@@ -99,32 +153,83 @@ def add_training_options(parser, lr, max_tokens, schedule, warmup_steps, label_s
 
 
 def check_args(args):
-    """Raise a clear `SystemExit` for flags that do not fit together or paths that do not exist."""
-
-    def fail(message):
-        raise SystemExit(f"error: {message}")
-
+    """Raise a clear `SystemExit` for flags that are out of range, do not fit together or name paths
+    that do not exist: all before any work. (What the output folder holds is checked once it is
+    locked: `run_folder.open_run`.)"""
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         fail(f"--data_dir {args.data_dir} is not a folder")
     if args.tokenizer is not None and args.tokenizer.startswith((".", "/")) and not os.path.isdir(args.tokenizer):
         fail(f"--tokenizer {args.tokenizer} is not a folder")
-    if not args.resume and any((Path(args.output_dir) / name).exists() for name in ("state", "state.old")):
-        fail(f"--output_dir {args.output_dir} holds a run: add --resume to continue it, or choose another folder")
+    check_start_flags(args)
     if args.push_to_hub and not args.hub_model_id:
         fail("--push_to_hub needs --hub_model_id")
-    for name in ("max_tokens", "gradient_accumulation_steps", "eval_every", "save_every", "log_every", "vocab_size"):
-        if getattr(args, name) < 1:
-            fail(f"--{name} must be >= 1")
+    check_at_least(args, 1, "max_tokens", "gradient_accumulation_steps", "eval_every", "save_every", "log_every")
+    check_at_least(args, 1, "eval_batch_size", "max_steps", "stop_after_steps", "max_train_samples", "max_eval_samples")
+    check_at_least(args, 1, "min_frequency", "d_model", "ffn_dim", "encoder_layers", "decoder_layers", "heads")
+    check_at_least(args, 0, "warmup_steps")
+    if args.vocab_size <= len(SPECIAL_TOKENS):
+        fail(
+            f"--vocab_size must be at least {len(SPECIAL_TOKENS) + 1}, not {args.vocab_size}: "
+            f"{len(SPECIAL_TOKENS)} ids go to the special tokens {', '.join(SPECIAL_TOKENS.values())}"
+        )
     if args.average_last == 1 or args.average_last < 0:
         fail("--average_last must be 0 (off) or >= 2")
-    if args.max_steps is not None and args.max_steps < 1:
-        fail("--max_steps must be >= 1")
-    for name in ("max_train_minutes", "eval_every_minutes"):
-        if getattr(args, name) is not None and getattr(args, name) <= 0:
-            fail(f"--{name} must be > 0")
-    if not 0 <= args.label_smoothing < 1:
-        fail("--label_smoothing must be in [0, 1)")
+    if not 0 <= args.seed < 2**32:
+        fail(f"--seed must be in [0, 2**32) (the range numpy accepts), not {args.seed}")
+    check_numbers(args)
+    check_model_flags(args)
     return args
+
+
+def check_start_flags(args):
+    """--resume, --overwrite_output_dir and --allow_changed_args: which go together."""
+    if args.resume and args.overwrite_output_dir:
+        fail("--resume continues the run in --output_dir, --overwrite_output_dir deletes it: give one of them")
+    if args.allow_changed_args and not args.resume:
+        fail("--allow_changed_args applies to --resume only: a new run takes the settings it is given")
+
+
+def check_at_least(args, minimum, *names):
+    """Fail for the first of the integer options `names` below `minimum` (None: not given, fine)."""
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None and value < minimum:
+            fail(f"--{name} must be >= {minimum}, not {value}")
+
+
+def check_numbers(args):
+    """The float options: finite, and in their ranges (None: not given, fine)."""
+    for name in ("lr", "epochs", "max_train_minutes", "eval_every_minutes"):
+        value = getattr(args, name)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            fail(f"--{name} must be a number > 0, not {value}")
+    for name in ("weight_decay", "clip_norm"):
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value >= 0):
+            fail(f"--{name} must be a number >= 0, not {value}")
+    for name in ("label_smoothing", "dropout"):
+        value = getattr(args, name)
+        if value is not None and not 0 <= value < 1:
+            fail(f"--{name} must be in [0, 1), not {value}")
+
+
+class _TokenIdsOnly:
+    """What `build_config` reads of a tokenizer, to check the model flags before there is one."""
+
+    pad_token_id, bos_token_id, eos_token_id = 0, 1, 2
+
+    def __len__(self):
+        return 64
+
+
+def check_model_flags(args):
+    """Fail when the model flags make no valid configuration (e.g. --d_model not a multiple of
+    --heads, or a flag the model type does not have), with the configuration's own rules."""
+    encoder_decoder = hasattr(args, "encoder_layers")  # add_model_options adds it for encoder-decoders only
+    try:
+        build_config(args.model_type, _TokenIdsOnly(), encoder_decoder, args.preset, **model_sizes(args))
+    except ValueError as error:
+        fail(f"--model_type {args.model_type} --preset {args.preset} with the given sizes is no valid model: {error}")
 
 
 def parse_args(parser, argv=None):

@@ -19,11 +19,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for `common`
 
 import torch  # noqa: E402
-from common import loop, options  # noqa: E402
+from common import loop, options, run_folder  # noqa: E402
 from common.batching import collate_lm, lm_blocks  # noqa: E402
 from common.data import load_columns  # noqa: E402
 from common.models import build_model  # noqa: E402
-from common.tokenizer import get_tokenizer  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 import talk_hf  # noqa: E402,F401  (registers our models with the Auto classes)
@@ -42,8 +41,9 @@ def parse_args(argv=None):
         metric="valid_ppl",
     )
     args = options.parse_args(parser, argv)
+    options.check_at_least(args, 1, "block_size")
     if args.max_tokens < args.block_size:
-        raise SystemExit(f"error: --max_tokens {args.max_tokens} holds no block of --block_size {args.block_size}")
+        options.fail(f"--max_tokens {args.max_tokens} holds no block of --block_size {args.block_size}")
     return args
 
 
@@ -84,14 +84,17 @@ def make_evaluate(accelerator, blocks, args):
 def main(argv=None):
     loop.stop_on_terminal_stop()
     args = parse_args(argv)
-    accelerator = loop.make_accelerator(args)
-    limit = args.max_train_samples
+    with loop.training_run(args) as accelerator:
+        if train_model(accelerator, args):
+            report(accelerator, args)
+
+
+def train_model(accelerator, args):
+    """Tokenizer, data, model and training (`loop.train`); returns whether training finished."""
     train_lines = load_columns(
-        args.data_dir or args.dataset_name, args.train_split, ["text"], args.dataset_config, limit
+        args.data_dir or args.dataset_name, args.train_split, ["text"], args.dataset_config, args.max_train_samples
     )
-    tokenizer = get_tokenizer(
-        args.tokenizer, train_lines["text"], args.tokenizer_kind, args.vocab_size, args.min_frequency
-    )
+    tokenizer = run_folder.run_tokenizer(accelerator, args, train_lines["text"])
     train = lm_blocks(tokenizer(train_lines["text"])["input_ids"], tokenizer.eos_token_id, args.block_size)
     accelerator.print(f"{len(train)} training blocks of {args.block_size} tokens, vocabulary {len(tokenizer)}")
     train_loader, sampler = loop.make_train_loader(
@@ -105,12 +108,9 @@ def main(argv=None):
         return loop.token_loss(model(batch["input_ids"]).logits, batch["labels"], args.label_smoothing)
 
     evaluate = make_evaluate(accelerator, load_blocks(args, tokenizer, args.validation_split), args)
-    finished = loop.train(
+    return loop.train(
         accelerator, model, train_loader, sampler, loss_fn, evaluate, tokenizer, args, metric=("valid_ppl", "min")
     )
-    if finished:
-        report(accelerator, args)
-    accelerator.end_training()
 
 
 def report(accelerator, args):

@@ -20,11 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for `
 
 import sacrebleu  # noqa: E402
 import torch  # noqa: E402
-from common import loop, options  # noqa: E402
+from common import loop, options, run_folder  # noqa: E402
 from common.batching import TranslationCollator  # noqa: E402
 from common.data import load_columns  # noqa: E402
 from common.models import build_model  # noqa: E402
-from common.tokenizer import get_tokenizer  # noqa: E402
 from transformers import AutoModelForSeq2SeqLM  # noqa: E402
 
 import talk_hf  # noqa: E402,F401  (registers our models with the Auto classes)
@@ -46,7 +45,11 @@ def parse_args(argv=None):
     options.add_training_options(
         parser, lr=1e-3, max_tokens=512, schedule="inverse_sqrt", warmup_steps=150, label_smoothing=0.1, metric="bleu"
     )
-    return options.parse_args(parser, argv)
+    args = options.parse_args(parser, argv)
+    options.check_at_least(args, 1, "max_length", "num_beams", "valid_num_beams")
+    if args.source_lang == args.target_lang:
+        options.fail(f"--source_lang and --target_lang are both {args.source_lang!r}: translation needs two languages")
+    return args
 
 
 def encode(tokenizer, pairs, max_length=None):
@@ -113,17 +116,19 @@ def load_pairs(args, split):
 def main(argv=None):
     loop.stop_on_terminal_stop()
     args = parse_args(argv)
-    accelerator = loop.make_accelerator(args)
+    with loop.training_run(args) as accelerator:
+        if train_model(accelerator, args):
+            report(accelerator, args)
+
+
+def train_model(accelerator, args):
+    """Tokenizer, data, model and training (`loop.train`); returns whether training finished."""
     train_pairs = load_pairs(args, args.train_split)
-    tokenizer = get_tokenizer(
-        args.tokenizer,
-        train_pairs["source"] + train_pairs["target"],
-        args.tokenizer_kind,
-        args.vocab_size,
-        args.min_frequency,
-        add_eos=True,
-    )
+    texts = train_pairs["source"] + train_pairs["target"]
+    tokenizer = run_folder.run_tokenizer(accelerator, args, texts, add_eos=True)
     train = encode(tokenizer, train_pairs, args.max_length)
+    if not train:
+        options.fail(f"no training pair is at most --max_length {args.max_length} tokens long: raise it")
     accelerator.print(f"{len(train)} training pairs (of {len(train_pairs['source'])}), vocabulary {len(tokenizer)}")
     model = build_model(args.model_type, tokenizer, True, args.preset, **options.model_sizes(args))
     config = model.config
@@ -137,12 +142,9 @@ def main(argv=None):
 
     valid_pairs = load_pairs(args, args.validation_split)
     evaluate = make_evaluate(accelerator, tokenizer, valid_pairs, config, args, args.valid_num_beams or args.num_beams)
-    finished = loop.train(
+    return loop.train(
         accelerator, model, train_loader, sampler, loss_fn, evaluate, tokenizer, args, metric=("bleu", "max")
     )
-    if finished:
-        report(accelerator, args)
-    accelerator.end_training()
 
 
 def report(accelerator, args):

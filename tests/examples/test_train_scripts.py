@@ -215,10 +215,3 @@ def test_fsdp_matches_plain_training_and_resumes_exactly(tmp_path):
 def test_bad_flags_fail_with_a_clear_message(tmp_path, script, flags, message):
     with pytest.raises(SystemExit, match=message):
         load_script(script).parse_args(["--output_dir", str(tmp_path), *flags])
-
-
-def test_a_finished_run_is_not_overwritten_without_resume(tmp_path):
-    (tmp_path / "state").mkdir()
-    with pytest.raises(SystemExit, match="holds a run: add --resume"):
-        load_script("translation/train.py").parse_args(["--output_dir", str(tmp_path)])
-    assert load_script("translation/train.py").parse_args(["--output_dir", str(tmp_path), "--resume"]).resume
