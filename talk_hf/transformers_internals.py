@@ -50,6 +50,7 @@ __all__ = [
     "FixedStateGenerationMixin",
     "GradientCheckpointingLayer",
     "HeadClassKeepingResizeMixin",
+    "ModuleTiedWeightsMixin",
     "activation_checkpointing_enabled",
     "can_return_tuple",
     "cross_attention_keys_values",
@@ -190,3 +191,33 @@ class HeadClassKeepingResizeMixin:
         if keeps_class and type(new_lm_head) is torch.nn.Linear:
             new_lm_head.__class__ = head_class
         return new_lm_head
+
+
+class ModuleTiedWeightsMixin:
+    """Declare weights tied by sharing one module in ``_tied_weights_keys`` without transformers tying them again.
+
+    A model may tie two weights by making two attribute paths hold one module
+    (``self.encoder.embed_tokens = self.decoder.embed_tokens``), so that FSDP2 finds the weight in one
+    module only.  ``_tied_weights_keys`` ({target: source}) must still name such a pair:
+    ``save_pretrained`` then writes the weight once, under the source's name
+    (``modeling_utils._get_tied_weight_keys`` reads the attribute as it is).  But ``post_init`` and
+    ``tie_weights`` also expand it (``PreTrainedModel.get_expanded_tied_weights_keys``, when
+    ``tie_word_embeddings``) into the pairs that ``from_pretrained`` ties after loading, and a pair
+    of one module goes wrong there for a model defined outside transformers:
+    ``mark_tied_weights_as_initialized`` flags the target's parameter (the source's too: it is the
+    same one) as loaded, drops every flagged key but the targets from the missing keys, and
+    ``tie_weights`` then takes the source for loaded and drops the target as well.  A checkpoint
+    without that weight would load without a word, the model keeping its random initialisation.
+    One module needs no tying after loading: the pairs whose two names lead to the same module are
+    left out of the expansion.  Same methods and behaviour in 5.17 to 5.24.
+    """
+
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        expanded = super().get_expanded_tied_weights_keys(all_submodels=all_submodels)
+        return {target: source for target, source in expanded.items()
+                if self.get_submodule(_module_path(target)) is not self.get_submodule(_module_path(source))}
+
+
+def _module_path(parameter_name: str) -> str:
+    """``"encoder.embed_tokens.weight"`` -> ``"encoder.embed_tokens"`` (``""``: the model itself)."""
+    return parameter_name.rpartition(".")[0]

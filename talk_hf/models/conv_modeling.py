@@ -36,6 +36,7 @@ from ..transformers_internals import (
     CACHE_NAME,
     FixedStateGenerationMixin,
     HeadClassKeepingResizeMixin,
+    ModuleTiedWeightsMixin,
     activation_checkpointing_enabled,
     can_return_tuple,
     init,
@@ -190,7 +191,8 @@ class ConvDecoder(_ConvStack):
         )
 
 
-class ConvPreTrainedModel(FixedStateGenerationMixin, HeadClassKeepingResizeMixin, PreTrainedModel):
+class ConvPreTrainedModel(FixedStateGenerationMixin, HeadClassKeepingResizeMixin, ModuleTiedWeightsMixin,
+                          PreTrainedModel):
     """Weight init, cache policy and HF switches shared by every model of the package.
 
     Subclasses set ``config_class`` and ``make_core`` (a staticmethod building a mixer core).  A
@@ -258,7 +260,9 @@ class ConvSeq2SeqModel(ConvPreTrainedModel):
         self.decoder = self.build_decoder(config)
         if config.share_encoder_decoder_embeddings:
             # One module, not two tied ones: FSDP2 groups modules, and a weight reachable through a
-            # module outside the group that holds the embeddings would be sharded twice.
+            # module outside the group that holds the embeddings would be sharded twice.  Declared as
+            # a tie all the same, for save_pretrained (see `ModuleTiedWeightsMixin`); the decoder's
+            # name is the one checkpoints hold.
             self.encoder.embed_tokens = self.decoder.embed_tokens
             self._tied_weights_keys = {"encoder.embed_tokens.weight": "decoder.embed_tokens.weight"}
         self.post_init()
