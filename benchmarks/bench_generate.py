@@ -26,9 +26,10 @@ import statistics
 import time
 
 import torch
-from talk_hf.transformers_internals import CACHE_NAME  # the cache's argument name (renamed in transformers 5.24)
 from _device import add_cpu_options, parse_cpu_args, run_metadata, synchronize, write_report
 from _models import CAUSAL_LM_MODELS, SEQ2SEQ_MODELS, ModelShape, add_shape_options, baseline_of, build_model
+
+from talk_hf.transformers_internals import CACHE_NAME  # the cache's argument name (renamed in transformers 5.24)
 
 SETTINGS = {"greedy-b1": (1, 1), "beam5-b8": (8, 5)}  # name: (batch, beams)
 

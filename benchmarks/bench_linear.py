@@ -60,7 +60,7 @@ def measure(out_features: int, in_features: int, rows: int, args) -> dict:
     with torch.no_grad():
         for _ in range(args.rounds):
             for name, function in methods().items():
-                for weight, weight_in_out in zip(weights[:2], weights_in_out[:2]):  # warm-up
+                for weight, weight_in_out in zip(weights[:2], weights_in_out[:2], strict=True):  # warm-up
                     function(input, weight, weight_in_out, bias)
                 start = time.perf_counter()
                 for index in range(args.calls):

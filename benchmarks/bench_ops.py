@@ -42,9 +42,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _device import device_name, synchronize  # noqa: E402
+
 import talk_hf  # noqa: E402
 from talk_hf.ops import dynamic_conv, light_conv, talk_conv  # noqa: E402
-from _device import device_name, synchronize  # noqa: E402
 
 
 def build_case(name: str, batch: int, length: int, channels: int, heads: int, device, dtype, backend=None):
@@ -228,7 +229,7 @@ def log_log_slope(lengths, seconds) -> float:
     """Least-squares slope of log(time) against log(T): 1.0 means time grows linearly in T."""
     xs, ys = [math.log(t) for t in lengths], [math.log(s) for s in seconds]
     mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
-    return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
+    return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum((x - mean_x) ** 2 for x in xs)
 
 
 def environment(device: torch.device) -> dict:

@@ -37,7 +37,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from _device import add_cpu_options, run_metadata, synchronize, write_report
 from _models import CAUSAL_LM_MODELS, SEQ2SEQ_MODELS, ModelShape, add_shape_options, baseline_of, build_model
 

@@ -18,12 +18,12 @@ import statistics
 import time
 
 import torch
-from torch.profiler import ProfilerActivity, profile
-from transformers.pytorch_utils import Conv1D
-
 from _device import add_cpu_options, parse_cpu_args, run_metadata, write_report
 from _models import CAUSAL_LM_MODELS, add_shape_options, baseline_of
 from bench_generate import Decoder, build_models
+from torch.profiler import ProfilerActivity, profile
+from transformers.pytorch_utils import Conv1D
+
 from talk_hf.layers.sinusoidal_positions import positions_from_mask
 
 
@@ -44,7 +44,7 @@ def matrix_products(model: torch.nn.Module):
 
     @torch.no_grad()
     def run():
-        for layer, one_row in zip(layers, inputs):
+        for layer, one_row in zip(layers, inputs, strict=True):
             layer(one_row)
 
     return run, weight_bytes
@@ -87,7 +87,7 @@ def main() -> None:
     product_times = {key: [] for key in decoders}
     for _ in range(args.repeats):
         for key, decoder in decoders.items():
-            step_times[key].append(cpu_seconds(lambda: decoder.step(record=False)))
+            step_times[key].append(cpu_seconds(lambda decoder=decoder: decoder.step(record=False)))
             product_times[key].append(cpu_seconds(products[key[0]][0]))
 
     results = {name: {"linear_weight_bytes": products[name][1], "positions": {}} for name in models}

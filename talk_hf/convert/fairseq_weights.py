@@ -62,7 +62,7 @@ def split_fused_attention(state_dict: dict[str, torch.Tensor]) -> dict[str, torc
         if not fused or kind not in ("weight", "bias"):
             split[name] = tensor
             continue
-        for projection, part in zip(("q_proj", "k_proj", "v_proj"), tensor.chunk(3, dim=0)):
+        for projection, part in zip(("q_proj", "k_proj", "v_proj"), tensor.chunk(3, dim=0), strict=True):
             split[f"{prefix}.{projection}.{kind}"] = part
     return split
 

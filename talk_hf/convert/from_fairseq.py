@@ -112,7 +112,7 @@ def convert_fairseq_checkpoint(checkpoint_path: str | Path, output_dir: str | Pa
     paths = dictionary_paths(checkpoint.path.parent, *langs, language_model)
     symbols = (read_dictionary(paths[0]), read_dictionary(paths[1]))
     embeddings = ("decoder", "decoder") if language_model else ("encoder", "decoder")
-    for path, side_symbols, stack in zip(paths, symbols, embeddings):
+    for path, side_symbols, stack in zip(paths, symbols, embeddings, strict=True):
         _check_dictionary_size(checkpoint, path, side_symbols, f"{stack}.embed_tokens.weight")
 
     config = config_from_fairseq(checkpoint, family, len(symbols[0]), len(symbols[1]))

@@ -163,7 +163,7 @@ def test_greedy_generation_matches_fairseq(name, converted):
 def test_incremental_decoding_matches_fairseq_step_logits(name, converted):
     """One token at a time through the generation cache, fed </s> + fairseq's greedy tokens."""
     model, expected = converted(name), expected_outputs(name)
-    for index, (tokens, step_logits) in enumerate(zip(expected["greedy_tokens"], expected["greedy_step_logits"])):
+    for index, (tokens, step_logits) in enumerate(zip(expected["greedy_tokens"], expected["greedy_step_logits"], strict=True)):
         if expected["kind"] == "lm":
             source, key = {}, "input_ids"
         else:

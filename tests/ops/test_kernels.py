@@ -13,9 +13,9 @@ import torch.nn.functional as F
 
 from talk_hf.ops import _compiled, dynamic_conv, light_conv, talk_conv
 from talk_hf.ops._extension import BackendFallbackWarning
+from talk_hf.ops.naive import naive_dynamic_conv, naive_talk_conv
 
 from .helpers import TOLERANCES, assert_close_to_reference, offsets_off_the_grid
-from talk_hf.ops.naive import naive_dynamic_conv, naive_talk_conv
 
 
 def signed_window_talk_conv(x, offset_left, offset_right, max_left, max_right):
@@ -108,7 +108,7 @@ def test_cpu_talk_kernels_match_reference_at_model_sizes(dtype, head_size, max_r
         return talk_conv(x, left, right, 31, max_right, backend=backend)
 
     expected = outputs_and_gradients(op, inputs, "torch", torch.float64)
-    for actual, reference in zip(outputs_and_gradients(op, inputs, "cpu", dtype), expected):
+    for actual, reference in zip(outputs_and_gradients(op, inputs, "cpu", dtype), expected, strict=True):
         assert_close_to_reference(actual, reference, dtype, scale=head_size)
 
 
@@ -129,7 +129,7 @@ def test_cpu_conv_kernels_match_reference_at_model_sizes(dtype, kind, taps, padd
         return conv(x, weight, padding_l, backend=backend)
 
     expected = outputs_and_gradients(op, [x, weight], "torch", torch.float64)
-    for actual, reference in zip(outputs_and_gradients(op, [x, weight], "cpu", dtype), expected):
+    for actual, reference in zip(outputs_and_gradients(op, [x, weight], "cpu", dtype), expected, strict=True):
         assert_close_to_reference(actual, reference, dtype, scale=taps if kind == "dynamic" else 600 * taps)
 
 
@@ -143,7 +143,7 @@ def test_cpu_talk_kernels_split_the_heads_of_windows_that_reach_far():
         return talk_conv(x, left, right, 1000, 1000, backend=backend)
 
     expected = outputs_and_gradients(op, inputs, "torch", torch.float64)
-    for actual, reference in zip(outputs_and_gradients(op, inputs, "cpu", torch.float64), expected):
+    for actual, reference in zip(outputs_and_gradients(op, inputs, "cpu", torch.float64), expected, strict=True):
         assert_close_to_reference(actual, reference, torch.float64, scale=1000)
 
 
@@ -207,7 +207,7 @@ def test_torch_compile_traces_through_the_kernels():
     torch.testing.assert_close(out, mix(x, offsets, weight))
     grads = torch.autograd.grad(out.sum(), (x, offsets, weight))
     expected = torch.autograd.grad(mix(x, offsets, weight).sum(), (x, offsets, weight))
-    for grad, reference in zip(grads, expected):
+    for grad, reference in zip(grads, expected, strict=True):
         torch.testing.assert_close(grad, reference)
 
 
@@ -236,7 +236,7 @@ def compare_forward_backward(op_cuda, op_reference, inputs, dtype, grad_scales):
     grad_out = torch.randn_like(out_high)
     out_low.backward(grad_out.to(dtype))
     out_high.backward(grad_out)
-    for tensor_low, tensor_high, scale in zip(low, high, grad_scales):
+    for tensor_low, tensor_high, scale in zip(low, high, grad_scales, strict=True):
         assert tensor_low.grad.dtype == dtype
         assert_close_to_reference(tensor_low.grad, tensor_high.grad, dtype, scale=scale)
 

@@ -6,10 +6,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from talk_hf.ops import talk_conv
+from talk_hf.ops.naive import naive_talk_conv
 from talk_hf.ops.talk import MIN_BLOCK
 
 from .helpers import assert_close_to_reference, offsets_off_the_grid
-from talk_hf.ops.naive import naive_talk_conv
 
 pytestmark = pytest.mark.usefixtures("each_backend")
 
@@ -107,7 +107,7 @@ def test_low_precision_forward_and_backward(dtype, max_right):
     grad_out = torch.randn_like(out_high)
     out_low.backward(grad_out.to(dtype))
     out_high.backward(grad_out)
-    for low_tensor, high_tensor in zip(low, high):
+    for low_tensor, high_tensor in zip(low, high, strict=True):
         assert low_tensor.grad.dtype == dtype
         # Offset gradients sum over the head's channels: scale the tolerance by that count.
         scale = 1.0 if low_tensor is low[0] else 4.0
@@ -183,7 +183,7 @@ def test_long_float32_sequence_keeps_edge_precision():
     grad = torch.randn_like(exact)
     out.backward(grad.float())
     exact.backward(grad)
-    for approximate, reference in zip(inputs, exact_inputs):
+    for approximate, reference in zip(inputs, exact_inputs, strict=True):
         assert_close_to_reference(approximate.grad, reference.grad, torch.float32, scale=max_left + max_right)
 
 
