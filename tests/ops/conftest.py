@@ -1,5 +1,8 @@
 """Backend parametrisation of the operator tests: each test that asks runs on every CPU backend."""
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 from talk_hf.ops import _extension
@@ -24,3 +27,26 @@ def each_backend(request, monkeypatch):
             pytest.skip(str(error))
     monkeypatch.setenv("TALK_HF_BACKEND", request.param)
     return request.param
+
+
+@pytest.fixture
+def fresh_loader(monkeypatch):
+    """Forget, for one test, which extensions were loaded and which fallbacks were announced."""
+    monkeypatch.setattr(_extension, "_results", {})
+    monkeypatch.setattr(_extension, "_warned", set())
+
+
+@pytest.fixture
+def private_cpu_build(tmp_path, monkeypatch) -> Path:
+    """A private copy of the finished CPU build, under $TALK_HF_BUILD_DIR = tmp_path / "cache"
+    (the shared build is made on first use; skipped where the CPU extension cannot be built)."""
+    try:
+        _extension.preflight("cpu")
+    except _extension.ExtensionUnavailable as error:
+        pytest.skip(str(error))
+    _extension.load("cpu")
+    built = _extension.build_directory("cpu")
+    monkeypatch.setenv(_extension.BUILD_DIR_ENV, str(tmp_path / "cache"))
+    copy = _extension.build_directory("cpu")
+    shutil.copytree(built, copy)  # keeps modification times: ninja finds the objects up to date
+    return copy

@@ -7,7 +7,7 @@
   folder.  Under "auto" one warning and the PyTorch path; asked for by name, an error naming the
   folder and the variable; a read-only folder holding a finished build is used as it is.
 
-The tests with a build start from a copy of one finished build (:func:`finished_build`): a damaged
+The tests with a build start from a copy of one finished build (:func:`private_cpu_build`): a damaged
 library then costs a link, not a compile, since ninja keeps the intact objects.
 """
 
@@ -50,28 +50,6 @@ def outcome(result: subprocess.CompletedProcess) -> str:
     return f"exit {result.returncode}{died}\n{result.stdout}\n{result.stderr}"
 
 
-@pytest.fixture
-def fresh_loader(monkeypatch):
-    """Forget, for one test, which extensions were loaded and which fallbacks were announced."""
-    monkeypatch.setattr(_extension, "_results", {})
-    monkeypatch.setattr(_extension, "_warned", set())
-
-
-@pytest.fixture
-def finished_build(tmp_path, monkeypatch):
-    """A private copy of the finished CPU build, under $TALK_HF_BUILD_DIR = tmp_path / "cache"."""
-    try:
-        _extension.preflight("cpu")
-    except ExtensionUnavailable as error:
-        pytest.skip(str(error))
-    _extension.load("cpu")  # builds the shared one on first use
-    built = _extension.build_directory("cpu")
-    monkeypatch.setenv(_extension.BUILD_DIR_ENV, str(tmp_path / "cache"))
-    copy = _extension.build_directory("cpu")
-    shutil.copytree(built, copy)  # keeps modification times: ninja finds the objects up to date
-    return copy
-
-
 def damage(library: Path, how: str) -> None:
     """Damage a finished build's library as a fault would leave it."""
     size = library.stat().st_size
@@ -86,17 +64,17 @@ def damage(library: Path, how: str) -> None:
         library.write_bytes(bytes(size))
 
 
-def test_importing_a_library_cut_short_kills_the_process(finished_build):
+def test_importing_a_library_cut_short_kills_the_process(private_cpu_build):
     """The fault is real: without the completion check, the process dies by a signal (a bus error
     on Linux), with no message."""
-    library = _extension._library("cpu", finished_build)
+    library = _extension._library("cpu", private_cpu_build)
     damage(library, "cut short while linking")
     code = f"""
         import importlib.util, torch
         spec = importlib.util.spec_from_file_location("talk_hf_cpu", {str(library)!r})
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
         """
-    result = run(["-c", textwrap.dedent(code)], finished_build.parent, timeout=120)
+    result = run(["-c", textwrap.dedent(code)], private_cpu_build.parent, timeout=120)
     assert result.returncode < 0, outcome(result)
 
 
@@ -107,30 +85,30 @@ def test_importing_a_library_cut_short_kills_the_process(finished_build):
     ("garbage", "build command"),
     ("zeros", "first use"),
 ])
-def test_a_damaged_library_is_announced_and_built_again(how, entry, finished_build):
-    library = _extension._library("cpu", finished_build)
+def test_a_damaged_library_is_announced_and_built_again(how, entry, private_cpu_build):
+    library = _extension._library("cpu", private_cpu_build)
     damage(library, how)
     assert not _extension.is_built("cpu")
     if entry == "first use":
-        result = run(["-c", textwrap.dedent(CHECK_AN_OP)], finished_build.parent)
+        result = run(["-c", textwrap.dedent(CHECK_AN_OP)], private_cpu_build.parent)
     else:
-        result = run(["-m", "talk_hf.ops.build", "--cpu"], finished_build.parent)
+        result = run(["-m", "talk_hf.ops.build", "--cpu"], private_cpu_build.parent)
     assert result.returncode == 0, outcome(result)
     assert result.stderr.count(f"talk_hf: not loading {library}, which ") == 1, result.stderr
     assert "; building it again" in result.stderr and "the cpu kernels were built in" in result.stderr
     assert _extension.is_built("cpu")
     if entry == "build command":
-        assert f"cpu: built in {finished_build}" in result.stdout
-        result = run(["-c", textwrap.dedent(CHECK_AN_OP)], finished_build.parent)
+        assert f"cpu: built in {private_cpu_build}" in result.stdout
+        result = run(["-c", textwrap.dedent(CHECK_AN_OP)], private_cpu_build.parent)
         assert result.returncode == 0 and "compiling" not in result.stderr, outcome(result)
     assert "the compiled op matches the PyTorch path" in result.stdout
 
 
 @pytest.mark.slow  # three fresh processes importing torch at once: ~30 s on 2 cores
-def test_processes_finding_a_damaged_library_at_once_build_it_once(finished_build):
-    damage(_extension._library("cpu", finished_build), "cut short while linking")
+def test_processes_finding_a_damaged_library_at_once_build_it_once(private_cpu_build):
+    damage(_extension._library("cpu", private_cpu_build), "cut short while linking")
     command = [sys.executable, "-c", textwrap.dedent(CHECK_AN_OP)]
-    environment = {**os.environ, _extension.BUILD_DIR_ENV: str(finished_build.parent)}
+    environment = {**os.environ, _extension.BUILD_DIR_ENV: str(private_cpu_build.parent)}
     processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
                  for _ in range(3)]
     results = [subprocess.CompletedProcess(command, process.wait(timeout=300), *process.communicate())
@@ -218,21 +196,21 @@ def test_a_named_backend_is_an_error_naming_the_folder_and_variable(unusable_roo
     assert capsys.readouterr().err.startswith(f"cpu: FAILED: {caught.value}")
 
 
-def test_a_read_only_folder_with_a_finished_build_is_used(finished_build, fresh_loader, read_only, monkeypatch,
+def test_a_read_only_folder_with_a_private_cpu_build_is_used(private_cpu_build, fresh_loader, read_only, monkeypatch,
                                                           capsys):
     """Loading a finished build takes no lock and writes nothing."""
-    read_only(finished_build.parent)
+    read_only(private_cpu_build.parent)
     monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: pytest.fail("built again"))
     x, offsets = torch.randn(2, 9, 4), 2 * torch.rand(2, 9, 2)
     torch.testing.assert_close(talk_conv(x, offsets, offsets, 2, 2, backend="cpu"),
                                talk_conv(x, offsets, offsets, 2, 2, backend="torch"))
     assert build.main(["--cpu"]) == 0
-    assert capsys.readouterr().out == f"cpu: reused in {finished_build}\n"
+    assert capsys.readouterr().out == f"cpu: reused in {private_cpu_build}\n"
 
 
-def test_a_read_only_folder_with_a_damaged_build_says_both(finished_build, fresh_loader, read_only):
-    damage(_extension._library("cpu", finished_build), "garbage")
-    read_only(finished_build.parent)
+def test_a_read_only_folder_with_a_damaged_build_says_both(private_cpu_build, fresh_loader, read_only):
+    damage(_extension._library("cpu", private_cpu_build), "garbage")
+    read_only(private_cpu_build.parent)
     with pytest.raises(ExtensionUnavailable, match="cannot be created or written .*, and a build is needed there: "
                                                    "the library does not match its completion record"):
         _extension.load("cpu")

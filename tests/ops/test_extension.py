@@ -33,24 +33,6 @@ def run_python(code: str, timeout: float = 180, **env: str) -> subprocess.Comple
     )
 
 
-@pytest.fixture
-def fresh_loader(monkeypatch):
-    """Forget, for one test, which extensions were loaded and which fallbacks were announced."""
-    monkeypatch.setattr(_extension, "_results", {})
-    monkeypatch.setattr(_extension, "_warned", set())
-
-
-@pytest.fixture
-def built_copy(tmp_path, monkeypatch):
-    """A private copy of the built CPU extension under $TALK_HF_BUILD_DIR = tmp_path."""
-    _extension.load("cpu")
-    built = _extension.build_directory("cpu")
-    monkeypatch.setenv(_extension.BUILD_DIR_ENV, str(tmp_path))
-    copy = _extension.build_directory("cpu")
-    shutil.copytree(built, copy)  # keeps modification times: ninja sees it up to date
-    return copy
-
-
 def test_auto_never_builds_cuda_for_cpu_tensors(fresh_loader, monkeypatch):
     built = []
     build = _extension._build
@@ -130,12 +112,12 @@ def test_fallback_warns_once_per_process(tmp_path):
     assert not any(tmp_path.iterdir()), "a failed preflight must not start a build"
 
 
-def test_stale_locks_of_a_killed_build_do_not_hang(built_copy, tmp_path):
+def test_stale_locks_of_a_killed_build_do_not_hang(private_cpu_build):
     # A killed build leaves torch's "lock" baton and our (unheld) lock file behind, and no record
     # that it finished: the next process builds (links) again.
-    (built_copy / _extension.TORCH_BATON).write_text("")
-    (built_copy / _extension.BUILD_LOCK).write_text("")
-    _extension._completion_record("cpu", built_copy).unlink()
+    (private_cpu_build / _extension.TORCH_BATON).write_text("")
+    (private_cpu_build / _extension.BUILD_LOCK).write_text("")
+    _extension._completion_record("cpu", private_cpu_build).unlink()
     code = """
         import torch
         from talk_hf.ops import talk_conv
@@ -143,26 +125,26 @@ def test_stale_locks_of_a_killed_build_do_not_hang(built_copy, tmp_path):
         talk_conv(x, offsets, offsets, 2, 2, backend="cpu")
         print("loaded")
         """
-    result = run_python(code, timeout=120, TALK_HF_BUILD_DIR=str(tmp_path))
+    result = run_python(code, timeout=120, TALK_HF_BUILD_DIR=os.environ[_extension.BUILD_DIR_ENV])
     assert result.returncode == 0 and "loaded" in result.stdout, result.stderr
-    assert not (built_copy / _extension.TORCH_BATON).exists()
+    assert not (private_cpu_build / _extension.TORCH_BATON).exists()
 
     # Negative control: torch's loader alone waits forever on the same stale baton.
-    (built_copy / _extension.TORCH_BATON).write_text("")
+    (private_cpu_build / _extension.TORCH_BATON).write_text("")
     sources = [str(_extension.CSRC / source) for source in _extension.SOURCES["cpu"]]
     with pytest.raises(subprocess.TimeoutExpired):
         run_python(
             f"""
             from torch.utils import cpp_extension
-            cpp_extension.load(name="talk_hf_cpu", sources={sources!r}, build_directory={str(built_copy)!r})
+            cpp_extension.load(name="talk_hf_cpu", sources={sources!r}, build_directory={str(private_cpu_build)!r})
             """,
             timeout=8,
         )
 
 
-def test_a_live_lock_times_out_with_a_clear_error(built_copy, tmp_path):
-    _extension._completion_record("cpu", built_copy).unlink()  # not finished: another process builds it
-    with filelock.FileLock(str(built_copy / _extension.BUILD_LOCK)):
+def test_a_live_lock_times_out_with_a_clear_error(private_cpu_build):
+    _extension._completion_record("cpu", private_cpu_build).unlink()  # not finished: another process builds it
+    with filelock.FileLock(str(private_cpu_build / _extension.BUILD_LOCK)):
         result = run_python(
             """
             import torch
@@ -175,7 +157,7 @@ def test_a_live_lock_times_out_with_a_clear_error(built_copy, tmp_path):
                 print(error)
             """,
             timeout=60,
-            TALK_HF_BUILD_DIR=str(tmp_path),
+            TALK_HF_BUILD_DIR=os.environ[_extension.BUILD_DIR_ENV],
             TALK_HF_BUILD_LOCK_TIMEOUT="0.5",
         )
     assert "another process held the build lock" in result.stdout, result.stdout + result.stderr
@@ -266,7 +248,7 @@ def test_clones_with_the_same_sources_share_a_build_and_an_edit_gets_its_own(tmp
     assert _extension.build_directory("cpu") != shared
 
 
-def test_a_built_library_is_imported_without_ninja(built_copy, fresh_loader, monkeypatch, caplog):
+def test_a_built_library_is_imported_without_ninja(private_cpu_build, fresh_loader, monkeypatch, caplog):
     """A clone at another path finds the shared build and imports it; nothing is compiled or said."""
     def no_build(**kwargs):
         raise AssertionError("cpp_extension.load must not run for a folder that holds the library")
@@ -388,13 +370,13 @@ def test_preflight_without_kernel_sources(tmp_path, monkeypatch):
     assert _extension.source_digest("cuda") == "nosources"
 
 
-def test_build_entry_point(built_copy, tmp_path):
+def test_build_entry_point(private_cpu_build):
     result = subprocess.run(
         [sys.executable, "-m", "talk_hf.ops.build", "--cpu"],
-        capture_output=True, text=True, timeout=180, env={**os.environ, "TALK_HF_BUILD_DIR": str(tmp_path)},
+        capture_output=True, text=True, timeout=180, env=dict(os.environ),  # the copy's $TALK_HF_BUILD_DIR
     )
     assert result.returncode == 0, result.stderr
-    assert f"cpu: reused in {built_copy}" in result.stdout
+    assert f"cpu: reused in {private_cpu_build}" in result.stdout
     if not torch.cuda.is_available():
         failed = subprocess.run(
             [sys.executable, "-m", "talk_hf.ops.build", "--cuda"], capture_output=True, text=True, timeout=60
@@ -403,8 +385,8 @@ def test_build_entry_point(built_copy, tmp_path):
         # Without flags: what this machine can build, and what it skipped and why, exit 0
         everything = subprocess.run(
             [sys.executable, "-m", "talk_hf.ops.build"],
-            capture_output=True, text=True, timeout=180, env={**os.environ, "TALK_HF_BUILD_DIR": str(tmp_path)},
+            capture_output=True, text=True, timeout=180, env=dict(os.environ),  # the copy's $TALK_HF_BUILD_DIR
         )
         assert everything.returncode == 0, everything.stderr
-        assert f"cpu: reused in {built_copy}" in everything.stdout
+        assert f"cpu: reused in {private_cpu_build}" in everything.stdout
         assert "cuda: skipped: " in everything.stdout and "(fix: " in everything.stdout
