@@ -72,6 +72,21 @@ class TokenBatchSampler(torch.utils.data.Sampler):
         return self.num_batches
 
 
+def make_train_loader(examples, lengths, collate, *, max_tokens, seed, multiple_of):
+    """A `DataLoader` of token-count batches of `examples`, and its `TokenBatchSampler`.
+
+    `lengths` are the examples' token counts, `collate` makes a batch of a list of examples, and an
+    epoch's batch count is a multiple of `multiple_of` (processes x accumulation steps). The loader
+    gets its own `torch.Generator`: making an iterator then draws no number from the global RNG,
+    whose state a checkpoint restores, so a resumed run draws what the first one drew.
+    """
+    sampler = TokenBatchSampler(lengths, max_tokens, seed=seed, multiple_of=multiple_of)
+    loader = torch.utils.data.DataLoader(
+        examples, batch_sampler=sampler, collate_fn=collate, generator=torch.Generator()
+    )
+    return loader, sampler
+
+
 def pad(sequences, value):
     """A (len(sequences), longest) LongTensor of the lists `sequences`, right-padded with `value`."""
     out = torch.full((len(sequences), max(len(s) for s in sequences)), value, dtype=torch.long)

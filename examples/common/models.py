@@ -7,32 +7,55 @@ for LM) with the sizes read off the TaLK configuration of the same preset and fl
 baseline and our models compared by one script always have the same width, depth and heads.
 """
 
+from typing import NamedTuple
+
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, GPT2Config, MarianConfig
 
-MODEL_TYPES = ("talk", "dynamic_conv", "lightconv", "slicenet", "transformer")
-SEQ2SEQ_ONLY = ("slicenet",)  # SliceNet has no decoder-only form
+from talk_hf import MODEL_FAMILIES
+from talk_hf.models.families import family_of
 
-# model_type: (seq2seq config class, LM config class, name of the per-layer size lists, fixed fields)
-_FAMILIES = {
-    "talk": ("TaLKConfig", "TaLKLMConfig", "max_offsets", {}),
-    "dynamic_conv": ("DynamicConvConfig", "DynamicConvLMConfig", "kernel_sizes", {"conv_type": "dynamic"}),
-    "lightconv": ("DynamicConvConfig", "DynamicConvLMConfig", "kernel_sizes", {"conv_type": "lightweight"}),
+
+class _Ours(NamedTuple):
+    """What a `--model_type` of ours builds."""
+
+    translation: str  # the talk_hf model type of its encoder-decoder configuration
+    language_model: str | None  # and of its decoder-only one (None: it has none)
+    per_layer: str | None  # the suffix of its per-layer size lists (`decoder_<per_layer>`)
+    fixed: dict  # configuration fields the model type fixes
+
+
+_OURS = {
+    "talk": _Ours("talk", "talk_lm", "max_offsets", {}),
+    "dynamic_conv": _Ours("dynamic_conv", "dynamic_conv_lm", "kernel_sizes", {"conv_type": "dynamic"}),
+    "lightconv": _Ours("dynamic_conv", "dynamic_conv_lm", "kernel_sizes", {"conv_type": "lightweight"}),
     # SliceNet's kernel sizes are per step of every module, not per layer; it has no FFN and one head.
-    "slicenet": ("SliceNetConfig", None, None, {}),
+    "slicenet": _Ours("slicenet", None, None, {}),
 }
+MODEL_TYPES = (*_OURS, "transformer")  # transformer: transformers' own Marian / GPT-2, as large as TaLK
+
+
+def _config_class(model_type, encoder_decoder):
+    """talk_hf's configuration class of our `model_type`, encoder-decoder or decoder-only; None
+    where the model type has no such form."""
+    ours = _OURS[model_type]
+    name = ours.translation if encoder_decoder else ours.language_model
+    return None if name is None else family_of(name)[0]
 
 
 def model_types(encoder_decoder):
     """The `--model_type` choices of a translation (True) or language-modelling (False) script."""
-    return MODEL_TYPES if encoder_decoder else tuple(name for name in MODEL_TYPES if name not in SEQ2SEQ_ONLY)
+    return tuple(name for name in MODEL_TYPES if name not in _OURS or _config_class(name, encoder_decoder) is not None)
 
 
 def config_classes(encoder_decoder):
     """Our configuration classes a script can build (their presets are the `--preset` choices)."""
-    import talk_hf
+    classes = {_config_class(name, encoder_decoder) for name in _OURS} - {None}
+    return sorted(classes, key=lambda config_class: config_class.__name__)
 
-    names = {family[0 if encoder_decoder else 1] for family in _FAMILIES.values()} - {None}
-    return [getattr(talk_hf, name) for name in sorted(names)]
+
+def is_ours(config):
+    """Whether `config` is of one of talk_hf's model types (the baselines are transformers' own)."""
+    return any(config.model_type == family[0].model_type for family in MODEL_FAMILIES)
 
 
 def _size_fields(
@@ -46,7 +69,7 @@ def _size_fields(
     dropout=None,
 ):
     """Config fields for the size flags that were given (None leaves the preset's value)."""
-    lists = _FAMILIES[family][2]
+    lists = _OURS[family].per_layer
     if family == "slicenet":
         given = [f"--{name}" for name, value in (("ffn_dim", ffn_dim), ("heads", heads)) if value is not None]
         if given:
@@ -71,10 +94,7 @@ def _size_fields(
 
 def our_config(model_type, tokenizer, encoder_decoder, preset="small", **sizes):
     """The configuration of one of our models: `preset` updated with the given sizes and token ids."""
-    import talk_hf
-
-    seq2seq_name, lm_name, _, fixed = _FAMILIES[model_type]
-    config_class = getattr(talk_hf, seq2seq_name if encoder_decoder else lm_name)
+    config_class = _config_class(model_type, encoder_decoder)
     ids = {
         "vocab_size": len(tokenizer),
         "pad_token_id": tokenizer.pad_token_id,
@@ -83,7 +103,7 @@ def our_config(model_type, tokenizer, encoder_decoder, preset="small", **sizes):
     }
     if encoder_decoder:
         ids["decoder_start_token_id"] = tokenizer.eos_token_id  # like fairseq and BART
-    fields = {**_size_fields(model_type, encoder_decoder, **sizes), **fixed, **ids}
+    fields = {**_size_fields(model_type, encoder_decoder, **sizes), **_OURS[model_type].fixed, **ids}
     return config_class.from_preset(preset, **fields)
 
 

@@ -1,6 +1,27 @@
 """The output folder of a training run: one run at a time, a start that fits what the folder holds,
 the settings and the tokenizer the run started with, and loading its saved state.
 
+What a run's folder (`--output_dir`) holds:
+
+    state/      Accelerate state (model, optimizer, scheduler, RNGs, `Progress`): resume from here
+    last/       the latest model + tokenizer, `save_pretrained` format
+    best/       the model + tokenizer with the best validation metric so far
+    tokenizer/  the run's tokenizer, saved before training: a resume uses it, not a new one
+    log.jsonl   one JSON record per logged step and per evaluation
+    args.json   the command-line settings of the run, defaults included (of its first start)
+    resumes.jsonl  one line per resume: when, where, and the settings it changed
+    environment.json  where it trained (CPU and its vector instructions, caches, threads,
+                processes, GPUs, library versions, the git commit of the talk_hf it imported; of
+                its latest start): a fixed training-time budget buys as many steps as the machine
+                gives
+    test_results.json  the test metrics of best/, when the script evaluates the test split
+    .lock, .lock.json  the lock that keeps a second run out while one runs, and who holds it
+
+Every folder is written beside its final name and then renamed into place, so a run killed at any
+moment leaves the previous complete version (`X` or, if it died between two renames, `X.old`);
+files are written the same way, except `log.jsonl`, which is appended to (a resume drops a torn
+last line). A kill costs at most the steps since the last save.
+
 * One run per folder: the main process holds an OS-level lock on `output_dir/.lock` for the whole
   run (the system drops it however the process ends, so a killed run blocks nobody) and writes who
   holds it into `output_dir/.lock.json`, which a second run names in its error. The other

@@ -19,9 +19,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for `common`
 
 import torch  # noqa: E402
-from common import loop, options, run_folder  # noqa: E402
+from common import checkpoints, hub, loop, options, records, run_folder, signals  # noqa: E402
 from common.batching import collate_lm, lm_blocks  # noqa: E402
 from common.data import load_columns  # noqa: E402
+from common.losses import LossMeter, sequence_nll, token_loss  # noqa: E402
 from common.models import build_model  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
@@ -66,13 +67,13 @@ def make_evaluate(accelerator, blocks, args):
     )
 
     def evaluate(model):
-        meter = loop.LossMeter(accelerator)
+        meter = LossMeter(accelerator)
         vocab_size = accelerator.unwrap_model(model).config.vocab_size
         for batch in loader:
             input_ids, labels = batch["input_ids"], batch["labels"]
             rows = max(1, EVAL_LOGITS_ELEMENTS // (input_ids.shape[1] * vocab_size))
             nll = [
-                loop.sequence_nll(model(ids).logits, targets)
+                sequence_nll(model(ids).logits, targets)
                 for ids, targets in zip(input_ids.split(rows), labels.split(rows), strict=True)
             ]
             meter.add(torch.cat(nll), labels)
@@ -82,51 +83,57 @@ def make_evaluate(accelerator, blocks, args):
 
 
 def main(argv=None):
-    loop.stop_on_terminal_stop()
+    signals.stop_on_terminal_stop()
     args = parse_args(argv)
     with loop.training_run(args) as accelerator:
-        if train_model(accelerator, args):
-            report(accelerator, args)
+        train_model(accelerator, args)
+        report(accelerator, args)
 
 
 def train_model(accelerator, args):
-    """Tokenizer, data, model and training (`loop.train`); returns whether training finished."""
+    """Tokenizer, data, model and training (`loop.train`)."""
     train_lines = load_columns(
         args.data_dir or args.dataset_name, args.train_split, ["text"], args.dataset_config, args.max_train_samples
     )
     tokenizer = run_folder.run_tokenizer(accelerator, args, train_lines["text"])
     train = lm_blocks(tokenizer(train_lines["text"])["input_ids"], tokenizer.eos_token_id, args.block_size)
     accelerator.print(f"{len(train)} training blocks of {args.block_size} tokens, vocabulary {len(tokenizer)}")
-    train_loader, sampler = loop.make_train_loader(
-        accelerator, list(train), [args.block_size] * len(train), collate_lm, args
-    )
     model = build_model(
         args.model_type, tokenizer, False, args.preset, max(1024, args.block_size), **options.model_sizes(args)
     )
 
     def loss_fn(model, batch):
-        return loop.token_loss(model(batch["input_ids"]).logits, batch["labels"], args.label_smoothing)
+        return token_loss(model(batch["input_ids"]).logits, batch["labels"], args.label_smoothing)
 
-    evaluate = make_evaluate(accelerator, load_blocks(args, tokenizer, args.validation_split), args)
-    return loop.train(
-        accelerator, model, train_loader, sampler, loss_fn, evaluate, tokenizer, args, metric=("valid_ppl", "min")
+    loop.train(
+        accelerator,
+        args,
+        model=model,
+        examples=list(train),
+        lengths=[args.block_size] * len(train),
+        collate=collate_lm,
+        loss_fn=loss_fn,
+        evaluate=make_evaluate(accelerator, load_blocks(args, tokenizer, args.validation_split), args),
+        tokenizer=tokenizer,
+        metric="valid_ppl",
+        maximize=False,
     )
 
 
 def report(accelerator, args):
     """Reload best/ through the Auto classes: test perplexity, a sample, the optional upload."""
-    best, tokenizer, model = loop.load_best(accelerator, args, AutoModelForCausalLM)
+    best, tokenizer, model = checkpoints.load_best(accelerator, args.output_dir, AutoModelForCausalLM)
     if args.test_split:
         with torch.no_grad():
             metrics = make_evaluate(accelerator, load_blocks(args, tokenizer, args.test_split), args)(model)
-        loop.report_test(accelerator, args, best, metrics)
+        records.report_test(accelerator, args, best, metrics)
     prompt = tokenizer(args.prompt, return_tensors="pt").to(accelerator.device)
     with torch.no_grad():
         sample = model.generate(
             **prompt, do_sample=True, top_k=40, max_new_tokens=40, pad_token_id=tokenizer.pad_token_id
         )
     accelerator.print(f"sample: {tokenizer.decode(sample[0], skip_special_tokens=True)}")
-    loop.upload(accelerator, args)
+    hub.upload(accelerator, args)
 
 
 if __name__ == "__main__":

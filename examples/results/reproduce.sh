@@ -55,7 +55,7 @@ train() {  # script run_name [flags]: skip a recorded run, resume an interrupted
 translation() {  # task model_type source target minutes seed
     local flags=()
     # t2t's slicenet_1 structure at about the others' parameter count (no FFN: width instead), and
-    # the recipe's dropout 0 of the small presets (t2t's is 0.5)
+    # the recipe's dropout 0, which the scripts give the others' `small` preset by default (t2t's is 0.5)
     [[ $2 == slicenet ]] && flags=(--preset t2t-slicenet_1 --d_model 384 --dropout 0.0)
     train translation "$1-$2-s$6" --data_dir "$DATA/multi30k" --source_lang "$3" --target_lang "$4" \
         --model_type "$2" --seed "$6" --test_split test_2016_flickr --max_train_minutes "$5" \

@@ -20,9 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for `
 
 import sacrebleu  # noqa: E402
 import torch  # noqa: E402
-from common import loop, options, run_folder  # noqa: E402
+from common import checkpoints, hub, loop, options, records, run_folder, signals  # noqa: E402
 from common.batching import TranslationCollator  # noqa: E402
 from common.data import load_columns  # noqa: E402
+from common.losses import LossMeter, sequence_nll, token_loss  # noqa: E402
 from common.models import build_model  # noqa: E402
 from transformers import AutoModelForSeq2SeqLM  # noqa: E402
 
@@ -87,12 +88,12 @@ def make_evaluate(accelerator, tokenizer, pairs, config, args, num_beams):
 
     def evaluate(model):
         generator = accelerator.unwrap_model(model)
-        meter, indices, hypotheses = loop.LossMeter(accelerator), [], []
+        meter, indices, hypotheses = LossMeter(accelerator), [], []
         for batch in loader:
             logits = model(
                 batch["input_ids"], batch["attention_mask"], decoder_input_ids=batch["decoder_input_ids"]
             ).logits
-            meter.add(loop.sequence_nll(logits, batch["labels"]), batch["labels"])
+            meter.add(sequence_nll(logits, batch["labels"]), batch["labels"])
             texts = translate(generator, tokenizer, batch["input_ids"], batch["attention_mask"], num_beams)
             indices.extend(accelerator.gather_for_metrics(batch["index"]).tolist())
             hypotheses.extend(accelerator.gather_for_metrics(texts, use_gather_object=True))
@@ -114,15 +115,15 @@ def load_pairs(args, split):
 
 
 def main(argv=None):
-    loop.stop_on_terminal_stop()
+    signals.stop_on_terminal_stop()
     args = parse_args(argv)
     with loop.training_run(args) as accelerator:
-        if train_model(accelerator, args):
-            report(accelerator, args)
+        train_model(accelerator, args)
+        report(accelerator, args)
 
 
 def train_model(accelerator, args):
-    """Tokenizer, data, model and training (`loop.train`); returns whether training finished."""
+    """Tokenizer, data, model and training (`loop.train`)."""
     train_pairs = load_pairs(args, args.train_split)
     texts = train_pairs["source"] + train_pairs["target"]
     tokenizer = run_folder.run_tokenizer(accelerator, args, texts, add_eos=True)
@@ -132,36 +133,43 @@ def train_model(accelerator, args):
     accelerator.print(f"{len(train)} training pairs (of {len(train_pairs['source'])}), vocabulary {len(tokenizer)}")
     model = build_model(args.model_type, tokenizer, True, args.preset, **options.model_sizes(args))
     config = model.config
-    collate = TranslationCollator(tokenizer.pad_token_id, config.decoder_start_token_id)
-    lengths = [max(len(e["source"]), len(e["target"])) for e in train]
-    train_loader, sampler = loop.make_train_loader(accelerator, train, lengths, collate, args)
 
     def loss_fn(model, batch):
         logits = model(batch["input_ids"], batch["attention_mask"], decoder_input_ids=batch["decoder_input_ids"]).logits
-        return loop.token_loss(logits, batch["labels"], args.label_smoothing)
+        return token_loss(logits, batch["labels"], args.label_smoothing)
 
     valid_pairs = load_pairs(args, args.validation_split)
     evaluate = make_evaluate(accelerator, tokenizer, valid_pairs, config, args, args.valid_num_beams or args.num_beams)
-    return loop.train(
-        accelerator, model, train_loader, sampler, loss_fn, evaluate, tokenizer, args, metric=("bleu", "max")
+    loop.train(
+        accelerator,
+        args,
+        model=model,
+        examples=train,
+        lengths=[max(len(e["source"]), len(e["target"])) for e in train],
+        collate=TranslationCollator(tokenizer.pad_token_id, config.decoder_start_token_id),
+        loss_fn=loss_fn,
+        evaluate=evaluate,
+        tokenizer=tokenizer,
+        metric="bleu",
+        maximize=True,
     )
 
 
 def report(accelerator, args):
     """Reload best/ through the Auto classes: test BLEU, a few translations, the optional upload."""
-    best, tokenizer, model = loop.load_best(accelerator, args, AutoModelForSeq2SeqLM)
+    best, tokenizer, model = checkpoints.load_best(accelerator, args.output_dir, AutoModelForSeq2SeqLM)
     if args.test_split:
         pairs = load_pairs(args, args.test_split)
         with torch.no_grad():
             metrics = make_evaluate(accelerator, tokenizer, pairs, model.config, args, args.num_beams)(model)
-        loop.report_test(accelerator, args, best, metrics)
+        records.report_test(accelerator, args, best, metrics)
         samples = pairs["source"][:3]
         batch = tokenizer(samples, return_tensors="pt", padding=True).to(accelerator.device)
         with torch.no_grad():
             outputs = translate(model, tokenizer, batch["input_ids"], batch["attention_mask"], args.num_beams)
         for source, output in zip(samples, outputs, strict=True):
             accelerator.print(f"  {source}\n  -> {output}")
-    loop.upload(accelerator, args)
+    hub.upload(accelerator, args)
 
 
 if __name__ == "__main__":

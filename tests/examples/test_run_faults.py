@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from accelerate import Accelerator
-from common import loop, run_folder
+from common import checkpoints, run_folder, signals
 from common.tokenizer import train_tokenizer
 from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
@@ -41,7 +41,7 @@ OFFLINE["TALK_HF_BACKEND"] = "torch"  # the compiled kernels have their own test
 def train(output_dir, *flags, script=SCRIPT, args=ARGS):
     """The script's `main` in this process on `output_dir`, with `flags` after the common ones."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(loop, "stop_on_terminal_stop", lambda: None)  # leave pytest's signal handlers alone
+        patch.setattr(signals, "stop_on_terminal_stop", lambda: None)  # leave pytest's signal handlers alone
         for name, value in OFFLINE.items():
             patch.setenv(name, value)
         load_script(script).main([*map(str, args), "--output_dir", str(output_dir), *map(str, flags)])
@@ -107,7 +107,6 @@ def run_copy(finished_run, tmp_path):
         ("translation/train.py", ["--dropout", "1"], "--dropout must be in \\[0, 1\\)"),
         ("translation/train.py", ["--max_steps", "-5"], "--max_steps must be >= 1"),
         ("translation/train.py", ["--warmup_steps", "-1"], "--warmup_steps must be >= 0"),
-        ("translation/train.py", ["--stop_after_steps", "0"], "--stop_after_steps must be >= 1"),
         ("translation/train.py", ["--eval_batch_size", "0"], "--eval_batch_size must be >= 1"),
         ("translation/train.py", ["--min_frequency", "0"], "--min_frequency must be >= 1"),
         ("translation/train.py", ["--seed", "-1"], "--seed must be in \\[0, 2\\*\\*32\\)"),
@@ -375,7 +374,7 @@ def test_a_kill_at_any_point_of_a_checkpoint_leaves_a_complete_save(tmp_path):
     accelerator = Accelerator()
     model = GPT2LMHeadModel(GPT2Config(vocab_size=16, n_positions=8, n_embd=8, n_layer=1, n_head=2))
     model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters()))
-    progress = loop.Progress()
+    progress = checkpoints.Progress()
     accelerator.register_for_checkpointing(progress)
     tokenizer = train_tokenizer(["a b c"], "word", 10)
 
@@ -383,8 +382,8 @@ def test_a_kill_at_any_point_of_a_checkpoint_leaves_a_complete_save(tmp_path):
         with torch.no_grad():
             model.lm_head.weight.fill_(step)
         progress.step = step
-        loop.save_model(accelerator, model, tokenizer, output_dir / "last", {"step": step})
-        loop.save_state(accelerator, output_dir / "state")
+        checkpoints.save_model(accelerator, model, tokenizer, output_dir / "last", {"step": step})
+        checkpoints.save_state(accelerator, output_dir / "state")
 
     def saved_step(output_dir):
         """The step of the saved state, checked against the weights it holds and last/."""

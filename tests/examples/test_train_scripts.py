@@ -6,7 +6,9 @@ import sys
 
 import pytest
 import torch
-from common.loop import describe_package_source, hub_folder
+from common.hub import hub_folder
+from common.loop import STOP_AFTER_STEPS
+from common.records import describe_package_source
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
 import talk_hf  # noqa: F401  (registers our models with the Auto classes)
@@ -124,7 +126,7 @@ def test_interrupted_run_resumes_exactly(tmp_path):
     args = [*LANGUAGE_MODELING, *"--model_type talk --dropout 0.3 --max_train_samples 10".split()]
     args += [*"--max_steps 12 --eval_every 5 --save_every 3 --average_last 3".split(), "--test_split", ""]
     run("language-modeling/train.py", *args, "--output_dir", tmp_path / "whole")
-    run("language-modeling/train.py", *args, "--output_dir", tmp_path / "cut", "--stop_after_steps", 7)
+    run("language-modeling/train.py", *args, "--output_dir", tmp_path / "cut", env={STOP_AFTER_STEPS: "7"})
     cut_steps, _ = read_log(tmp_path / "cut")
     assert [r["step"] for r in cut_steps] == list(range(1, 8))
     output = run("language-modeling/train.py", *args, "--output_dir", tmp_path / "cut", "--resume")
@@ -193,7 +195,8 @@ def test_fsdp_matches_plain_training_and_resumes_exactly(tmp_path):
     for name, tensor in AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "fsdp" / "last").state_dict().items():
         torch.testing.assert_close(tensor, one[name], rtol=1e-3, atol=1e-5, msg=name)
 
-    run("translation/train.py", *args, "--output_dir", tmp_path / "cut", "--stop_after_steps", 3, **fsdp)
+    cut = {**fsdp, "env": {**kernels, STOP_AFTER_STEPS: "3"}}
+    run("translation/train.py", *args, "--output_dir", tmp_path / "cut", **cut)
     output = run("translation/train.py", *args, "--output_dir", tmp_path / "cut", "--resume", **fsdp)
     assert "at step 2" in output
     resumed_steps, resumed_evals = read_log(tmp_path / "cut")

@@ -16,10 +16,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator
-from common import loop
+from common import hub, loop, options, records, signals
+from common.averaging import WeightAverage
 from common.batching import TokenBatchSampler, TranslationCollator, collate_lm, lm_blocks
-from common.loop import crossed_multiple, existing_dir, replace_dir, token_loss
-from common.models import build_model, our_config
+from common.clock import TrainingClock, crossed_multiple
+from common.losses import token_loss
+from common.models import build_config, build_model, our_config
+from common.run_folder import existing_dir, replace_dir
 from common.tokenizer import get_tokenizer, train_tokenizer
 from transformers import AutoTokenizer
 
@@ -136,19 +139,19 @@ def test_environment_names_the_commit_of_the_package_it_imported(tmp_path, monke
     init = checkout / "talk_hf" / "__init__.py"
     init.write_text("")
     monkeypatch.setattr(talk_hf, "__file__", str(init))
-    assert loop.describe_package_source() is None  # not a git checkout: nothing to name
+    assert records.describe_package_source() is None  # not a git checkout: nothing to name
 
     def git(*arguments):
         command = ["git", "-C", str(checkout), "-c", "user.name=t", "-c", "user.email=t@t", *arguments]
         return subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip()
 
     git("init", "-q")
-    assert loop.describe_package_source() is None  # a checkout that does not track the package
+    assert records.describe_package_source() is None  # a checkout that does not track the package
     git("add", ".")
     git("commit", "-qm", "package")
-    assert loop.describe_package_source() == {"commit": git("rev-parse", "HEAD"), "modified": False}
+    assert records.describe_package_source() == {"commit": git("rev-parse", "HEAD"), "modified": False}
     init.write_text("VERSION = 2\n")
-    assert loop.describe_package_source() == {"commit": git("rev-parse", "HEAD"), "modified": True}
+    assert records.describe_package_source() == {"commit": git("rev-parse", "HEAD"), "modified": True}
 
 
 def test_word_tokenizer_ids_have_no_hole_when_the_text_contains_unk():
@@ -189,12 +192,12 @@ def test_push_to_hub_uploads_best_with_our_code(tmp_path, monkeypatch):
 
     monkeypatch.setattr(huggingface_hub, "upload_folder", upload_folder)
     args = SimpleNamespace(push_to_hub=True, hub_model_id="someone/talk-small", output_dir=str(tmp_path))
-    loop.upload(Accelerator(cpu=True), args)
+    hub.upload(Accelerator(cpu=True), args)
     assert [c[:2] for c in calls] == [("create", "someone/talk-small"), ("upload", "someone/talk-small")]
     assert calls[0][2] == {"exist_ok": True}
     assert calls[1][2]["AutoModelForSeq2SeqLM"].endswith("TaLKForConditionalGeneration")
     calls.clear()
-    loop.upload(Accelerator(cpu=True), SimpleNamespace(**{**vars(args), "push_to_hub": False}))
+    hub.upload(Accelerator(cpu=True), SimpleNamespace(**{**vars(args), "push_to_hub": False}))
     assert calls == []
 
 
@@ -220,8 +223,8 @@ def test_language_model_evaluation_in_slices_equals_whole_batches(monkeypatch):
 def test_training_clock_counts_everything_between_laps_but_the_pauses(monkeypatch):
     """Batch fetching and waiting on the device count as training; evaluation and saving do not."""
     now = [100.0]
-    monkeypatch.setattr(loop.time, "perf_counter", lambda: now[0])
-    clock = loop.TrainingClock()
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])  # the clock reads time.perf_counter
+    clock = TrainingClock()
     now[0] += 2.0  # fetch a batch, launch the step
     assert clock.lap() == 2.0
     now[0] += 0.5  # wait for the device, log
@@ -235,8 +238,8 @@ def test_training_clock_counts_everything_between_laps_but_the_pauses(monkeypatc
 def test_training_clock_pauses_nest(monkeypatch):
     """A terminal stop during an evaluation must not bank the time before the evaluation twice."""
     now = [0.0]
-    monkeypatch.setattr(loop.time, "perf_counter", lambda: now[0])
-    clock = loop.TrainingClock()
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])  # the clock reads time.perf_counter
+    clock = TrainingClock()
     now[0] += 1.0
     with clock.paused():
         now[0] += 10.0
@@ -250,9 +253,10 @@ def test_training_clock_pauses_nest(monkeypatch):
 STOPPED_CHILD = """
 import sys
 sys.path.insert(0, sys.argv[1])
-from common import loop
-clock = loop.TrainingClock()
-with loop.stops_off_the_clock(clock):
+from common.clock import TrainingClock
+from common.signals import stops_off_the_clock
+clock = TrainingClock()
+with stops_off_the_clock(clock):
     print("ready", flush=True)
     sys.stdin.readline()  # the stop arrives while this waits
 print(clock.lap(), flush=True)
@@ -292,9 +296,9 @@ def test_a_terminal_stop_does_not_count_as_training_time():
 ORPHANED_CHILD = """
 import sys
 sys.path.insert(0, sys.argv[1])
-from common import loop
+from common import signals
 if sys.argv[2] == "handler":
-    loop.stop_on_terminal_stop()
+    signals.stop_on_terminal_stop()
 print("ready", flush=True)
 sys.stdin.readline()
 """
@@ -342,7 +346,7 @@ def test_our_kernels_are_prepared_before_the_training_clock_starts(model_type, t
         return "torch"
 
     monkeypatch.setattr(talk_hf.ops, "prepare_backend", slow_prepare)
-    monkeypatch.setattr(loop, "stop_on_terminal_stop", lambda: None)  # leave pytest's signal handlers alone
+    monkeypatch.setattr(signals, "stop_on_terminal_stop", lambda: None)  # leave pytest's signal handlers alone
     monkeypatch.setenv("TALK_HF_BACKEND", "torch")
     script = load_script("language-modeling/train.py")
     script.main([*LANGUAGE_MODELING, "--model_type", model_type, "--max_steps", "2", "--test_split", "",
@@ -354,7 +358,7 @@ def test_our_kernels_are_prepared_before_the_training_clock_starts(model_type, t
 
 def test_weight_average_is_the_mean_of_the_last_snapshots_and_gives_the_weights_back():
     model = torch.nn.Linear(2, 2)
-    average = loop.WeightAverage(model, count=2)
+    average = WeightAverage(model, count=2)
     for value in (1.0, 2.0, 4.0):  # the first snapshot drops out
         torch.nn.init.constant_(model.weight, value)
         torch.nn.init.constant_(model.bias, -value)
@@ -363,7 +367,7 @@ def test_weight_average_is_the_mean_of_the_last_snapshots_and_gives_the_weights_
     with average.swapped_in():
         assert torch.equal(model.weight, torch.full((2, 2), 3.0)) and torch.equal(model.bias, torch.full((2,), -3.0))
     assert torch.equal(model.weight, torch.full((2, 2), 7.0)) and torch.equal(model.bias, torch.full((2,), -4.0))
-    restored = loop.WeightAverage(model, count=2)
+    restored = WeightAverage(model, count=2)
     restored.load_state_dict(average.state_dict())
     restored.add()  # still holds at most two: the 2.0 snapshot drops out
     with restored.swapped_in():
@@ -405,3 +409,36 @@ def test_slicenet_is_a_translation_model_type_with_its_own_size_flags():
     config = our_config("slicenet", tokenizer, True, d_model=48, encoder_layers=1, dropout=0.2)
     assert (config.model_type, config.d_model, config.encoder_layers, config.dropout) == ("slicenet", 48, 1, 0.2)
     assert config.vocab_size == 50 and config.decoder_start_token_id == 2
+
+
+def test_the_crash_of_the_resume_tests_is_a_test_hook_not_an_option(monkeypatch):
+    """`TALK_HF_TEST_STOP_AFTER_STEPS` (see test_train_scripts.py) is read by the loop; no flag sets it."""
+    with pytest.raises(SystemExit):  # argparse: unrecognized arguments
+        load_script("translation/train.py").parse_args(["--output_dir", "x", "--stop_after_steps", "3"])
+    monkeypatch.delenv(loop.STOP_AFTER_STEPS, raising=False)
+    assert loop.stop_after_steps_hook() is None
+    monkeypatch.setenv(loop.STOP_AFTER_STEPS, "7")
+    assert loop.stop_after_steps_hook() == 7
+    for value in ("0", "-1", "seven"):
+        monkeypatch.setenv(loop.STOP_AFTER_STEPS, value)
+        with pytest.raises(SystemExit, match=f"^error: {loop.STOP_AFTER_STEPS} .* >= 1, not '{value}'"):
+            loop.stop_after_steps_hook()
+
+
+@pytest.mark.parametrize(
+    "flags, dropout",
+    [
+        ([], 0.0),  # the recipe's: --preset small trains without dropout
+        (["--model_type", "transformer"], 0.0),  # the baseline too (it takes TaLK's sizes)
+        (["--model_type", "lightconv"], 0.0),
+        (["--dropout", "0.2"], 0.2),  # a given --dropout wins
+        (["--preset", "iwslt14-de-en"], 0.3),  # the preset's own
+        (["--model_type", "slicenet"], 0.5),  # SliceNet's `small` keeps its configuration's
+    ],
+)
+def test_the_recipe_trains_the_small_preset_without_dropout(flags, dropout):
+    args = load_script("translation/train.py").parse_args(["--output_dir", "x", *flags])
+    tokenizer = _Vocabulary(pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    config = build_config(args.model_type, tokenizer, True, args.preset, **options.model_sizes(args))
+    assert getattr(config, "dropout", None) == dropout
+    assert args.dropout == (dropout if "--dropout" in flags else None)  # args.json records what was given

@@ -1,0 +1,162 @@
+"""What a run records about itself besides its checkpoints: the training log (`log.jsonl`, the
+Accelerate trackers and the progress bar), where it trained (`environment.json`) and its test
+result (`test_results.json`)."""
+
+import json
+import math
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+import talk_hf
+
+from . import run_folder
+from .run_folder import write_json
+
+
+def describe(metrics):
+    """`name value, ...` with 4 significant digits."""
+    return ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
+
+
+class TrainingLog:
+    """The records of a training run, in `log.jsonl` (main process) and the Accelerate trackers, and
+    its progress bar; a `with` block closes the bar.
+
+    A step record every `log_every` steps, and one per evaluation (`evaluation`). On a resume the
+    records after the resumed step are dropped first: that part of the run is trained again.
+    """
+
+    def __init__(self, accelerator, path, *, progress, max_steps, log_every):
+        self.accelerator = accelerator
+        self.path = Path(path)
+        self.log_every = log_every
+        if accelerator.is_main_process:
+            # The folder may not exist yet: nothing else creates it when no tracker is installed.
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.path.exists():
+                kept = [r for r in run_folder.read_log(self.path) if r["step"] <= progress.step]
+                run_folder.write_log(self.path, kept)
+        self.bar = tqdm(total=max_steps, initial=progress.step, disable=not accelerator.is_main_process, desc="train")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exception):
+        self.bar.close()
+
+    def step(self, progress, *, loss, lr, tokens):
+        """The step `progress` just finished: mean `loss` per target token, learning rate, target tokens."""
+        self.bar.update(1)
+        self.bar.set_postfix(loss=f"{loss:.3f}", epoch=progress.epoch)
+        if progress.step % self.log_every == 0:
+            self._write(
+                {
+                    "step": progress.step,
+                    "epoch": progress.epoch,
+                    "loss": loss,
+                    "ppl": math.exp(min(loss, 50)),
+                    "lr": lr,
+                    "tokens": tokens,
+                    "train_tokens": progress.train_tokens,
+                    "seconds": round(progress.train_seconds, 2),
+                }
+            )
+
+    def evaluation(self, progress, metrics, about):
+        """An evaluation's `metrics` at `progress`; `about` (e.g. averaged=N) says what was evaluated."""
+        self._write(
+            {
+                "step": progress.step,
+                "seconds": round(progress.train_seconds, 2),
+                "train_tokens": progress.train_tokens,
+                **about,
+                **metrics,
+            }
+        )
+        if self.accelerator.is_main_process:
+            self.bar.write(f"step {progress.step}{' ' + describe(about) if about else ''}: {describe(metrics)}")
+
+    def _write(self, record):
+        self.accelerator.log({k: v for k, v in record.items() if k != "step"}, step=record["step"])
+        if self.accelerator.is_main_process:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+
+def write_environment(output_dir, processes):
+    """`output_dir/environment.json`: where the run trains (`describe_environment`), of its latest start."""
+    write_json(Path(output_dir) / "environment.json", describe_environment(processes))
+
+
+def describe_environment(processes: int) -> dict:
+    """What a run's result depends on besides its settings: the machine and the library versions.
+
+    Two VMs sold as the same type can differ in CPU generation (vector instructions, cache sizes),
+    and a run with a training-time budget then makes a different number of steps.
+    """
+    import accelerate
+    import transformers
+
+    cpuinfo = Path("/proc/cpuinfo")
+    cpu_lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    cpu = next((line.split(":", 1)[1].strip() for line in cpu_lines if line.startswith("model name")), None)
+    caches = {}  # e.g. {"L1d": "32K", "L2": "1024K", "L3": "32768K"} of the first core
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        level, kind = (index / "level").read_text().strip(), (index / "type").read_text().strip()
+        name = f"L{level}" + {"Data": "d", "Instruction": "i"}.get(kind, "")
+        caches[name] = (index / "size").read_text().strip()
+    return {
+        "cpu": cpu or platform.processor() or platform.machine(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # the vector instructions torch uses
+        "cpu_caches": caches,
+        "logical_cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "processes": processes,
+        "gpus": [torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count())],
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "accelerate": accelerate.__version__,
+            "talk_hf": talk_hf.__version__,
+        },
+        "talk_hf_source": describe_package_source(),
+    }
+
+
+def describe_package_source() -> dict | None:
+    """The git commit of the checkout talk_hf is imported from, and whether its tracked files
+    (package, kernels, scripts) differ from that commit.
+
+    `{"commit": "5b7ace4…", "modified": False}`, or None where talk_hf is not a tracked part of a
+    git checkout (e.g. an installed wheel; its version number is in `versions`).
+    """
+    package_dir = Path(talk_hf.__file__).resolve().parent
+
+    def git(*arguments):
+        try:
+            result = subprocess.run(["git", "-C", str(package_dir), *arguments], capture_output=True, text=True)
+        except OSError:  # no git on this machine
+            return None
+        return result.stdout.strip() if result.returncode == 0 else None
+
+    if git("ls-files", "--error-unmatch", "__init__.py") is None:  # not a checkout, or one that ignores it
+        return None
+    return {"commit": git("rev-parse", "HEAD"), "modified": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+def report_test(accelerator, args, best, metrics):
+    """Print the test metrics of checkpoint `best` and write them to `output_dir/test_results.json`.
+
+    `metrics` are an `evaluate` result; the file names them test_loss, test_ppl (and test_bleu).
+    """
+    named = {"test_" + name.removeprefix("valid_"): value for name, value in metrics.items()}
+    accelerator.print(f"test ({args.test_split}) with {best}: {describe(named)}")
+    if accelerator.is_main_process:
+        record = {"split": args.test_split, "checkpoint": str(best), **named}
+        write_json(Path(args.output_dir) / "test_results.json", record)
