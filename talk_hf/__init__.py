@@ -1,6 +1,7 @@
 """talk_hf: TaLK convolutions, DynamicConv/LightConv and SliceNet for HuggingFace Transformers.
 
-Importing the package registers its five model types with the Auto classes:
+Importing the package registers its five model types with the Auto classes (a new family registers
+its own with `register_family`, see ``talk_hf.models.mixer_family``):
 
 =================  ==========================  ====================================================
 model_type         config                      AutoModel / AutoModelForSeq2SeqLM / ...ForCausalLM
@@ -13,8 +14,6 @@ model_type         config                      AutoModel / AutoModelForSeq2SeqLM
 =================  ==========================  ====================================================
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
-
 from . import ops
 from .cache import ConvCache, ConvEncoderDecoderCache, ConvWindowLayer
 from .hub import export_for_remote_code
@@ -26,6 +25,8 @@ from .models.dynamic_conv import (
     DynamicConvLMModel,
     DynamicConvModel,
 )
+from .models.families import MODEL_FAMILIES, register_family
+from .models.mixer_family import MixerFamily
 from .models.slicenet import SliceNetConfig, SliceNetForConditionalGeneration, SliceNetModel
 from .models.talk import (
     TaLKConfig,
@@ -35,21 +36,7 @@ from .models.talk import (
     TaLKLMModel,
     TaLKModel,
 )
-from .models.families import MODEL_FAMILIES
 from .version import __version__
-
-
-
-def _register_auto_classes() -> None:
-    """Map each model type to its config, base model and head (a clash with a built-in raises)."""
-    head_auto_classes = {"AutoModelForSeq2SeqLM": AutoModelForSeq2SeqLM, "AutoModelForCausalLM": AutoModelForCausalLM}
-    for config_class, base_class, head_class, head_auto_class in MODEL_FAMILIES:
-        AutoConfig.register(config_class.model_type, config_class)
-        AutoModel.register(config_class, base_class)
-        head_auto_classes[head_auto_class].register(config_class, head_class)
-
-
-_register_auto_classes()
 
 __all__ = [
     "ConvCache",
@@ -62,6 +49,7 @@ __all__ = [
     "DynamicConvLMModel",
     "DynamicConvModel",
     "MODEL_FAMILIES",
+    "MixerFamily",
     "SliceNetConfig",
     "SliceNetForConditionalGeneration",
     "SliceNetModel",
@@ -72,6 +60,7 @@ __all__ = [
     "TaLKLMModel",
     "TaLKModel",
     "export_for_remote_code",
+    "register_family",
     "ops",
     "__version__",
 ]

@@ -84,7 +84,7 @@ def _flattened_source(module_name: str) -> str:
             )
             names = ", ".join(
                 _flat_name(target) + (f" as {alias.asname}" if alias.asname else "")
-                for target, alias in zip(targets, node.names)
+                for target, alias in zip(targets, node.names, strict=True)
             )
             lines[index] = f"{markers}{indent}from . import {names}\n"
             for continuation in range(index + 1, node.end_lineno):

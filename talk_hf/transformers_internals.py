@@ -14,7 +14,13 @@ from collections.abc import Callable
 from dataclasses import fields
 
 import torch
-from transformers.modeling_outputs import CausalLMOutputWithPast
+
+# Guarded weight initialisers (``init.normal_``, ``init.copy_`` ...) that skip weights loaded from a
+# checkpoint; ``PreTrainedModel._init_weights`` overrides must use them (transformers 5.x).
+from transformers import initialization as init
+
+# Activation functions by name, as in the built-in models' configs (``activations.ACT2FN``).
+from transformers.activations import ACT2FN
 
 # Cache base classes (``transformers.cache_utils``).  ``CacheLayerMixin`` is the per-layer state
 # protocol (``lazy_initialization``, ``get_seq_length``, ``reorder_cache``, ``crop``, batch ops,
@@ -22,22 +28,16 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 # ``EncoderDecoderCache`` pairs a decoder cache with a ``DynamicCache`` of cross-attention keys/values.
 from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache, EncoderDecoderCache
 
-# Guarded weight initialisers (``init.normal_``, ``init.copy_`` ...) that skip weights loaded from a
-# checkpoint; ``PreTrainedModel._init_weights`` overrides must use them (transformers 5.x).
-from transformers import initialization as init
+# The base class that makes a layer recomputable under gradient checkpointing (``modeling_layers``).
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+# transformers' logger, for its ``warning_once`` (``transformers.utils.logging``).
+from transformers.utils import logging
 
 # ``@can_return_tuple`` turns a model output into a tuple when ``return_dict=False`` (or the config
 # says so), as every built-in model's forward does.  Lives in ``transformers.utils.generic``.
 from transformers.utils.generic import can_return_tuple
-
-# The base class that makes a layer recomputable under gradient checkpointing (``modeling_layers``).
-from transformers.modeling_layers import GradientCheckpointingLayer
-
-# Activation functions by name, as in the built-in models' configs (``activations.ACT2FN``).
-from transformers.activations import ACT2FN
-
-# transformers' logger, for its ``warning_once`` (``transformers.utils.logging``).
-from transformers.utils import logging
 
 __all__ = [
     "ACT2FN",
@@ -52,6 +52,7 @@ __all__ = [
     "HeadClassKeepingResizeMixin",
     "ModuleTiedWeightsMixin",
     "activation_checkpointing_enabled",
+    "is_loaded_from_checkpoint",
     "can_return_tuple",
     "cross_attention_keys_values",
     "init",
@@ -221,3 +222,9 @@ class ModuleTiedWeightsMixin:
 def _module_path(parameter_name: str) -> str:
     """``"encoder.embed_tokens.weight"`` -> ``"encoder.embed_tokens"`` (``""``: the model itself)."""
     return parameter_name.rpartition(".")[0]
+
+
+def is_loaded_from_checkpoint(tensor: torch.Tensor) -> bool:
+    """Whether ``from_pretrained`` filled ``tensor`` from a checkpoint, so that initialisation must
+    leave it alone (transformers marks such tensors with ``_is_hf_initialized``)."""
+    return getattr(tensor, "_is_hf_initialized", False)

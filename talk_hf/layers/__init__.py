@@ -5,7 +5,8 @@ from .conv_layers import ConvDecoderLayer, ConvEncoderLayer
 from .cross_attention import CrossAttentionBlock
 from .dynamic_conv_mixer import DynamicConvCore, LightConvCore
 from .feed_forward import FeedForwardBlock
-from .mixer_block import MixerBlock
+from .initialization import InitializesItself
+from .mixer_block import MixerBlock, MixerCore
 from .sinusoidal_positions import SinusoidalPositions, positions_from_mask
 from .talk_mixer import TaLKCore
 
@@ -15,8 +16,10 @@ __all__ = [
     "CrossAttentionBlock",
     "DynamicConvCore",
     "FeedForwardBlock",
+    "InitializesItself",
     "LightConvCore",
     "MixerBlock",
+    "MixerCore",
     "SinusoidalPositions",
     "TaLKCore",
     "positions_from_mask",

@@ -11,7 +11,9 @@ import torch
 from torch import nn
 
 from ..ops import dynamic_conv, light_conv
+from ..transformers_internals import init
 from .dropout import dropout
+from .initialization import InitializesItself
 from .linear_layer import Linear
 from .mixer_block import pad_to_context
 
@@ -72,12 +74,16 @@ class DynamicConvCore(_ConvCore):
         return dynamic_conv(context, pad_to_context(weight, context), self.padding_l)[:, -length:]
 
 
-class LightConvCore(_ConvCore):
+class LightConvCore(_ConvCore, InitializesItself):
     """(B, T, C) -> (B, T, C) with one learned kernel per head, shared over time."""
 
     def __init__(self, conv_dim: int, heads: int, kernel_size: int, causal: bool, weight_dropout: float):
         super().__init__(heads, kernel_size, causal, weight_dropout)
         self.weight = nn.Parameter(torch.empty(heads, kernel_size))
+
+    def init_weights(self) -> None:
+        """The (H, K) kernel logits, Xavier-uniform as in fairseq."""
+        init.xavier_uniform_(self.weight)
 
     def forward(self, u: torch.Tensor, context: torch.Tensor | None = None) -> torch.Tensor:
         """u: (B, T, C) zeroed mixer input; context: (B, K - 1 + T, C) previous inputs then u, or None."""

@@ -3,12 +3,14 @@
     [pre-LN] -> input dropout -> Linear(d -> 2*conv_dim) + GLU  (or Linear(d -> conv_dim))
              -> zero padded positions -> core -> Linear(conv_dim -> d) -> dropout -> + residual -> [post-LN]
 
-A core maps the zeroed mixer input u (B, T, C) to (B, T, C).  In the decoder it may also get
-``context``: the last ``core.window`` mixer inputs before u, kept by the generation cache, then u
-itself (B, S + T, C), so a decoding step only sees a bounded window of the past.
+A core (`MixerCore`) maps the zeroed mixer input u (B, T, C) to (B, T, C).  In the decoder it may
+also get ``context``: the last ``core.window`` mixer inputs before u, kept by the generation cache,
+then u itself (B, S + T, C), so a decoding step only sees a bounded window of the past.
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -51,10 +53,22 @@ def token_multiplier(attention_mask: torch.Tensor | None, length: int, dtype: to
     return attention_mask[:, attention_mask.shape[1] - length:, None].bool().to(dtype)
 
 
+class MixerCore(Protocol):
+    """What a mixer block needs of its core (TaLK, DynamicConv, LightConv, or a new family's)."""
+
+    @property
+    def window(self) -> int:
+        """Past mixer inputs S that a causal step needs (the generation cache keeps that many)."""
+
+    def __call__(self, u: torch.Tensor, context: torch.Tensor | None = None) -> torch.Tensor:
+        """u: (B, T, C) mixer input, zero at padding; context: (B, window + T, C), the cached window
+        then u (causal decoding with a cache), or None.  Returns (B, T, C)."""
+
+
 class MixerBlock(nn.Module):
     """Input projection (+GLU), padding zeroing, the core, output projection, residual."""
 
-    def __init__(self, d_model: int, conv_dim: int, core: nn.Module, use_glu: bool, input_dropout: float,
+    def __init__(self, d_model: int, conv_dim: int, core: MixerCore, use_glu: bool, input_dropout: float,
                  dropout: float, normalize_before: bool):
         super().__init__()
         self.use_glu = use_glu

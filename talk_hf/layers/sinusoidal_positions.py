@@ -11,6 +11,9 @@ import math
 import torch
 from torch import nn
 
+from ..transformers_internals import init
+from .initialization import InitializesItself
+
 
 def positions_from_mask(attention_mask: torch.Tensor | None, length: int, past_length: int, device) -> torch.Tensor:
     """Positions of the last ``length`` tokens.
@@ -29,11 +32,11 @@ def positions_from_mask(attention_mask: torch.Tensor | None, length: int, past_l
     return positions[:, -length:].clamp(min=0)
 
 
-class SinusoidalPositions(nn.Module):
+class SinusoidalPositions(InitializesItself):
     """Maps positions (B, T) to (B, T, dim) embeddings: [sin(p * f_i), cos(p * f_i)], f_i geometric.
 
     ``inv_freq`` is a non-persistent buffer; ``compute_inv_freq`` rebuilds it (models are built on
-    the meta device, so ``_init_weights`` refills it).
+    the meta device, so `init_weights` refills it).
     """
 
     def __init__(self, dim: int):
@@ -46,7 +49,11 @@ class SinusoidalPositions(nn.Module):
         half = self.dim // 2
         return torch.exp(torch.arange(half, dtype=torch.float32) * -(math.log(10000.0) / max(half - 1, 1)))
 
+    def init_weights(self) -> None:
+        init.copy_(self.inv_freq, self.compute_inv_freq())
+
     def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        """(B, T) long positions -> (B, T, dim) float32."""
         angles = positions.unsqueeze(-1) * self.inv_freq  # long * float32 -> float32
         embedding = torch.cat([angles.sin(), angles.cos()], dim=-1)
         if self.dim % 2:

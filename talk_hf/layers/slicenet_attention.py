@@ -12,10 +12,12 @@ import math
 import torch
 from torch import nn
 
-from .slicenet_conv import ConvStep
+from ..transformers_internals import init
+from .initialization import InitializesItself
+from .slicenet_conv import T2T_INIT, ConvInit, ConvStep
 
 
-class TimingSignal(nn.Module):
+class TimingSignal(InitializesItself):
     """Positions (B, T) -> (B, T, depth) sinusoids.
 
     t2t (``num_timescales`` n): [sin(p * f_0..f_{n-1}), cos(p * f_0..f_{n-1}), zeros], with
@@ -24,7 +26,7 @@ class TimingSignal(nn.Module):
     sin(p / max_timescale^(2i / depth)) and channel 2i + 1 the cos, over the whole depth.
 
     ``inv_freq`` is a non-persistent buffer; ``compute_inv_freq`` rebuilds it (models are built on
-    the meta device, so the model's ``_init_weights`` refills it).
+    the meta device, so `init_weights` refills it).
     """
 
     def __init__(self, depth: int, num_timescales: int | None, min_timescale: float, max_timescale: float):
@@ -42,6 +44,9 @@ class TimingSignal(nn.Module):
             return torch.exp(pairs / self.depth * -math.log(self.max_timescale))
         increment = math.log(self.max_timescale / self.min_timescale) / max(self.num_timescales - 1, 1)
         return self.min_timescale * torch.exp(torch.arange(self.num_timescales, dtype=torch.float32) * -increment)
+
+    def init_weights(self) -> None:
+        init.copy_(self.inv_freq, self.compute_inv_freq())
 
     def forward(self, positions: torch.Tensor) -> torch.Tensor:
         """positions: (B, T) (or (1, T)) absolute positions -> (B, T, depth) float32."""
@@ -83,13 +88,14 @@ class SliceAttention(nn.Module):
         kernel_sizes / dilations / separabilities: of the query steps (t2t: 5, 5 / 1, 4).
         residual: ``"t2t"`` or ``"paper"``.
         eps: LayerNorm epsilon.
+        conv_init: how the query steps' convolutions are initialised.
     """
 
     def __init__(self, d_model: int, kernel_sizes: list[int], dilations: list[int], separabilities: list[int],
-                 residual: str, eps: float):
+                 residual: str, eps: float, conv_init: ConvInit = T2T_INIT):
         super().__init__()
         self.query_steps = nn.ModuleList(
-            ConvStep(d_model, d_model, kernel, dilation, separability, causal=True, eps=eps)
+            ConvStep(d_model, d_model, kernel, dilation, separability, causal=True, eps=eps, conv_init=conv_init)
             for kernel, dilation, separability in zip(kernel_sizes, dilations, separabilities, strict=True)
         )
         self.norm = nn.LayerNorm(d_model, eps=eps) if residual == "t2t" else None

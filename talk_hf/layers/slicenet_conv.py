@@ -14,10 +14,31 @@ No k-tap convolution has a bias: a LayerNorm follows each one.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
-from ..transformers_internals import init
+from ..transformers_internals import init, is_loaded_from_checkpoint
+from .initialization import InitializesItself
+
+
+@dataclass(frozen=True)
+class ConvInit:
+    """How `SliceConv` initialises its weights.
+
+    Args:
+        scheme: ``"orthogonal"`` (t2t; TensorFlow's kernel orientation) or ``"normal"``.
+        gain: gain of the orthogonal initialisation.
+        std: standard deviation under ``"normal"``.
+    """
+
+    scheme: str = "orthogonal"
+    gain: float = 1.0
+    std: float = 0.02
+
+
+T2T_INIT = ConvInit()  # tensor2tensor's: orthogonal, gain 1
 
 
 def tf_orthogonal_grouped(out_channels: int, in_per_group: int, kernel_size: int, groups: int,
@@ -46,13 +67,14 @@ def tf_orthogonal_depthwise(channels: int, kernel_size: int, parts: int, gain: f
     return torch.cat(blocks).unsqueeze(1)
 
 
-class SliceConv(nn.Module):
+class SliceConv(InitializesItself):
     """t2t's ``subseparable_conv`` with "VALID" padding: (B, T + (k-1)*dilation, C_in) -> (B, T, C_out).
 
     Args:
         in_channels / out_channels: C_in and C_out.
         kernel_size / dilation: taps k of the spatial convolution and their spacing.
         separability: the convolution type (module docstring).
+        conv_init: how `init_weights` fills the weights.
 
     Parameters (``conv1d`` weights, (out, in / groups, taps)):
         spatial_weight: the k-tap convolution, depthwise (C_in, 1, k) for s <= 0, else
@@ -61,12 +83,13 @@ class SliceConv(nn.Module):
         pointwise_bias: (C_out,) for s > 1, else None.
 
     ``parts`` is the number of channel parts t2t convolves separately (TensorFlow kernels per weight).
-    The parameters are allocated uninitialised: `init_weights` fills them (the model's
-    ``_init_weights`` calls it).
+    The parameters are allocated uninitialised: `init_weights` fills them (the model calls it).
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, dilation: int, separability: int):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, dilation: int, separability: int,
+                 conv_init: ConvInit = T2T_INIT):
         super().__init__()
+        self.conv_init = conv_init
         self.separability = separability
         self.dilation = dilation
         self.parts = max(abs(separability), 1)
@@ -113,15 +136,16 @@ class SliceConv(nn.Module):
         return torch.einsum("btgi,goi->btgo", x.unflatten(-1, (self.pointwise_groups, -1)), grouped).flatten(-2)
 
     @torch.no_grad()
-    def init_weights(self, initializer: str, gain: float, std: float) -> None:
-        """t2t's initialisation (``initializer="orthogonal"``, TF orientation) or N(0, std); the 1x1
-        bias is zero.  Weights loaded from a checkpoint are left alone."""
+    def init_weights(self) -> None:
+        """t2t's initialisation (``conv_init.scheme="orthogonal"``, TF orientation) or N(0, std); the
+        1x1 bias is zero.  Weights loaded from a checkpoint are left alone."""
+        scheme, gain, std = self.conv_init.scheme, self.conv_init.gain, self.conv_init.std
         if self.pointwise_bias is not None:
             init.zeros_(self.pointwise_bias)
         for weight, parts in ((self.spatial_weight, self.parts), (self.pointwise_weight, self.pointwise_groups)):
-            if weight is None or getattr(weight, "_is_hf_initialized", False):
+            if weight is None or is_loaded_from_checkpoint(weight):
                 continue
-            if initializer == "normal":
+            if scheme == "normal":
                 init.normal_(weight, mean=0.0, std=std)
             elif weight is self.spatial_weight and self.separability <= 0:
                 init.copy_(weight, tf_orthogonal_depthwise(weight.shape[0], weight.shape[-1], parts, gain))
@@ -141,13 +165,14 @@ class ConvStep(nn.Module):
         in_channels / out_channels / kernel_size / dilation / separability: as `SliceConv`.
         causal: decoder step.
         eps: LayerNorm epsilon.
+        conv_init: how the convolution is initialised.
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, dilation: int, separability: int,
-                 causal: bool, eps: float):
+                 causal: bool, eps: float, conv_init: ConvInit = T2T_INIT):
         super().__init__()
         self.causal = causal
-        self.conv = SliceConv(in_channels, out_channels, kernel_size, dilation, separability)
+        self.conv = SliceConv(in_channels, out_channels, kernel_size, dilation, separability, conv_init)
         self.norm = nn.LayerNorm(out_channels, eps=eps)
         self.cache_index: int | None = None
 
@@ -191,14 +216,15 @@ class ConvModule(nn.Module):
         causal: decoder module.
         residual: ``"t2t"`` or ``"paper"``.
         eps: LayerNorm epsilon.
+        conv_init: how the steps' convolutions are initialised.
     """
 
     def __init__(self, d_model: int, kernel_sizes: list[int], dilations: list[int], separabilities: list[int],
-                 causal: bool, residual: str, eps: float):
+                 causal: bool, residual: str, eps: float, conv_init: ConvInit = T2T_INIT):
         super().__init__()
         self.residual = residual
         self.steps = nn.ModuleList(
-            ConvStep(d_model, d_model, kernel, dilation, separability, causal, eps)
+            ConvStep(d_model, d_model, kernel, dilation, separability, causal, eps, conv_init)
             for kernel, dilation, separability in zip(kernel_sizes, dilations, separabilities, strict=True)
         )
 

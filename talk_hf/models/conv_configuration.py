@@ -1,25 +1,23 @@
-"""Fields and checks shared by the four model configurations (TaLK / DynamicConv, seq2seq / LM).
+"""Fields and checks shared by the configurations of the generic models (TaLK / DynamicConv, seq2seq / LM).
 
-The family configurations (``configuration_talk.py``, ``configuration_dynamic_conv.py``) add their
-mixer's per-layer sizes and dropout; everything else lives here, checked once in
-``__post_init__`` with errors that name the offending field.
+A family configuration (``configuration_talk.py``, ``configuration_dynamic_conv.py``) names its
+`MixerFamily` (``family = TALK``) and declares its mixer's fields (per-layer sizes, dropout); the
+family tells these base classes how to fill and check them.  ``__post_init__`` fills the defaults
+that depend on other fields, then checks every field, with errors that name the offending field.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from transformers import PretrainedConfig
 
+from .._checks import check_int
+from .mixer_family import MixerFamily
+
 ACTIVATIONS = ("relu", "gelu", "swish", "silu", "gelu_new", "tanh")
-
-
-def check_int(name: str, value: Any, minimum: int) -> None:
-    """Require a Python int (not a bool) >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
 
 
 def check_token_id(name: str, value: Any, vocab_size: int, vocab_name: str = "vocab_size") -> None:
@@ -61,50 +59,66 @@ def doubling_schedule(layers: int, first: int, largest: int) -> list[int]:
     return sizes
 
 
+class _FamilyPresets:
+    """``XConfig.presets``: the named configurations ``{name: fields}`` that the configuration's
+    `MixerFamily` holds for its kind of model (``seq2seq_presets`` or ``lm_presets``)."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    def __get__(self, instance, owner) -> Mapping[str, Mapping[str, Any]]:
+        return {} if owner.family is None else getattr(owner.family, self.kind)
+
+
 class ConvLMConfigBase(PretrainedConfig):
     r"""Fields common to every model of the package (the decoder side and the embeddings).
 
     Args:
-        vocab_size (`int`): number of tokens; the first dimension of the embedding matrices.
-        d_model (`int`): width of the residual stream (embeddings and block outputs).
-        conv_dim (`int`, *optional*): width inside the mixer blocks (after the input projection);
-            defaults to `d_model`. Must be divisible by the mixer's head count.
-        decoder_layers (`int`): number of decoder blocks.
-        decoder_ffn_dim (`int`): hidden width of the decoder's feed-forward blocks.
-        decoder_conv_heads (`int`): heads of the decoder's mixer (TaLK offsets or conv kernels).
-        use_glu (`bool`): input projection `Linear(d_model, 2*conv_dim)` + GLU when True,
-            `Linear(d_model, conv_dim)` otherwise.
-        activation_function (`str`): FFN activation, one of `relu`, `gelu`, `swish`, `silu`,
-            `gelu_new`, `tanh`.
-        decoder_normalize_before (`bool`): pre-norm decoder blocks (plus a final LayerNorm, see
-            `decoder_final_layer_norm`) when True, post-norm otherwise.
-        decoder_final_layer_norm (`bool`): with pre-norm decoder blocks, a LayerNorm after the last
-            block (True, as in fairseq's translation models); fairseq's conv LM has none (False).
-            Ignored with post-norm blocks.
-        position_offset (`int`): added to every token's position (0 for the first real token)
-            before the sinusoidal embedding; fairseq's models count from `padding_idx + 1` (2).
-        dropout (`float`): dropout after embeddings and on every block's output.
-        activation_dropout (`float`): dropout after the FFN activation.
-        input_dropout (`float`): dropout on a mixer block's input (before its projection).
-        scale_embedding (`bool`): multiply token embeddings by sqrt(d_model).
-        init_std (`float`): standard deviation of the normal weight initialisation.
-        tie_word_embeddings (`bool`): share the output projection with the (decoder) input embeddings.
-        pad_token_id / bos_token_id / eos_token_id (`int`): special token ids.
-        use_cache (`bool`): return the fixed-size generation state (`cache`; `past_key_values` before
-            transformers 5.24).
+        vocab_size (`int`, *optional*, defaults to 1000): number of tokens; the first dimension of the
+            embedding matrices.
+        d_model (`int`, *optional*, defaults to 256): width of the residual stream (embeddings and block
+            outputs).
+        conv_dim (`int`, *optional*, defaults to `d_model`): width inside the mixer blocks (after the input
+            projection). Must be divisible by the mixer's head count.
+        decoder_layers (`int`, *optional*, defaults to 3): number of decoder blocks.
+        decoder_ffn_dim (`int`, *optional*, defaults to 1024): hidden width of the decoder's feed-forward
+            blocks.
+        decoder_conv_heads (`int`, *optional*, defaults to 4): heads of the decoder's mixer (TaLK offsets
+            or conv kernels).
+        use_glu (`bool`, *optional*, defaults to `True`): input projection `Linear(d_model, 2*conv_dim)` +
+            GLU when True, `Linear(d_model, conv_dim)` otherwise.
+        activation_function (`str`, *optional*, defaults to `"relu"`): FFN activation, one of `relu`,
+            `gelu`, `swish`, `silu`, `gelu_new`, `tanh`.
+        decoder_normalize_before (`bool`, *optional*, defaults to `False`): pre-norm decoder blocks (plus a
+            final LayerNorm, see `decoder_final_layer_norm`) when True, post-norm otherwise.
+        decoder_final_layer_norm (`bool`, *optional*, defaults to `True`): with pre-norm decoder blocks, a
+            LayerNorm after the last block (True, as in fairseq's translation models); fairseq's conv LM
+            has none (False). Ignored with post-norm blocks.
+        position_offset (`int`, *optional*, defaults to 0): added to every token's position (0 for the
+            first real token) before the sinusoidal embedding; fairseq's models count from
+            `padding_idx + 1` (2).
+        dropout (`float`, *optional*, defaults to 0.1): dropout after embeddings and on every block's
+            output.
+        activation_dropout (`float`, *optional*, defaults to 0.0): dropout after the FFN activation.
+        input_dropout (`float`, *optional*, defaults to 0.0): dropout on a mixer block's input (before its
+            projection).
+        scale_embedding (`bool`, *optional*, defaults to `True`): multiply token embeddings by
+            sqrt(d_model).
+        init_std (`float`, *optional*, defaults to 0.02): standard deviation of the normal weight
+            initialisation.
+        tie_word_embeddings (`bool`, *optional*, defaults to `True`): share the output projection with the
+            (decoder) input embeddings.
+        pad_token_id / bos_token_id / eos_token_id (`int`, *optional*, default to 1 / 0 / 2): special
+            token ids.
+        use_cache (`bool`, *optional*, defaults to `True`): return the fixed-size generation state
+            (`cache`; `past_key_values` before transformers 5.24).
     """
 
     attribute_map: ClassVar[dict[str, str]] = {"hidden_size": "d_model", "num_hidden_layers": "decoder_layers"}
-    # Set by each family configuration:
-    # named presets {name: field overrides};
-    presets: ClassVar[dict[str, dict[str, Any]]] = {}
-    # its per-layer size fields {field: the layer-count field it follows}, their smallest value
-    # and default schedule (first, largest) for `doubling_schedule`;
-    per_layer_fields: ClassVar[dict[str, str]] = {}
-    per_layer_minimum: ClassVar[int] = 0
-    per_layer_schedule: ClassVar[tuple[int, int]] = (1, 15)
-    # and the name of its mixer's dropout field (offsets or kernels).
-    mixer_dropout_field: ClassVar[str | None] = None
+    # The family's mixer, per-layer sizes, mixer dropout and presets: set by each family configuration.
+    family: ClassVar[MixerFamily | None] = None
+    presets = _FamilyPresets("lm_presets")
+    stacks: ClassVar[tuple[str, ...]] = ("decoder",)  # the layer stacks, each with its per-layer sizes
 
     vocab_size: int = 1000
     d_model: int = 256
@@ -129,18 +143,36 @@ class ConvLMConfigBase(PretrainedConfig):
     use_cache: bool = True
 
     def __post_init__(self, **kwargs):
-        if self.conv_dim is None:
-            self.conv_dim = self.d_model
+        if self.family is None:
+            raise TypeError(f"{type(self).__name__} names no MixerFamily: a family configuration sets `family`")
+        self.fill_defaults()
         self.validate_fields()
         self.validate_per_layer_fields()
         super().__post_init__(**kwargs)
 
+    def per_layer_fields(self) -> dict[str, str]:
+        """The family's per-layer size fields, each with the layer-count field it follows."""
+        return {self.family.sizes_field(stack): f"{stack}_layers" for stack in self.stacks}
+
+    def fill_defaults(self) -> None:
+        """Fill the fields left None whose default depends on others: `conv_dim` and the per-layer
+        sizes (the family's schedule over the layer count, when that count is an int); subclasses
+        extend it."""
+        if self.conv_dim is None:
+            self.conv_dim = self.d_model
+        for field, layers_field in self.per_layer_fields().items():
+            layers = getattr(self, layers_field)
+            if getattr(self, field) is None and isinstance(layers, int):
+                setattr(self, field, doubling_schedule(layers, *self.family.size_schedule))
+
+    def mixer_shape(self, layer_idx: int, causal: bool) -> tuple[int, int]:
+        """``(heads, size)`` of the mixer of decoder (``causal``) or encoder layer ``layer_idx``: the
+        stack's ``<stack>_conv_heads`` and the layer's entry of its per-layer sizes."""
+        stack = "decoder" if causal else "encoder"
+        return getattr(self, f"{stack}_conv_heads"), getattr(self, self.family.sizes_field(stack))[layer_idx]
+
     def validate_fields(self) -> None:
-        """Fill the per-layer defaults and check every field; subclasses extend the checks."""
-        for field in self.per_layer_fields:
-            if getattr(self, field) is None:
-                layers = getattr(self, self.per_layer_fields[field])
-                setattr(self, field, doubling_schedule(layers, *self.per_layer_schedule) if isinstance(layers, int) else None)
+        """Check every field but the per-layer sizes; subclasses extend the checks."""
         check_int("vocab_size", self.vocab_size, 1)
         check_int("d_model", self.d_model, 1)
         check_int("conv_dim", self.conv_dim, 1)
@@ -150,10 +182,7 @@ class ConvLMConfigBase(PretrainedConfig):
         check_divisible("conv_dim", self.conv_dim, "decoder_conv_heads", self.decoder_conv_heads)
         if self.activation_function not in ACTIVATIONS:
             raise ValueError(f"activation_function must be one of {ACTIVATIONS}, got {self.activation_function!r}")
-        probabilities = ["dropout", "activation_dropout", "input_dropout"]
-        if self.mixer_dropout_field is not None:
-            probabilities.append(self.mixer_dropout_field)
-        for name in probabilities:
+        for name in ("dropout", "activation_dropout", "input_dropout", self.family.dropout_field):
             check_probability(name, getattr(self, name))
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             if getattr(self, name) is not None:
@@ -161,12 +190,13 @@ class ConvLMConfigBase(PretrainedConfig):
 
     def validate_per_layer_fields(self) -> None:
         """Check the family's per-layer sizes against the layer counts (after all counts are checked)."""
-        for field, layers_field in self.per_layer_fields.items():
-            check_per_layer(field, getattr(self, field), layers_field, getattr(self, layers_field), self.per_layer_minimum)
+        for field, layers_field in self.per_layer_fields().items():
+            check_per_layer(field, getattr(self, field), layers_field, getattr(self, layers_field),
+                            self.family.size_minimum)
 
     @classmethod
     def from_preset(cls, name: str, **overrides):
-        """Build a named configuration from the papers (see ``cls.presets``), with field overrides."""
+        """Build a named configuration (see ``cls.presets``, the family's), with field overrides."""
         if name not in cls.presets:
             raise ValueError(f"unknown preset {name!r} for {cls.__name__}; choose one of {sorted(cls.presets)}")
         return cls(**{**cls.presets[name], **overrides})
@@ -176,19 +206,25 @@ class ConvSeq2SeqConfigBase(ConvLMConfigBase):
     r"""Fields common to the encoder-decoder models, on top of [`ConvLMConfigBase`]'s.
 
     Args:
-        encoder_layers (`int`): number of encoder blocks.
-        encoder_ffn_dim (`int`): hidden width of the encoder's feed-forward blocks.
-        encoder_conv_heads (`int`): heads of the encoder's mixer.
-        decoder_attention_heads (`int`): heads of the decoder's cross-attention (must divide d_model).
-        encoder_normalize_before (`bool`): pre-norm encoder blocks (plus a final LayerNorm).
-        attention_dropout (`float`): dropout on the cross-attention probabilities.
-        share_encoder_decoder_embeddings (`bool`): one token embedding for source and target
-            (a joint vocabulary); independent of `tie_word_embeddings`, which ties the LM head to it.
-        decoder_vocab_size (`int`, *optional*): size of the target vocabulary (decoder embeddings and
-            LM head) when it differs from the source's `vocab_size`, as in fairseq models with two
-            dictionaries; defaults to `vocab_size`. A separate size needs
+        encoder_layers (`int`, *optional*, defaults to 3): number of encoder blocks.
+        encoder_ffn_dim (`int`, *optional*, defaults to 1024): hidden width of the encoder's feed-forward
+            blocks.
+        encoder_conv_heads (`int`, *optional*, defaults to 4): heads of the encoder's mixer.
+        decoder_attention_heads (`int`, *optional*, defaults to 4): heads of the decoder's cross-attention
+            (must divide d_model).
+        encoder_normalize_before (`bool`, *optional*, defaults to `False`): pre-norm encoder blocks (plus
+            a final LayerNorm).
+        attention_dropout (`float`, *optional*, defaults to 0.0): dropout on the cross-attention
+            probabilities.
+        share_encoder_decoder_embeddings (`bool`, *optional*, defaults to `True`): one token embedding for
+            source and target (a joint vocabulary); independent of `tie_word_embeddings`, which ties the
+            LM head to it.
+        decoder_vocab_size (`int`, *optional*, defaults to `vocab_size`): size of the target vocabulary
+            (decoder embeddings and LM head) when it differs from the source's `vocab_size`, as in
+            fairseq models with two dictionaries. A separate size needs
             `share_encoder_decoder_embeddings=False`.
-        decoder_start_token_id (`int`): first decoder input; labels are shifted right behind it.
+        decoder_start_token_id (`int`, *optional*, defaults to 2): first decoder input; labels are
+            shifted right behind it.
     """
 
     attribute_map: ClassVar[dict[str, str]] = {
@@ -207,10 +243,15 @@ class ConvSeq2SeqConfigBase(ConvLMConfigBase):
     decoder_vocab_size: int | None = None
     decoder_start_token_id: int | None = 2
     is_encoder_decoder: bool = True
+    presets = _FamilyPresets("seq2seq_presets")
+    stacks: ClassVar[tuple[str, ...]] = ("encoder", "decoder")
 
-    def validate_fields(self) -> None:
+    def fill_defaults(self) -> None:
+        super().fill_defaults()
         if self.decoder_vocab_size is None:
             self.decoder_vocab_size = self.vocab_size
+
+    def validate_fields(self) -> None:
         super().validate_fields()
         check_int("decoder_vocab_size", self.decoder_vocab_size, 1)
         if self.share_encoder_decoder_embeddings and self.decoder_vocab_size != self.vocab_size:
@@ -232,16 +273,18 @@ class ConvSeq2SeqConfigBase(ConvLMConfigBase):
                        "decoder_vocab_size")
 
 
-# The `small` presets train for minutes on a CPU, about one or two epochs of Multi30k or a fraction of
-# one of WikiText-2: too short to overfit, and dropout only slows learning there. Without it the
-# validation BLEU after 12 minutes rose by 1.2 (TaLK) and 4.1 (Transformer) in the recipe search
-# (examples/results/recipe-search). Longer training wants dropout back (`dropout=0.1` or more).
-SHORT_RUN = dict(dropout=0.0)
-
-
-def _preset(d_model: int, ffn_dim: int, heads: int, use_glu: bool, sizes_name: str, decoder_sizes: list[int],
+def _preset(*, d_model: int, ffn_dim: int, heads: int, use_glu: bool, sizes_name: str, decoder_sizes: list[int],
             encoder_sizes: list[int] | None = None, **extra) -> dict:
-    """A preset's fields; per-layer sizes go to ``decoder_<sizes_name>`` (and ``encoder_<sizes_name>``)."""
+    """A preset's fields.
+
+    Args:
+        d_model / ffn_dim / heads / use_glu: the width, the FFN width and the mixer heads of every
+            stack (and the cross-attention heads), and the GLU switch.
+        sizes_name: the family's per-layer field suffix.
+        decoder_sizes: per decoder layer, ``decoder_<sizes_name>`` (their count sets ``decoder_layers``).
+        encoder_sizes: per encoder layer, ``encoder_<sizes_name>``; None for a decoder-only preset.
+        extra: further fields.
+    """
     preset = dict(d_model=d_model, decoder_ffn_dim=ffn_dim, decoder_conv_heads=heads, use_glu=use_glu,
                   decoder_layers=len(decoder_sizes), **{f"decoder_{sizes_name}": decoder_sizes}, **extra)
     if encoder_sizes is not None:
@@ -250,32 +293,56 @@ def _preset(d_model: int, ffn_dim: int, heads: int, use_glu: bool, sizes_name: s
     return preset
 
 
-def seq2seq_presets(sizes_name: str, mixer_dropout_field: str, iwslt_sizes: tuple[list[int], list[int]],
-                    small_sizes: list[int]) -> dict[str, dict[str, Any]]:
+def seq2seq_presets(*, sizes_name: str, mixer_dropout_field: str, iwslt_encoder_sizes: list[int],
+                    iwslt_decoder_sizes: list[int], small_sizes: list[int]) -> dict[str, dict[str, Any]]:
     """The papers' encoder-decoder presets (DESIGN section 4) for one family.
 
     Args:
         sizes_name: the family's per-layer field suffix (``max_offsets`` or ``kernel_sizes``).
         mixer_dropout_field: the family's offset/kernel dropout field.
-        iwslt_sizes: (encoder, decoder) sizes of the IWSLT14 De-En model (they differ by family).
+        iwslt_encoder_sizes / iwslt_decoder_sizes: per-layer sizes of the IWSLT14 De-En model (they
+            differ by family).
         small_sizes: per-layer sizes of the 3 + 3 layer CPU preset.
     """
-    big = ([3, 7, 15, 31, 31, 31, 31], [3, 7, 15, 31, 31, 31])
+    big_encoder, big_decoder = [3, 7, 15, 31, 31, 31, 31], [3, 7, 15, 31, 31, 31]
     regularised = dict(dropout=0.3, **{mixer_dropout_field: 0.1})
     return {
-        "iwslt14-de-en": _preset(512, 1024, 4, False, sizes_name, iwslt_sizes[1], iwslt_sizes[0], **regularised,
+        "iwslt14-de-en": _preset(d_model=512, ffn_dim=1024, heads=4, use_glu=False, sizes_name=sizes_name,
+                                 decoder_sizes=iwslt_decoder_sizes, encoder_sizes=iwslt_encoder_sizes, **regularised,
                                  share_encoder_decoder_embeddings=False),
-        "wmt-big": _preset(1024, 4096, 16, True, sizes_name, big[1], big[0], **regularised),
-        "cnn-dm": _preset(512, 2048, 8, True, sizes_name, big[1], big[0]),
-        "cnn-dm-deep": _preset(512, 2048, 8, True, sizes_name, [3, 7] + [31] * 8, [3, 7, 15] + [31] * 7),
-        "small": _preset(256, 1024, 4, True, sizes_name, small_sizes, small_sizes, **SHORT_RUN),
+        "wmt-big": _preset(d_model=1024, ffn_dim=4096, heads=16, use_glu=True, sizes_name=sizes_name,
+                           decoder_sizes=big_decoder, encoder_sizes=big_encoder, **regularised),
+        "cnn-dm": _preset(d_model=512, ffn_dim=2048, heads=8, use_glu=True, sizes_name=sizes_name,
+                          decoder_sizes=big_decoder, encoder_sizes=big_encoder),
+        "cnn-dm-deep": _preset(d_model=512, ffn_dim=2048, heads=8, use_glu=True, sizes_name=sizes_name,
+                               decoder_sizes=[3, 7] + [31] * 8, encoder_sizes=[3, 7, 15] + [31] * 7),
+        "small": _preset(d_model=256, ffn_dim=1024, heads=4, use_glu=True, sizes_name=sizes_name,
+                         decoder_sizes=small_sizes, encoder_sizes=small_sizes),
     }
 
 
-def lm_presets(sizes_name: str, small_sizes: list[int]) -> dict[str, dict[str, Any]]:
+def lm_presets(*, sizes_name: str, small_sizes: list[int]) -> dict[str, dict[str, Any]]:
     """The decoder-only presets: WikiText-103 (the TaLK authors' per-layer sizes, r = 0) and a small one."""
     return {
-        "wikitext-103": _preset(1024, 4096, 8, True, sizes_name, [3, 5, 7, 15, 31] + [63] * 12,
-                                vocab_size=267744, dropout=0.3),
-        "small": _preset(256, 1024, 4, True, sizes_name, small_sizes, **SHORT_RUN),
+        "wikitext-103": _preset(d_model=1024, ffn_dim=4096, heads=8, use_glu=True, sizes_name=sizes_name,
+                                decoder_sizes=[3, 5, 7, 15, 31] + [63] * 12, vocab_size=267744, dropout=0.3),
+        "small": _preset(d_model=256, ffn_dim=1024, heads=4, use_glu=True, sizes_name=sizes_name,
+                         decoder_sizes=small_sizes),
     }
+
+
+def with_paper_presets(family: MixerFamily, *, iwslt_encoder_sizes: list[int], iwslt_decoder_sizes: list[int],
+                       small_sizes: list[int]) -> MixerFamily:
+    """``family`` with the papers' presets (`seq2seq_presets`, `lm_presets`) for its per-layer sizes.
+
+    Args:
+        iwslt_encoder_sizes / iwslt_decoder_sizes: per-layer sizes of the IWSLT14 De-En model.
+        small_sizes: per-layer sizes of the 3-layer CPU presets.
+    """
+    return dataclasses.replace(
+        family,
+        seq2seq_presets=seq2seq_presets(sizes_name=family.sizes_name, mixer_dropout_field=family.dropout_field,
+                                        iwslt_encoder_sizes=iwslt_encoder_sizes,
+                                        iwslt_decoder_sizes=iwslt_decoder_sizes, small_sizes=small_sizes),
+        lm_presets=lm_presets(sizes_name=family.sizes_name, small_sizes=small_sizes),
+    )

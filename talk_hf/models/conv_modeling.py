@@ -1,21 +1,27 @@
 """The generic convolutional models; the TaLK and DynamicConv families differ only in their core.
 
-A family plugs in by subclassing these classes with its ``config_class`` and ``make_core``:
-``make_core(config, layer_idx, causal) -> nn.Module`` builds a layer's mixer core (see
-``talk_hf.layers``).  Data flows tokens -> embeddings (scaled) + sinusoidal positions -> layers
-(mixer -> [cross-attention] -> FFN) -> [final LayerNorm when pre-norm] -> LM head.
+A family plugs in through its configuration: ``config.family`` (a `MixerFamily`) builds each
+layer's mixer core with ``make_core(config, layer_idx, causal)``.  A family's model classes only
+name their configuration class (and a head its base model class).  Data flows tokens -> embeddings
+(scaled) + sinusoidal positions -> layers (mixer -> [cross-attention] -> FFN) -> [final LayerNorm
+when pre-norm] -> LM head.
+
+The stacks are called with keywords and return ModelOutputs (`EncoderStack`, `DecoderStack`), so
+that SliceNet's stacks, or a new family's, fit the same models.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Protocol
 
 import torch
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import (
     BaseModelOutput,
+    BaseModelOutputWithCrossAttentions,
     BaseModelOutputWithPast,
     CausalLMOutputWithPast,
     Seq2SeqLMOutput,
@@ -26,10 +32,10 @@ from ..cache import ConvCache, ConvEncoderDecoderCache
 from ..layers.conv_layers import ConvDecoderLayer, ConvEncoderLayer
 from ..layers.cross_attention import CrossAttentionBlock
 from ..layers.dropout import dropout
-from ..layers.dynamic_conv_mixer import LightConvCore
 from ..layers.feed_forward import FeedForwardBlock
+from ..layers.initialization import InitializesItself
 from ..layers.linear_layer import Linear
-from ..layers.mixer_block import MixerBlock, token_multiplier
+from ..layers.mixer_block import MixerBlock, MixerCore, token_multiplier
 from ..layers.sinusoidal_positions import SinusoidalPositions, positions_from_mask
 from ..ops._backend import reads_backend_once
 from ..transformers_internals import (
@@ -39,13 +45,10 @@ from ..transformers_internals import (
     ModuleTiedWeightsMixin,
     activation_checkpointing_enabled,
     can_return_tuple,
-    init,
     resolve_cache_argument,
     split_cache,
 )
 from .input_checks import InputNames, check_stack_inputs, check_token_ids
-
-CoreFactory = Callable[..., nn.Module]
 
 
 def shift_tokens_right(input_ids: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -56,7 +59,7 @@ def shift_tokens_right(input_ids: torch.Tensor, pad_token_id: int, decoder_start
     return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
-def _mixer_and_ffn(config, core: nn.Module, ffn_dim: int, normalize_before: bool):
+def _mixer_and_ffn(config, core: MixerCore, ffn_dim: int, normalize_before: bool):
     """The mixer block around ``core`` and the FFN block of one layer."""
     mixer = MixerBlock(config.d_model, config.conv_dim, core, config.use_glu, config.input_dropout,
                        config.dropout, normalize_before)
@@ -104,19 +107,48 @@ class _ConvStack(nn.Module):
         return hidden if self.final_layer_norm is None else self.final_layer_norm(hidden)
 
 
+class EncoderStack(Protocol):
+    """What a seq2seq model needs of its encoder (`ConvEncoder`, `SliceNetEncoder`)."""
+
+    embed_tokens: nn.Embedding  # the source embeddings
+
+    def __call__(self, input_ids: torch.Tensor | None = None, *, attention_mask: torch.Tensor | None = None,
+                 inputs_embeds: torch.Tensor | None = None, output_hidden_states: bool = False) -> BaseModelOutput:
+        """Source ids (B, S) or embeddings (B, S, d), mask (B, S) -> `BaseModelOutput` with
+        ``last_hidden_state`` (B, S, d) and, when asked, ``hidden_states`` (each (B, S, d))."""
+
+
+class DecoderStack(Protocol):
+    """What the models need of a decoder (`ConvDecoder`, `SliceNetDecoder`)."""
+
+    embed_tokens: nn.Embedding  # the target embeddings
+
+    def window_sizes(self) -> list[int]:
+        """The windows of its `ConvCache`, one per cached causal mixer."""
+
+    def __call__(self, input_ids: torch.Tensor | None = None, *, attention_mask: torch.Tensor | None = None,
+                 inputs_embeds: torch.Tensor | None = None, encoder_hidden_states: torch.Tensor | None = None,
+                 encoder_attention_mask: torch.Tensor | None = None, past_key_values=None,
+                 output_attentions: bool = False,
+                 output_hidden_states: bool = False) -> BaseModelOutputWithCrossAttentions:
+        """Target ids (B, T) or embeddings (B, T, d), mask (B, past + T), the encoder output (B, S, d)
+        and mask (B, S) (seq2seq), the generation cache (updated in place) -> ``last_hidden_state``
+        (B, T, d) and, when asked, ``hidden_states`` and ``cross_attentions``."""
+
+
 class ConvEncoder(_ConvStack):
     """Bidirectional mixer layers over the source; (B, S) ids -> `BaseModelOutput` (B, S, d)."""
 
-    def __init__(self, config, make_core: CoreFactory):
+    def __init__(self, config):
         super().__init__(config, config.vocab_size, config.encoder_normalize_before, InputNames())
         self.layers = nn.ModuleList(
-            ConvEncoderLayer(*_mixer_and_ffn(config, make_core(config, index, causal=False), config.encoder_ffn_dim,
-                                             config.encoder_normalize_before))
+            ConvEncoderLayer(*_mixer_and_ffn(config, config.family.make_core(config, index, causal=False),
+                                             config.encoder_ffn_dim, config.encoder_normalize_before))
             for index in range(config.encoder_layers)
         )
 
     @reads_backend_once
-    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_hidden_states=None,
+    def forward(self, input_ids=None, *, attention_mask=None, inputs_embeds=None, output_hidden_states=False,
                 **kwargs) -> BaseModelOutput:
         """input_ids (B, S) or inputs_embeds (B, S, d); attention_mask (B, S) with 1 at real tokens."""
         hidden = self.embed(input_ids, inputs_embeds, attention_mask, past_length=0)
@@ -133,7 +165,7 @@ class ConvEncoder(_ConvStack):
 class ConvDecoder(_ConvStack):
     """Causal mixer layers (with cross-attention for seq2seq); keeps its state in a `ConvCache`."""
 
-    def __init__(self, config, make_core: CoreFactory, cross_attention: bool):
+    def __init__(self, config, cross_attention: bool):
         names = InputNames("decoder_input_ids", "decoder_attention_mask") if cross_attention else InputNames()
         vocab_size = config.decoder_vocab_size if cross_attention else config.vocab_size
         final_layer_norm = config.decoder_normalize_before and config.decoder_final_layer_norm
@@ -141,7 +173,7 @@ class ConvDecoder(_ConvStack):
         self.layers = nn.ModuleList(
             ConvDecoderLayer(
                 index,
-                *_mixer_and_ffn(config, make_core(config, index, causal=True), config.decoder_ffn_dim,
+                *_mixer_and_ffn(config, config.family.make_core(config, index, causal=True), config.decoder_ffn_dim,
                                 config.decoder_normalize_before),
                 CrossAttentionBlock(config.d_model, config.decoder_attention_heads, config.attention_dropout,
                                     config.dropout, config.decoder_normalize_before) if cross_attention else None,
@@ -158,36 +190,38 @@ class ConvDecoder(_ConvStack):
         return ConvCache(self.window_sizes())
 
     @reads_backend_once
-    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, encoder_hidden=None,
-                encoder_mask=None, past_key_values=None, output_attentions=False, output_hidden_states=False):
+    def forward(self, input_ids=None, *, attention_mask=None, inputs_embeds=None, encoder_hidden_states=None,
+                encoder_attention_mask=None, past_key_values=None, output_attentions=False,
+                output_hidden_states=False) -> BaseModelOutputWithCrossAttentions:
         """
         Args:
             input_ids: (B, T) new target tokens (or inputs_embeds (B, T, d)).
             attention_mask: (B, past + T) with 1 at real tokens, or None.
-            encoder_hidden / encoder_mask: (B, S, d) and (B, S) for seq2seq, else None.
+            encoder_hidden_states / encoder_attention_mask: (B, S, d) and (B, S) for seq2seq, else None.
             past_key_values: `ConvCache` / `EncoderDecoderCache` updated in place, or None.
 
         Returns:
-            ``(hidden (B, T, d), all hidden states or None, cross-attention weights or None)``.
+            ``last_hidden_state`` (B, T, d); ``hidden_states`` (each layer's input, then the output)
+            and ``cross_attentions`` (B, heads, T, S) per layer when asked, else None.
         """
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         hidden = self.embed(input_ids, inputs_embeds, attention_mask, past_length)
-        if encoder_hidden is not None and encoder_hidden.shape[0] != hidden.shape[0]:
-            raise ValueError(f"the encoder's output has batch size {encoder_hidden.shape[0]} but "
+        if encoder_hidden_states is not None and encoder_hidden_states.shape[0] != hidden.shape[0]:
+            raise ValueError(f"the encoder's output has batch size {encoder_hidden_states.shape[0]} but "
                              f"{self.names.ids} has {hidden.shape[0]}")
         real_tokens = token_multiplier(attention_mask, hidden.shape[1], hidden.dtype)
         all_hidden, all_weights = [], []
         for layer in self.layers:
             all_hidden.append(hidden)
-            hidden, weights = layer(hidden, real_tokens, encoder_hidden, encoder_mask,
+            hidden, weights = layer(hidden, real_tokens, encoder_hidden_states, encoder_attention_mask,
                                     past_key_values=past_key_values, output_attentions=output_attentions)
             all_weights.append(weights)
         hidden = self.finish(hidden)
         all_hidden.append(hidden)
-        return (
-            hidden,
-            tuple(all_hidden) if output_hidden_states else None,
-            tuple(all_weights) if output_attentions and encoder_hidden is not None else None,
+        return BaseModelOutputWithCrossAttentions(
+            last_hidden_state=hidden,
+            hidden_states=tuple(all_hidden) if output_hidden_states else None,
+            cross_attentions=tuple(all_weights) if output_attentions and encoder_hidden_states is not None else None,
         )
 
 
@@ -195,9 +229,9 @@ class ConvPreTrainedModel(FixedStateGenerationMixin, HeadClassKeepingResizeMixin
                           PreTrainedModel):
     """Weight init, cache policy and HF switches shared by every model of the package.
 
-    Subclasses set ``config_class`` and ``make_core`` (a staticmethod building a mixer core).  A
-    base model provides ``new_cache()``: the empty fixed-size generation state of its decoder, which
-    ``generate`` puts in place before the first forward (see `FixedStateGenerationMixin`).
+    Subclasses set ``config_class``.  A base model provides ``new_cache()``: the empty fixed-size
+    generation state of its decoder, which ``generate`` puts in place before the first forward (see
+    `FixedStateGenerationMixin`).
     """
 
     base_model_prefix = "model"
@@ -208,14 +242,13 @@ class ConvPreTrainedModel(FixedStateGenerationMixin, HeadClassKeepingResizeMixin
     _no_split_modules = ["ConvEncoderLayer", "ConvDecoderLayer"]
     _skip_keys_device_placement = ["cache", "past_key_values"]  # the name from transformers 5.24, and before
     _supports_sdpa = True  # the cross-attention always runs scaled_dot_product_attention
-    make_core: CoreFactory
 
     def _init_weights(self, module: nn.Module) -> None:
+        """transformers' initialisation of the standard modules (normal(0, ``init_std``) linear maps
+        and embeddings, LayerNorms 1 and 0), then the module's own, if it has any (`InitializesItself`)."""
         super()._init_weights(module)
-        if isinstance(module, SinusoidalPositions):
-            init.copy_(module.inv_freq, module.compute_inv_freq())
-        elif isinstance(module, LightConvCore):
-            init.xavier_uniform_(module.weight)
+        if isinstance(module, InitializesItself):
+            module.init_weights()
 
     def _switch(self, name: str, value: bool | None) -> bool:
         """An output switch (``output_hidden_states``, ...): the argument when given, so that an
@@ -244,14 +277,8 @@ class ConvPreTrainedModel(FixedStateGenerationMixin, HeadClassKeepingResizeMixin
 class ConvSeq2SeqModel(ConvPreTrainedModel):
     """Encoder + decoder with cross-attention; returns `Seq2SeqModelOutput` (decoder states).
 
-    A family plugs in its mixer core (``make_core``), or its own stacks by overriding
-    ``build_encoder`` / ``build_decoder`` (SliceNet).  The stacks' contract, as `ConvEncoder` and
-    `ConvDecoder` keep it:
-
-    * encoder ``(input_ids, attention_mask, inputs_embeds, output_hidden_states) -> BaseModelOutput``;
-    * decoder ``(input_ids, attention_mask, inputs_embeds, encoder_hidden, encoder_mask, past_key_values,
-      output_attentions, output_hidden_states) -> (hidden, hidden states or None, attentions or None)``,
-      with ``embed_tokens`` (the target embeddings) and ``window_sizes()`` (its `ConvCache` windows).
+    A family plugs in its mixer core (``config.family``), or its own stacks by overriding
+    ``build_encoder`` / ``build_decoder`` (SliceNet): any `EncoderStack` and `DecoderStack`.
     """
 
     def __init__(self, config):
@@ -267,11 +294,11 @@ class ConvSeq2SeqModel(ConvPreTrainedModel):
             self._tied_weights_keys = {"encoder.embed_tokens.weight": "decoder.embed_tokens.weight"}
         self.post_init()
 
-    def build_encoder(self, config) -> nn.Module:
-        return ConvEncoder(config, self.make_core)
+    def build_encoder(self, config) -> EncoderStack:
+        return ConvEncoder(config)
 
-    def build_decoder(self, config) -> nn.Module:
-        return ConvDecoder(config, self.make_core, cross_attention=True)
+    def build_decoder(self, config) -> DecoderStack:
+        return ConvDecoder(config, cross_attention=True)
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.decoder.embed_tokens
@@ -293,21 +320,28 @@ class ConvSeq2SeqModel(ConvPreTrainedModel):
         generation cache comes as ``cache`` (transformers >= 5.24) or ``past_key_values``."""
         output_hidden_states = self._switch("output_hidden_states", output_hidden_states)
         if encoder_outputs is None:
-            encoder_outputs = self.encoder(input_ids, attention_mask, inputs_embeds, output_hidden_states)
+            encoder_outputs = self.encoder(input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
+                                           output_hidden_states=output_hidden_states)
         elif not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
         if decoder_input_ids is None and decoder_inputs_embeds is None:
             raise ValueError("pass decoder_input_ids (or labels, which are shifted into decoder_input_ids)")
         cache = self._cache_for_forward(use_cache, cache, past_key_values, self.new_cache)
-        hidden, all_hidden, cross_attentions = self.decoder(
-            decoder_input_ids, decoder_attention_mask, decoder_inputs_embeds, encoder_outputs.last_hidden_state,
-            attention_mask, cache, self._switch("output_attentions", output_attentions), output_hidden_states,
+        decoder_outputs = self.decoder(
+            decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            inputs_embeds=decoder_inputs_embeds,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            past_key_values=cache,
+            output_attentions=self._switch("output_attentions", output_attentions),
+            output_hidden_states=output_hidden_states,
         )
         return Seq2SeqModelOutput(
-            last_hidden_state=hidden,
+            last_hidden_state=decoder_outputs.last_hidden_state,
             **{CACHE_NAME: cache},
-            decoder_hidden_states=all_hidden,
-            cross_attentions=cross_attentions,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            cross_attentions=decoder_outputs.cross_attentions,
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
             encoder_hidden_states=encoder_outputs.hidden_states,
         )
@@ -376,9 +410,17 @@ class ConvForConditionalGeneration(ConvHeadBase):
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
         outputs = self.model(
-            input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs,
-            resolve_cache_argument(cache, past_key_values), inputs_embeds, decoder_inputs_embeds, use_cache,
-            output_attentions, output_hidden_states,
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            cache=resolve_cache_argument(cache, past_key_values),
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
         )
         logits = self.lm_head(outputs.last_hidden_state[:, -logits_to_keep:])
         loss = None
@@ -404,7 +446,7 @@ class ConvLMModel(ConvPreTrainedModel):
 
     def __init__(self, config):
         super().__init__(config)
-        self.decoder = ConvDecoder(config, self.make_core, cross_attention=False)
+        self.decoder = ConvDecoder(config, cross_attention=False)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -423,11 +465,12 @@ class ConvLMModel(ConvPreTrainedModel):
         """input_ids (B, T); attention_mask (B, past + T) with 1 at real tokens (left padding allowed);
         the generation cache as ``cache`` (transformers >= 5.24) or ``past_key_values``."""
         cache = self._cache_for_forward(use_cache, cache, past_key_values, self.new_cache)
-        hidden, all_hidden, _ = self.decoder(
-            input_ids, attention_mask, inputs_embeds, past_key_values=cache,
+        decoder_outputs = self.decoder(
+            input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, past_key_values=cache,
             output_hidden_states=self._switch("output_hidden_states", output_hidden_states),
         )
-        return BaseModelOutputWithPast(last_hidden_state=hidden, **{CACHE_NAME: cache}, hidden_states=all_hidden)
+        return BaseModelOutputWithPast(last_hidden_state=decoder_outputs.last_hidden_state, **{CACHE_NAME: cache},
+                                       hidden_states=decoder_outputs.hidden_states)
 
 
 class ConvForCausalLM(ConvHeadBase):
@@ -448,7 +491,8 @@ class ConvForCausalLM(ConvHeadBase):
         if labels is not None or shift_labels is not None:
             use_cache = False
         cache = resolve_cache_argument(cache, past_key_values)
-        outputs = self.model(input_ids, attention_mask, cache, inputs_embeds, use_cache, output_hidden_states)
+        outputs = self.model(input_ids, attention_mask=attention_mask, cache=cache, inputs_embeds=inputs_embeds,
+                             use_cache=use_cache, output_hidden_states=output_hidden_states)
         logits = self.lm_head(outputs.last_hidden_state[:, -logits_to_keep:])
         loss = None
         if labels is not None or shift_labels is not None:

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import torch
 
+# The one definition, shared with the configurations; the ops import it from here.
+from .._checks import check_int as check_int
+
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -21,15 +24,6 @@ def check_tensor(name: str, value, ndim: int, shape_doc: str) -> None:
         raise ValueError(
             f"{name} must be float16, bfloat16, float32 or float64, got {value.dtype}"
         )
-
-
-def check_int(name: str, value, minimum: int, maximum: int | None = None) -> None:
-    """Require a Python int (not a bool) in ``[minimum, maximum]``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum or (maximum is not None and value > maximum):
-        bounds = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-        raise ValueError(f"{name} must be {bounds}, got {value}")
 
 
 def check_same_device_and_dtype(reference_name: str, reference: torch.Tensor, **others) -> None:

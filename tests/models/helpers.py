@@ -9,6 +9,8 @@ import torch
 import talk_hf
 from talk_hf.transformers_internals import CACHE_NAME
 
+from . import toy_family
+
 VOCAB = 40
 PAD, BOS, EOS = 1, 0, 2
 SIZES = dict(vocab_size=VOCAB, d_model=16, decoder_layers=2, decoder_ffn_dim=32, decoder_conv_heads=2,
@@ -35,7 +37,7 @@ class Case:
 
     @property
     def is_seq2seq(self) -> bool:
-        return self.config_class.model_type in ("talk", "dynamic_conv", "slicenet")
+        return self.config_class.is_encoder_decoder
 
     def config(self, **overrides):
         return self.config_class(**{**self.config_kwargs, **overrides})
@@ -58,6 +60,11 @@ CASES = [
          dict(SIZES, decoder_kernel_sizes=[2, 5], conv_type="lightweight")),
     Case("slicenet", talk_hf.SliceNetForConditionalGeneration, talk_hf.SliceNetModel, talk_hf.SliceNetConfig,
          SLICENET_SIZES),
+    # A family defined outside the package (toy_family.py), to show that the generic tests hold for any family.
+    Case("toy-seq2seq", toy_family.ToyForConditionalGeneration, toy_family.ToyModel, toy_family.ToyConfig,
+         dict(SEQ2SEQ_SIZES, encoder_kernel_widths=[3, 2], decoder_kernel_widths=[2, 3])),
+    Case("toy-lm", toy_family.ToyForCausalLM, toy_family.ToyLMModel, toy_family.ToyLMConfig,
+         dict(SIZES, decoder_kernel_widths=[3, 4])),
 ]
 CASE_IDS = [case.name for case in CASES]
 

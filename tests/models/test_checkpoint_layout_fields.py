@@ -4,7 +4,6 @@ pre-norm decoder without a final LayerNorm, and separate source and target vocab
 import pytest
 import torch
 
-
 from .helpers import CASES, random_tokens, returned_cache
 
 OUR_CASES = [case for case in CASES if hasattr(case.config_class, "position_offset")]

@@ -4,7 +4,9 @@ import pytest
 from transformers import AutoConfig
 
 import talk_hf
+from talk_hf.models.families import family_of
 
+from . import toy_family
 from .helpers import CASE_IDS, CASES
 
 CONFIG_CLASSES = [talk_hf.TaLKConfig, talk_hf.TaLKLMConfig, talk_hf.DynamicConvConfig, talk_hf.DynamicConvLMConfig]
@@ -66,9 +68,9 @@ def test_paper_presets_hold_the_papers_numbers():
 
 
 @pytest.mark.parametrize("config_class", CONFIG_CLASSES, ids=lambda c: c.__name__)
-def test_small_presets_train_without_dropout(config_class):
-    """The recipe for runs of minutes (examples/results/recipe-search); an override still wins."""
-    assert config_class.from_preset("small").dropout == 0.0
+def test_small_presets_keep_the_models_own_dropout(config_class):
+    """A preset is a model, not a run: the scripts' recipe sets dropout 0 for their runs of minutes."""
+    assert config_class.from_preset("small").dropout == config_class().dropout == 0.1
     assert config_class.from_preset("small", dropout=0.2).dropout == 0.2
 
 
@@ -81,3 +83,16 @@ def test_defaults_follow_the_layer_count():
     config = talk_hf.DynamicConvConfig(encoder_layers=5, decoder_layers=2)
     assert config.encoder_kernel_sizes == [3, 7, 15, 31, 31] and config.decoder_kernel_sizes == [3, 7]
     assert talk_hf.TaLKLMConfig(decoder_layers=6).decoder_max_offsets == [1, 3, 7, 15, 15, 15]
+
+
+def test_a_family_defined_outside_the_package_gets_the_generic_fields_and_checks():
+    """toy_family.py names its MixerFamily once; the base configurations fill, check and register from it."""
+    config = toy_family.ToyConfig(encoder_layers=4, decoder_layers=2)
+    assert config.encoder_kernel_widths == [3, 7, 7, 7] and config.decoder_kernel_widths == [3, 7]
+    with pytest.raises(ValueError, match=r"decoder_kernel_widths\[0\] must be >= 1"):
+        toy_family.ToyLMConfig(decoder_kernel_widths=[0, 3, 3])
+    with pytest.raises(ValueError, match="kernel_dropout must be a probability"):
+        toy_family.ToyLMConfig(kernel_dropout=1.0)
+    assert family_of("toy_conv").head_class is toy_family.ToyForConditionalGeneration
+    assert family_of("toy_conv_lm").head_auto_class == "AutoModelForCausalLM"
+    assert toy_family.ToyConfig.presets == {}

@@ -36,7 +36,7 @@ def test_save_load_round_trip_through_auto_classes(case, tmp_path):
 def test_each_dropout_acts_in_training_and_never_in_eval(case, field):
     """Every dropout of the layers drops in training mode; eval forwards are deterministic and
     equal to a model without dropout (dropout is skipped outright there)."""
-    mixer_field = case.config_class.mixer_dropout_field
+    mixer_field = case.config_class.family.dropout_field
     field = mixer_field if field == "mixer" else field
     no_dropout = dict.fromkeys(["dropout", "input_dropout", "activation_dropout", "attention_dropout", mixer_field], 0.0)
     inputs = model_inputs(case)
@@ -56,7 +56,7 @@ def test_meta_device_init_rebuilds_every_parameter_and_buffer(case):
     for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
         assert torch.isfinite(tensor).all(), name
     reference = case.model()
-    for (name, buffer), (_, expected) in zip(model.named_buffers(), reference.named_buffers()):
+    for (name, buffer), (_, expected) in zip(model.named_buffers(), reference.named_buffers(), strict=True):
         torch.testing.assert_close(buffer, expected, msg=name)
     assert model.get_input_embeddings().weight[PAD].abs().sum() == 0
 
@@ -238,6 +238,7 @@ def test_padding_is_ignored(case):
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_a_forward_reads_the_backend_variable_once(case, monkeypatch):
     """$TALK_HF_BACKEND is read when the model's forward starts, once for all the ops it runs."""
+    monkeypatch.setenv("TALK_HF_BACKEND", "auto")
     model = case.model().eval()
     reads = []
     read = _backend._environment_backend

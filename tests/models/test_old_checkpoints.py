@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 from talk_hf.models.families import family_of
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "talk_hf_checkpoints"
-FOLDERS = sorted(path for path in FIXTURES.iterdir() if path.is_dir())
+FOLDERS = sorted(path for path in FIXTURES.iterdir() if (path / "config.json").is_file())  # not __pycache__
 
 
 def _expected(folder: Path) -> tuple[dict, torch.Tensor, dict[str, torch.Tensor]]:

@@ -102,8 +102,8 @@ def test_large_presets_have_the_papers_parameter_counts(name, non_embedding):
 
 def _reach_formula(config) -> int:
     """SLICENET.md section 3.5: middle attention and IO mixer, then per layer the module and attention."""
-    attention = sum((k - 1) * d for k, d in zip(config.attention_kernel_sizes, config.attention_dilations))
-    module = sum((k - 1) * d for k, d in zip(config.kernel_sizes, config.dilations))
+    attention = sum((k - 1) * d for k, d in zip(config.attention_kernel_sizes, config.attention_dilations, strict=True))
+    module = sum((k - 1) * d for k, d in zip(config.kernel_sizes, config.dilations, strict=True))
     return attention + (config.io_mixer_kernel_size - 1) + config.decoder_layers * (module + attention)
 
 

@@ -9,7 +9,7 @@ import torch
 
 from talk_hf import ConvCache
 from talk_hf.layers.slicenet_attention import TimingSignal
-from talk_hf.layers.slicenet_conv import ConvStep, SliceConv
+from talk_hf.layers.slicenet_conv import ConvInit, ConvStep, SliceConv
 
 SEPARABILITIES = [0, 1, 4, 16, -1, -2, -3]
 
@@ -80,7 +80,7 @@ def test_conv_step_gradients_in_float64(separability):
     x = torch.randn(2, 7, 4, dtype=torch.float64, requires_grad=True)
 
     def run(x, *parameters):
-        return torch.func.functional_call(step, dict(zip(names, parameters)), (x,))
+        return torch.func.functional_call(step, dict(zip(names, parameters, strict=True)), (x,))
 
     parameters = [parameter.detach().clone().requires_grad_() for parameter in step.parameters()]
     assert torch.autograd.gradcheck(run, (x, *parameters))
@@ -106,8 +106,8 @@ def test_parameter_counts_follow_table_1(separability, expected):
 def test_orthogonal_init_has_tensorflows_orientation(separability):
     """TF flattens each part's kernel [k, 1, c_in, c_out] to (k c_in, c_out) and makes it orthogonal."""
     channels, kernel_size, gain = 24, 5, 1.5
-    conv = SliceConv(channels, channels, kernel_size, 1, separability)
-    conv.init_weights("orthogonal", gain, std=0.02)
+    conv = SliceConv(channels, channels, kernel_size, 1, separability, ConvInit("orthogonal", gain, std=0.02))
+    conv.init_weights()
     parts = max(abs(separability), 1)
     if separability <= 0:  # each part's depthwise kernel is one column: a vector of norm `gain`
         norms = [part.norm() for part in conv.spatial_weight.chunk(parts)]
@@ -121,8 +121,8 @@ def test_orthogonal_init_has_tensorflows_orientation(separability):
 
 def _step(*args, causal: bool) -> ConvStep:
     """A ConvStep(in, out, k, dilation, separability) with t2t's initialisation."""
-    step = ConvStep(*args, causal=causal, eps=1e-6).eval()
-    step.conv.init_weights("orthogonal", 1.0, std=0.02)
+    step = ConvStep(*args, causal=causal, eps=1e-6, conv_init=ConvInit("orthogonal", 1.0, std=0.02)).eval()
+    step.conv.init_weights()
     return step
 
 

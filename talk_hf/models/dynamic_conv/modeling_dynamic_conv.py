@@ -1,11 +1,12 @@
 """DynamicConv / LightConv models (Wu et al., ICLR 2019): the generic convolutional models with a
-DynamicConv or LightConv core (``config.conv_type``)."""
+DynamicConv or LightConv core (``config.conv_type``).
+
+The core comes from the configuration's family (`family_dynamic_conv.DYNAMIC_CONV`); these classes
+only give each (configuration, head) pair the name that the Auto classes and remote code need.
+"""
 
 from __future__ import annotations
 
-from torch import nn
-
-from ...layers.dynamic_conv_mixer import DynamicConvCore, LightConvCore
 from ..conv_modeling import (
     ConvForCausalLM,
     ConvForConditionalGeneration,
@@ -16,19 +17,8 @@ from ..conv_modeling import (
 from .configuration_dynamic_conv import DynamicConvConfig, DynamicConvLMConfig
 
 
-def make_dynamic_conv_core(config, layer_idx: int, causal: bool) -> nn.Module:
-    """The DynamicConv or LightConv core of encoder (``causal=False``) or decoder layer ``layer_idx``."""
-    if causal:
-        heads, kernel_size = config.decoder_conv_heads, config.decoder_kernel_sizes[layer_idx]
-    else:
-        heads, kernel_size = config.encoder_conv_heads, config.encoder_kernel_sizes[layer_idx]
-    core_class = DynamicConvCore if config.conv_type == "dynamic" else LightConvCore
-    return core_class(config.conv_dim, heads, kernel_size, causal, config.weight_dropout)
-
-
 class DynamicConvPreTrainedModel(ConvPreTrainedModel):
     config_class = DynamicConvConfig
-    make_core = staticmethod(make_dynamic_conv_core)
 
 
 class DynamicConvModel(DynamicConvPreTrainedModel, ConvSeq2SeqModel):
@@ -43,7 +33,6 @@ class DynamicConvForConditionalGeneration(DynamicConvPreTrainedModel, ConvForCon
 
 class DynamicConvLMPreTrainedModel(ConvPreTrainedModel):
     config_class = DynamicConvLMConfig
-    make_core = staticmethod(make_dynamic_conv_core)
 
 
 class DynamicConvLMModel(DynamicConvLMPreTrainedModel, ConvLMModel):

@@ -12,7 +12,8 @@ from typing import Any, ClassVar
 
 from transformers import PretrainedConfig
 
-from ..conv_configuration import check_int, check_probability, check_token_id
+from ..._checks import check_int
+from ..conv_configuration import check_probability, check_token_id
 
 # Table 2 of the paper, in its row order: (dilations, kernel sizes, separability, d_model or None).
 # The 5-kernel row prints 4 dilations; the code's scheme "1.1.1.1.1" has 5.  Only the two large
@@ -97,47 +98,62 @@ class SliceNetConfig(PretrainedConfig):
     r"""Configuration of [`SliceNetModel`] / [`SliceNetForConditionalGeneration`].
 
     Args:
-        vocab_size (`int`): tokens of the one vocabulary shared by source, target and output.
-        d_model (`int`): feature depth of every step (t2t `hidden_size`; 2048 / 3072 for the paper's
-            large models, 768 in t2t's `slicenet_1`).
-        encoder_layers (`int`): ConvModules of the input encoder (t2t: 1.5 x `num_hidden_layers`).
-        decoder_layers (`int`): attention-ConvModules of the decoder (t2t `num_hidden_layers`).
-        kernel_sizes (`list[int]`): one odd kernel per ConvStep of a ConvModule, at least 3: the first
-            two steps form the module's first residual sub-block, the rest its second.
-        dilations (`list[int]`): one dilation per step, >= 1.
-        separability (`int`): t2t semantics: 0 = depthwise separable ("Full"), 1 = regular ("None"),
-            g > 1 = g-group sub-separable followed by a 1x1 convolution with bias, g < 0 =
-            super-separable, with per-step groups from `step_separabilities` (-2 gives 3, 2 | 3, 2).
-        attention_kernel_sizes / attention_dilations (`list[int]`): the causal steps that turn the
-            target into the attention query (t2t: kernels 5, 5 with dilations 1, 4).
-        io_mixer_kernel_size / io_mixer_separability (`int`): the step that mixes the attention
-            output with the target embedding (2 d_model -> d_model channels).  t2t: 3 and 4; the
-            paper's text: a separable step (0).
-        timing_num_timescales (`int`, *optional*): t2t's timing signal, sin and cos of this many
-            geometric timescales in the first 2n channels, zeros elsewhere.  None: the paper's
-            formula, interleaved sin/cos over the whole depth.
-        timing_min_timescale / timing_max_timescale (`float`): the timescale range.
-        layer_norm_eps (`float`): epsilon of every LayerNorm (t2t: 1e-6).
-        dropout (`float`): dropout rate, applied where `dropout_placement` says.
-        dropout_placement (`str`): `"stack"` (t2t): on the encoder output and the decoder output;
-            `"module"` (paper): on the output of every ConvModule.
-        module_residual (`str`): `"t2t"`: a module returns x + y + B2(x + y) with y = B1(x);
-            `"paper"`: x + B2(x + y).
-        attention_residual (`str`): `"t2t"`: a decoder layer returns m + LN(m + Attend(q(m))) with m
-            its module's output; `"paper"`: m + Attend(q(x)), the query from the layer input x, no LN.
-        token_dropout (`float`): in training, replace each token id by the pad id with this
-            probability (t2t's later `symbol_dropout`; 0.2 in slicenet_1 but a no-op in 2017).
-        scale_embedding (`bool`): multiply token embeddings by sqrt(d_model).
-        initializer (`str`): `"orthogonal"` (t2t; TensorFlow's kernel orientation) or `"normal"`.
-        initializer_gain (`float`): gain of the orthogonal initialisation.
-        init_std (`float`): standard deviation of the convolutions under `"normal"`.  Embeddings
-            are always N(0, d_model^-0.5), as in t2t.
-        tie_word_embeddings (`bool`): the output projection is the token embedding matrix.
-        share_encoder_decoder_embeddings (`bool`): one token embedding for source and target.
-        pad_token_id / bos_token_id / eos_token_id / decoder_start_token_id (`int`): special ids;
-            the start token plays t2t's target-space embedding.
-        num_beams (`int`): default beam size of `generate()` (the paper decodes with beam 4).
-        use_cache (`bool`): return the fixed-size generation state.
+        vocab_size (`int`, *optional*, defaults to 1000): tokens of the one vocabulary shared by source,
+            target and output.
+        d_model (`int`, *optional*, defaults to 256): feature depth of every step (t2t `hidden_size`;
+            2048 / 3072 for the paper's large models, 768 in t2t's `slicenet_1`).
+        encoder_layers (`int`, *optional*, defaults to 6): ConvModules of the input encoder (t2t: 1.5 x
+            `num_hidden_layers`).
+        decoder_layers (`int`, *optional*, defaults to 4): attention-ConvModules of the decoder (t2t
+            `num_hidden_layers`).
+        kernel_sizes (`list[int]`, *optional*, defaults to `[3, 7, 15, 31]`): one odd kernel per ConvStep
+            of a ConvModule, at least 3: the first two steps form the module's first residual
+            sub-block, the rest its second.
+        dilations (`list[int]`, *optional*, defaults to 1 per entry of `kernel_sizes`): one dilation per
+            step, >= 1.
+        separability (`int`, *optional*, defaults to 0): t2t semantics: 0 = depthwise separable
+            ("Full"), 1 = regular ("None"), g > 1 = g-group sub-separable followed by a 1x1 convolution
+            with bias, g < 0 = super-separable, with per-step groups from `step_separabilities` (-2
+            gives 3, 2 | 3, 2).
+        attention_kernel_sizes / attention_dilations (`list[int]`, *optional*, default to `[5, 5]` /
+            `[1, 4]`, as t2t): the causal steps that turn the target into the attention query.
+        io_mixer_kernel_size / io_mixer_separability (`int`, *optional*, default to 3 / 4, as t2t): the
+            step that mixes the attention output with the target embedding (2 d_model -> d_model
+            channels); the paper's text: a separable step (0).
+        timing_num_timescales (`int`, *optional*, defaults to 16): t2t's timing signal, sin and cos of
+            this many geometric timescales in the first 2n channels, zeros elsewhere.  None: the
+            paper's formula, interleaved sin/cos over the whole depth.
+        timing_min_timescale / timing_max_timescale (`float`, *optional*, default to 1.0 / 1.0e4): the
+            timescale range.
+        layer_norm_eps (`float`, *optional*, defaults to 1e-6, as t2t): epsilon of every LayerNorm.
+        dropout (`float`, *optional*, defaults to 0.5): dropout rate, applied where `dropout_placement`
+            says.
+        dropout_placement (`str`, *optional*, defaults to `"stack"`): `"stack"` (t2t): on the encoder
+            output and the decoder output; `"module"` (paper): on the output of every ConvModule.
+        module_residual (`str`, *optional*, defaults to `"t2t"`): `"t2t"`: a module returns
+            x + y + B2(x + y) with y = B1(x); `"paper"`: x + B2(x + y).
+        attention_residual (`str`, *optional*, defaults to `"t2t"`): `"t2t"`: a decoder layer returns
+            m + LN(m + Attend(q(m))) with m its module's output; `"paper"`: m + Attend(q(x)), the
+            query from the layer input x, no LN.
+        token_dropout (`float`, *optional*, defaults to 0.0): in training, replace each token id by the
+            pad id with this probability (t2t's later `symbol_dropout`; 0.2 in slicenet_1 but a no-op
+            in 2017).
+        scale_embedding (`bool`, *optional*, defaults to `True`): multiply token embeddings by
+            sqrt(d_model).
+        initializer (`str`, *optional*, defaults to `"orthogonal"`): `"orthogonal"` (t2t; TensorFlow's
+            kernel orientation) or `"normal"`.
+        initializer_gain (`float`, *optional*, defaults to 1.0): gain of the orthogonal initialisation.
+        init_std (`float`, *optional*, defaults to 0.02): standard deviation of the convolutions under
+            `"normal"`.  Embeddings are always N(0, d_model^-0.5), as in t2t.
+        tie_word_embeddings (`bool`, *optional*, defaults to `True`): the output projection is the token
+            embedding matrix.
+        share_encoder_decoder_embeddings (`bool`, *optional*, defaults to `True`): one token embedding
+            for source and target.
+        pad_token_id / bos_token_id / eos_token_id / decoder_start_token_id (`int`, *optional*, default
+            to 1 / 0 / 2 / 2): special ids; the start token plays t2t's target-space embedding.
+        num_beams (`int`, *optional*, defaults to 4): default beam size of `generate()` (the paper
+            decodes with beam 4).
+        use_cache (`bool`, *optional*, defaults to `True`): return the fixed-size generation state.
 
     Presets: `SliceNetConfig.from_preset(name, **overrides)`, see `presets`; the rows of the paper's
     Table 2: `SliceNetConfig.from_table2_row(row, d_model=...)`.
@@ -190,7 +206,12 @@ class SliceNetConfig(PretrainedConfig):
     is_encoder_decoder: bool = True
 
     def __post_init__(self, **kwargs):
-        # Mutable defaults are filled here (dataclass fields cannot default to a list).
+        self.fill_defaults()
+        self.validate_fields()
+        super().__post_init__(**kwargs)
+
+    def fill_defaults(self) -> None:
+        """Fill the list fields left None (dataclass fields cannot default to a list)."""
         if self.kernel_sizes is None:
             self.kernel_sizes = [3, 7, 15, 31]
         if self.dilations is None:
@@ -199,8 +220,6 @@ class SliceNetConfig(PretrainedConfig):
             self.attention_kernel_sizes = [5, 5]
         if self.attention_dilations is None:
             self.attention_dilations = [1, 4]
-        self.validate_fields()
-        super().__post_init__(**kwargs)
 
     def module_separabilities(self) -> list[int]:
         """Per step of a ConvModule: t2t's rule applied to each residual sub-block."""

@@ -18,17 +18,22 @@ import math
 
 import torch
 from torch import nn
-from transformers.modeling_outputs import BaseModelOutput
+from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithCrossAttentions
 
 from ...layers.sinusoidal_positions import positions_from_mask
 from ...layers.slicenet_attention import SliceAttention, TimingSignal
-from ...layers.slicenet_conv import ConvModule, ConvStep, SliceConv
+from ...layers.slicenet_conv import ConvInit, ConvModule, ConvStep
 from ...layers.slicenet_layers import SliceNetDecoderLayer, SliceNetEncoderLayer, SliceNetIOMixer
 from ...ops._backend import reads_backend_once
-from ...transformers_internals import init, split_cache
+from ...transformers_internals import init, is_loaded_from_checkpoint, split_cache
 from ..conv_modeling import ConvForConditionalGeneration, ConvPreTrainedModel, ConvSeq2SeqModel
 from ..input_checks import InputNames, check_stack_inputs, check_token_ids
 from .configuration_slicenet import SliceNetConfig
+
+
+def conv_init(config: SliceNetConfig) -> ConvInit:
+    """How the configuration initialises the convolutions."""
+    return ConvInit(config.initializer, config.initializer_gain, config.init_std)
 
 
 class _SliceNetStack(nn.Module):
@@ -75,7 +80,8 @@ class SliceNetEncoder(_SliceNetStack):
         self.layers = nn.ModuleList(
             SliceNetEncoderLayer(
                 ConvModule(config.d_model, config.kernel_sizes, config.dilations, config.module_separabilities(),
-                           causal=False, residual=config.module_residual, eps=config.layer_norm_eps),
+                           causal=False, residual=config.module_residual, eps=config.layer_norm_eps,
+                           conv_init=conv_init(config)),
                 module_dropout,
             )
             for _ in range(config.encoder_layers)
@@ -83,7 +89,7 @@ class SliceNetEncoder(_SliceNetStack):
         self.dropout = nn.Dropout(config.dropout if config.dropout_placement == "stack" else 0.0)
 
     @reads_backend_once
-    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, output_hidden_states=None,
+    def forward(self, input_ids=None, *, attention_mask=None, inputs_embeds=None, output_hidden_states=False,
                 **kwargs) -> BaseModelOutput:
         """input_ids (B, S) or inputs_embeds (B, S, d); attention_mask (B, S) with 1 at real tokens.
 
@@ -111,22 +117,22 @@ class SliceNetDecoder(_SliceNetStack):
 
     def __init__(self, config: SliceNetConfig):
         super().__init__(config, InputNames("decoder_input_ids", "decoder_attention_mask"))
-        d_model, eps = config.d_model, config.layer_norm_eps
+        d_model, eps, init_of_convs = config.d_model, config.layer_norm_eps, conv_init(config)
 
         def attention_block() -> SliceAttention:
             return SliceAttention(d_model, config.attention_kernel_sizes, config.attention_dilations,
-                                  config.attention_separabilities(), config.attention_residual, eps)
+                                  config.attention_separabilities(), config.attention_residual, eps, init_of_convs)
 
         self.io_mixer = SliceNetIOMixer(
             attention_block(),
             ConvStep(2 * d_model, d_model, config.io_mixer_kernel_size, 1, config.io_mixer_separability, causal=True,
-                     eps=eps),
+                     eps=eps, conv_init=init_of_convs),
         )
         module_dropout = config.dropout if config.dropout_placement == "module" else 0.0
         self.layers = nn.ModuleList(
             SliceNetDecoderLayer(
                 ConvModule(d_model, config.kernel_sizes, config.dilations, config.module_separabilities(),
-                           causal=True, residual=config.module_residual, eps=eps),
+                           causal=True, residual=config.module_residual, eps=eps, conv_init=init_of_convs),
                 attention_block(), config.attention_residual, module_dropout,
             )
             for _ in range(config.decoder_layers)
@@ -146,41 +152,43 @@ class SliceNetDecoder(_SliceNetStack):
         return [step.window for step in self.causal_steps()]
 
     @reads_backend_once
-    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, encoder_hidden=None,
-                encoder_mask=None, past_key_values=None, output_attentions=False, output_hidden_states=False):
+    def forward(self, input_ids=None, *, attention_mask=None, inputs_embeds=None, encoder_hidden_states=None,
+                encoder_attention_mask=None, past_key_values=None, output_attentions=False,
+                output_hidden_states=False) -> BaseModelOutputWithCrossAttentions:
         """
         Args:
             input_ids: (B, T) new target tokens (or inputs_embeds (B, T, d)).
             attention_mask: (B, past + T) with 1 at real tokens, or None.
-            encoder_hidden / encoder_mask: (B, S, d) encoder output and its (B, S) mask (or None).
+            encoder_hidden_states / encoder_attention_mask: (B, S, d) encoder output and its (B, S) mask
+                (or None).
             past_key_values: the `ConvEncoderDecoderCache` (its `ConvCache` is updated in place), or None.
 
         Returns:
-            ``(hidden (B, T, d), hidden states or None, attention weights or None)``: the hidden states
-            are the IO mixer's output (the first layer's input) and each layer's output (the last one
-            dropped out); the weights, (B, 1, T, S) each, come from the IO mixer and then each layer.
+            ``last_hidden_state`` (B, T, d); when asked, ``hidden_states``: the IO mixer's output (the
+            first layer's input) and each layer's output (the last one dropped out), and
+            ``cross_attentions``: (B, 1, T, S) each, from the IO mixer and then each layer.
         """
         past_key_values, _ = split_cache(past_key_values)
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         embedded = self.embed(input_ids, inputs_embeds, attention_mask, past_length)
-        if encoder_hidden.shape[0] != embedded.shape[0]:
-            raise ValueError(f"the encoder's output has batch size {encoder_hidden.shape[0]} but "
+        if encoder_hidden_states.shape[0] != embedded.shape[0]:
+            raise ValueError(f"the encoder's output has batch size {encoder_hidden_states.shape[0]} but "
                              f"{self.names.ids} has {embedded.shape[0]}")
         timing = self.timing_signal(attention_mask, embedded.shape[1], past_length, embedded)
         padding_mask = None if attention_mask is None else attention_mask[:, -embedded.shape[1]:].bool()
-        source_mask = None if encoder_mask is None else encoder_mask.bool()
-        hidden, weights = self.io_mixer(embedded, timing, encoder_hidden, source_mask, padding_mask, past_key_values)
+        source_mask = None if encoder_attention_mask is None else encoder_attention_mask.bool()
+        hidden, weights = self.io_mixer(embedded, timing, encoder_hidden_states, source_mask, padding_mask, past_key_values)
         all_hidden, all_weights = [], [weights]
         for layer in self.layers:
             all_hidden.append(hidden)
-            hidden, weights = layer(hidden, timing, encoder_hidden, source_mask, padding_mask, past_key_values)
+            hidden, weights = layer(hidden, timing, encoder_hidden_states, source_mask, padding_mask, past_key_values)
             all_weights.append(weights)
         hidden = self.dropout(hidden)
         all_hidden.append(hidden)
-        return (
-            hidden,
-            tuple(all_hidden) if output_hidden_states else None,
-            tuple(weights.unsqueeze(1) for weights in all_weights) if output_attentions else None,
+        return BaseModelOutputWithCrossAttentions(
+            last_hidden_state=hidden,
+            hidden_states=tuple(all_hidden) if output_hidden_states else None,
+            cross_attentions=tuple(weights.unsqueeze(1) for weights in all_weights) if output_attentions else None,
         )
 
 
@@ -192,22 +200,17 @@ class SliceNetPreTrainedModel(ConvPreTrainedModel):
     _supports_sdpa = False  # the attention has one head and no projections: plain matmuls
 
     def _init_weights(self, module: nn.Module) -> None:
-        """Convolutions orthogonal in TensorFlow's orientation (or normal); embeddings and an untied
-        output projection N(0, d_model^-0.5) with a zero pad row; LayerNorms 1 and 0; timing rebuilt."""
-        config = self.config
-        if isinstance(module, SliceConv):
-            module.init_weights(config.initializer, config.initializer_gain, config.init_std)
-        elif isinstance(module, (nn.Embedding, nn.Linear)):  # the token embeddings, an untied LM head
-            init.normal_(module.weight, mean=0.0, std=config.d_model**-0.5)
+        """Embeddings and an untied output projection N(0, d_model^-0.5) with a zero pad row, as in
+        t2t; everything else as in every model of the package (LayerNorms 1 and 0; the convolutions,
+        orthogonal in TensorFlow's orientation or normal, and the timing signal fill themselves)."""
+        if isinstance(module, (nn.Embedding, nn.Linear)):  # the token embeddings, an untied LM head
+            init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5)
             # Checked here: the row slice below loses the flag of a weight loaded from a checkpoint.
-            loaded = getattr(module.weight, "_is_hf_initialized", False)
+            loaded = is_loaded_from_checkpoint(module.weight)
             if isinstance(module, nn.Embedding) and module.padding_idx is not None and not loaded:
                 init.zeros_(module.weight[module.padding_idx])
-        elif isinstance(module, nn.LayerNorm):
-            init.ones_(module.weight)
-            init.zeros_(module.bias)
-        elif isinstance(module, TimingSignal):
-            init.copy_(module.inv_freq, module.compute_inv_freq())
+        else:
+            super()._init_weights(module)
 
 
 class SliceNetModel(SliceNetPreTrainedModel, ConvSeq2SeqModel):

@@ -1,8 +1,11 @@
-"""TaLK models (Lioutas & Guo, ICML 2020): the generic convolutional models with a TaLK core."""
+"""TaLK models (Lioutas & Guo, ICML 2020): the generic convolutional models with a TaLK core.
+
+The core comes from the configuration's family (`family_talk.TALK`); these classes only give each
+(configuration, head) pair the name that the Auto classes and remote code need.
+"""
 
 from __future__ import annotations
 
-from ...layers.talk_mixer import TaLKCore
 from ..conv_modeling import (
     ConvForCausalLM,
     ConvForConditionalGeneration,
@@ -13,18 +16,8 @@ from ..conv_modeling import (
 from .configuration_talk import TaLKConfig, TaLKLMConfig
 
 
-def make_talk_core(config, layer_idx: int, causal: bool) -> TaLKCore:
-    """The TaLK core of encoder (``causal=False``) or decoder layer ``layer_idx``."""
-    if causal:
-        heads, max_offset = config.decoder_conv_heads, config.decoder_max_offsets[layer_idx]
-    else:
-        heads, max_offset = config.encoder_conv_heads, config.encoder_max_offsets[layer_idx]
-    return TaLKCore(config.conv_dim, heads, max_offset, causal, config.offset_dropout)
-
-
 class TaLKPreTrainedModel(ConvPreTrainedModel):
     config_class = TaLKConfig
-    make_core = staticmethod(make_talk_core)
 
 
 class TaLKModel(TaLKPreTrainedModel, ConvSeq2SeqModel):
@@ -39,7 +32,6 @@ class TaLKForConditionalGeneration(TaLKPreTrainedModel, ConvForConditionalGenera
 
 class TaLKLMPreTrainedModel(ConvPreTrainedModel):
     config_class = TaLKLMConfig
-    make_core = staticmethod(make_talk_core)
 
 
 class TaLKLMModel(TaLKLMPreTrainedModel, ConvLMModel):
