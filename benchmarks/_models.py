@@ -74,7 +74,7 @@ def build_model(name: str, shape: ModelShape, max_positions: int, dropout: float
         model_class, config_class, fields = ours[name]
         if dropout is not None:
             dropout_fields = ("dropout", "attention_dropout", "activation_dropout", "input_dropout",
-                              config_class.mixer_dropout_field)
+                              config_class.family.dropout_field)
             fields = {**fields, **dict.fromkeys(dropout_fields, dropout)}
         return model_class(config_class(**fields))
     if name == "GPT2 (baseline)":

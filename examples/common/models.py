@@ -20,16 +20,15 @@ class _Ours(NamedTuple):
 
     translation: str  # the talk_hf model type of its encoder-decoder configuration
     language_model: str | None  # and of its decoder-only one (None: it has none)
-    per_layer: str | None  # the suffix of its per-layer size lists (`decoder_<per_layer>`)
     fixed: dict  # configuration fields the model type fixes
 
 
 _OURS = {
-    "talk": _Ours("talk", "talk_lm", "max_offsets", {}),
-    "dynamic_conv": _Ours("dynamic_conv", "dynamic_conv_lm", "kernel_sizes", {"conv_type": "dynamic"}),
-    "lightconv": _Ours("dynamic_conv", "dynamic_conv_lm", "kernel_sizes", {"conv_type": "lightweight"}),
+    "talk": _Ours("talk", "talk_lm", {}),
+    "dynamic_conv": _Ours("dynamic_conv", "dynamic_conv_lm", {"conv_type": "dynamic"}),
+    "lightconv": _Ours("dynamic_conv", "dynamic_conv_lm", {"conv_type": "lightweight"}),
     # SliceNet's kernel sizes are per step of every module, not per layer; it has no FFN and one head.
-    "slicenet": _Ours("slicenet", None, None, {}),
+    "slicenet": _Ours("slicenet", None, {}),
 }
 MODEL_TYPES = (*_OURS, "transformer")  # transformer: transformers' own Marian / GPT-2, as large as TaLK
 
@@ -69,13 +68,13 @@ def _size_fields(
     dropout=None,
 ):
     """Config fields for the size flags that were given (None leaves the preset's value)."""
-    lists = _OURS[family].per_layer
     if family == "slicenet":
         given = [f"--{name}" for name, value in (("ffn_dim", ffn_dim), ("heads", heads)) if value is not None]
         if given:
             raise ValueError(f"{' and '.join(given)} do not apply to slicenet (no feed-forward blocks, one attention head)")
         fields = dict(d_model=d_model, dropout=dropout, encoder_layers=encoder_layers, decoder_layers=decoder_layers)
         return {name: value for name, value in fields.items() if value is not None}
+    lists = _config_class(family, True).family.sizes_name  # the suffix of the per-layer size fields
     sides = ("encoder", "decoder") if encoder_decoder else ("decoder",)
     fields = {"d_model": d_model, "dropout": dropout}
     for side in sides:
