@@ -16,7 +16,13 @@ class InitializesItself(nn.Module):
     """A module whose ``init_weights()`` fills the parameters and buffers it registers itself (not
     those of its children, which are visited on their own)."""
 
+    def __init_subclass__(cls, **kwargs):
+        """A subclass without its own ``init_weights`` is an error where it is defined, not when a
+        model is first built."""
+        super().__init_subclass__(**kwargs)
+        if cls.init_weights is InitializesItself.init_weights:
+            raise TypeError(f"{cls.__name__} subclasses InitializesItself but defines no init_weights()")
+
     def init_weights(self) -> None:
         """Fill this module's own tensors as a new model has them, with ``transformers_internals.init``
-        functions, which leave weights loaded from a checkpoint alone."""
-        raise NotImplementedError(f"{type(self).__name__} must implement init_weights()")
+        functions, which leave weights loaded from a checkpoint alone (every subclass defines it)."""
