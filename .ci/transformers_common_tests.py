@@ -45,8 +45,22 @@ def download_sdist(version: str, cache_dir: Path) -> Path:
     """The path of ``transformers-<version>.tar.gz`` in ``cache_dir``, downloaded with pip if absent."""
     sdist = cache_dir / f"transformers-{version}.tar.gz"
     if not sdist.exists():
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:", "--no-deps",
-                        f"transformers=={version}", "--dest", str(cache_dir)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-binary",
+                ":all:",
+                "--no-deps",
+                f"transformers=={version}",
+                "--dest",
+                str(cache_dir),
+            ],
+            check=True,
+        )
     return sdist
 
 
@@ -84,8 +98,18 @@ def main() -> int:
     env = dict(os.environ, TRANSFORMERS_COMMON_TESTS=str(unpacked), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     # transformers registers its pytest marks (flash_attn_test, ...) in its repository's conftest.py,
     # which the sdist lacks: silence pytest's warning about unknown marks.
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               "-W", "ignore::pytest.PytestUnknownMarkWarning", "tests_transformers_common", *pytest_args]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-W",
+        "ignore::pytest.PytestUnknownMarkWarning",
+        "tests_transformers_common",
+        *pytest_args,
+    ]
     return subprocess.run(command, cwd=ROOT, env=env, check=False).returncode
 
 

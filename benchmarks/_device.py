@@ -44,7 +44,11 @@ def run_metadata(device: torch.device | str) -> dict:
         "device_name": device_name(device),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # AVX2, AVX512, ...: VMs of one type differ
         "cpu_threads": torch.get_num_threads(),
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "talk_hf": talk_hf.__version__},
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "talk_hf": talk_hf.__version__,
+        },
         "ops_backend": talk_hf.ops._backend.requested_backend(None),
     }
 

@@ -38,12 +38,15 @@ def build_models(args) -> dict[str, tuple[torch.nn.Module, bool]]:
     """name -> (model in eval mode on the device, is_seq2seq), every model of `_models`."""
     max_positions = max(max(args.positions) + args.steps * args.rounds + args.warmup, args.source_length) + 8
     shape = ModelShape.from_args(args)
-    return {name: (build_model(name, shape, max_positions).to(args.device).eval(), name in SEQ2SEQ_MODELS)
-            for name in CAUSAL_LM_MODELS + SEQ2SEQ_MODELS}
+    return {
+        name: (build_model(name, shape, max_positions).to(args.device).eval(), name in SEQ2SEQ_MODELS)
+        for name in CAUSAL_LM_MODELS + SEQ2SEQ_MODELS
+    }
 
 
 def state_bytes(cache) -> tuple[int, int]:
     """(decoder self/conv state bytes, cross-attention bytes) of a transformers Cache."""
+
     def layer_bytes(cache_part):
         total = 0
         for layer in cache_part.layers:
@@ -64,7 +67,13 @@ class Decoder:
     def __init__(self, model, is_seq2seq: bool, rows: int, beams: int, position: int, args):
         """Prefill one row of ``position`` tokens, then repeat the state to ``rows`` rows (the
         step time depends on the state's size, not on its values; this keeps prefill cheap)."""
-        self.model, self.is_seq2seq, self.rows, self.position, self.device = model, is_seq2seq, rows, position, args.device
+        self.model, self.is_seq2seq, self.rows, self.position, self.device = (
+            model,
+            is_seq2seq,
+            rows,
+            position,
+            args.device,
+        )
         self.generator = torch.Generator().manual_seed(0)
         self.vocab = args.vocab
         self.inputs, self.key = {}, "input_ids"
@@ -78,7 +87,9 @@ class Decoder:
             prefix = {}
         self.cache = getattr(model(**prefix, **{self.key: self.tokens(position, 1)}, use_cache=True), CACHE_NAME)
         self.cache.batch_repeat_interleave(rows)
-        self.beam_idx = torch.arange(rows, device=self.device).view(-1, beams).roll(1, dims=1).flatten() if beams > 1 else None
+        self.beam_idx = (
+            torch.arange(rows, device=self.device).view(-1, beams).roll(1, dims=1).flatten() if beams > 1 else None
+        )
         self.times: list[float] = []  # wall-clock seconds per step
         self.cpu_times: list[float] = []  # CPU seconds of this process per step
 
@@ -90,8 +101,11 @@ class Decoder:
     def step(self, record: bool) -> None:
         """One decoding step: forward of one token per row, argmax, beam reordering."""
         self.position += 1
-        mask = {} if self.is_seq2seq else {
-            "attention_mask": torch.ones(self.rows, self.position, dtype=torch.long, device=self.device)}
+        mask = (
+            {}
+            if self.is_seq2seq
+            else {"attention_mask": torch.ones(self.rows, self.position, dtype=torch.long, device=self.device)}
+        )
         token = self.tokens(1)
         synchronize(self.device)
         start, start_cpu = time.perf_counter(), time.process_time()
@@ -107,9 +121,14 @@ class Decoder:
 
     def result(self) -> dict:
         self_bytes, cross_bytes = state_bytes(self.cache)
-        return {"step_s": statistics.median(self.times), "step_min_s": min(self.times),
-                "step_cpu_s": statistics.median(self.cpu_times), "steps": len(self.times),
-                "state_bytes": self_bytes, "cross_attention_bytes": cross_bytes}
+        return {
+            "step_s": statistics.median(self.times),
+            "step_min_s": min(self.times),
+            "step_cpu_s": statistics.median(self.cpu_times),
+            "steps": len(self.times),
+            "state_bytes": self_bytes,
+            "cross_attention_bytes": cross_bytes,
+        }
 
 
 def measure_setting(models: dict, rows: int, beams: int, args) -> dict:
@@ -144,8 +163,10 @@ def summarise(results: dict, positions: list[int], statistic: str) -> dict:
             baseline = baseline_of(name)
             rows[name] = {
                 f"step_{last}_over_step_{first}": per_position[last][statistic] / per_position[first][statistic],
-                **{f"over_baseline_at_{p}": per_position[str(p)][statistic] / per_model[baseline][str(p)][statistic]
-                   for p in positions},
+                **{
+                    f"over_baseline_at_{p}": per_position[str(p)][statistic] / per_model[baseline][str(p)][statistic]
+                    for p in positions
+                },
                 f"state_bytes_at_{last}": per_position[last]["state_bytes"],
             }
         summary[setting] = rows
@@ -161,8 +182,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2, help="timed steps per (model, position) and round")
     parser.add_argument("--rounds", type=int, default=20, help="interleaved rounds over the (model, position) pairs")
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), default=list(SETTINGS),
-                        help="decoding settings to measure (batch x beams)")
+    parser.add_argument(
+        "--settings",
+        nargs="+",
+        choices=list(SETTINGS),
+        default=list(SETTINGS),
+        help="decoding settings to measure (batch x beams)",
+    )
     add_cpu_options(parser)
     args = parse_cpu_args(parser)
 
@@ -173,16 +199,21 @@ def main() -> None:
         results[setting] = measure_setting(models, batch * beams, beams, args)
         for name, per_position in results[setting].items():
             for position, measured in per_position.items():
-                print(f"{setting:10s} {name:38s} P={position:>5s} step {measured['step_s'] * 1e3:8.2f} ms "
-                      f"(min {measured['step_min_s'] * 1e3:7.2f}, cpu {measured['step_cpu_s'] * 1e3:7.2f}) "
-                      f"state {measured['state_bytes'] / 2**20:9.2f} MiB",
-                      flush=True)
+                print(
+                    f"{setting:10s} {name:38s} P={position:>5s} step {measured['step_s'] * 1e3:8.2f} ms "
+                    f"(min {measured['step_min_s'] * 1e3:7.2f}, cpu {measured['step_cpu_s'] * 1e3:7.2f}) "
+                    f"state {measured['state_bytes'] / 2**20:9.2f} MiB",
+                    flush=True,
+                )
 
     statistic = "step_min_s" if args.device.startswith("cuda") else "step_cpu_s"
     report = {
         "benchmark": "bench_generate",
         **run_metadata(args.device),
-        "shapes": {key: getattr(args, key) for key in ("d_model", "layers", "heads", "ffn", "vocab", "source_length", "positions")},
+        "shapes": {
+            key: getattr(args, key)
+            for key in ("d_model", "layers", "heads", "ffn", "vocab", "source_length", "positions")
+        },
         "settings": {name: {"batch": SETTINGS[name][0], "beams": SETTINGS[name][1]} for name in args.settings},
         "results": results,
         # On the CPU the ratios use the process's CPU time per step (other processes on a shared

@@ -36,17 +36,24 @@ from talk_hf.ops.linear import MAX_ROWS
 def weight_shapes(shape: ModelShape) -> dict[str, tuple[int, int]]:
     """name -> (out, in) of the linear layers a decoding step of our models runs."""
     d = shape.d_model
-    return {"mixer input + GLU": (2 * d, d), "mixer output": (d, d), "FFN in": (shape.ffn, d),
-            "FFN out": (d, shape.ffn), "output layer": (shape.vocab, d)}
+    return {
+        "mixer input + GLU": (2 * d, d),
+        "mixer output": (d, d),
+        "FFN in": (shape.ffn, d),
+        "FFN out": (d, shape.ffn),
+        "output layer": (shape.vocab, d),
+    }
 
 
 def methods() -> dict:
     """name -> function(input (R, in), weight (out, in), weight_in_out (in, out) contiguous, bias (out,))."""
     kernel = _extension.load("cpu").few_rows_linear
-    return {"F.linear": lambda input, weight, weight_in_out, bias: F.linear(input, weight, bias),
-            "few_rows_linear": lambda input, weight, weight_in_out, bias: kernel(input, weight, bias),
-            "Conv1D layout (addmm)": lambda input, weight, weight_in_out, bias: torch.addmm(bias, input, weight_in_out),
-            "sequential read": lambda input, weight, weight_in_out, bias: weight.sum()}
+    return {
+        "F.linear": lambda input, weight, weight_in_out, bias: F.linear(input, weight, bias),
+        "few_rows_linear": lambda input, weight, weight_in_out, bias: kernel(input, weight, bias),
+        "Conv1D layout (addmm)": lambda input, weight, weight_in_out, bias: torch.addmm(bias, input, weight_in_out),
+        "sequential read": lambda input, weight, weight_in_out, bias: weight.sum(),
+    }
 
 
 def measure(out_features: int, in_features: int, rows: int, args) -> dict:
@@ -85,12 +92,23 @@ def main() -> None:
     args = parse_cpu_args(parser)
     shapes = weight_shapes(ModelShape.from_args(args))
     results = {name: {str(rows): measure(*shape, rows, args) for rows in args.rows} for name, shape in shapes.items()}
-    summary = {name: {rows: round(figures["kernel_speedup"], 2) for rows, figures in per_rows.items()}
-               for name, per_rows in results.items()}
-    write_report({"benchmark": "bench_linear", **run_metadata("cpu"), "max_rows": MAX_ROWS,
-                  "shapes": {name: list(shape) for name, shape in shapes.items()}, "args": vars(args),
-                  "results": results, "summary": {"kernel_speedup_over_F.linear": summary}},
-                 args.out, "linear_cpu.json")
+    summary = {
+        name: {rows: round(figures["kernel_speedup"], 2) for rows, figures in per_rows.items()}
+        for name, per_rows in results.items()
+    }
+    write_report(
+        {
+            "benchmark": "bench_linear",
+            **run_metadata("cpu"),
+            "max_rows": MAX_ROWS,
+            "shapes": {name: list(shape) for name, shape in shapes.items()},
+            "args": vars(args),
+            "results": results,
+            "summary": {"kernel_speedup_over_F.linear": summary},
+        },
+        args.out,
+        "linear_cpu.json",
+    )
 
 
 if __name__ == "__main__":

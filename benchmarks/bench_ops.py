@@ -89,8 +89,14 @@ def build_case(name: str, batch: int, length: int, channels: int, heads: int, de
 
 CASES = ["talk_bidirectional", "talk_causal", "dynamic_conv_k3", "dynamic_conv_k31", "light_conv_k31", "sdpa"]
 ATTENTION = ("sdpa", "sdpa_flash_bf16")
-TABLE6 = {"batch": 10, "channels": 1024, "heads": 16, "dtype": "float32", "lengths": [10, 100, 1000, 10000],
-          "cases": ["talk_bidirectional", "dynamic_conv_k3", "dynamic_conv_k31", "sdpa_flash_bf16", "sdpa"]}
+TABLE6 = {
+    "batch": 10,
+    "channels": 1024,
+    "heads": 16,
+    "dtype": "float32",
+    "lengths": [10, 100, 1000, 10000],
+    "cases": ["talk_bidirectional", "dynamic_conv_k3", "dynamic_conv_k31", "sdpa_flash_bf16", "sdpa"],
+}
 
 
 def bytes_moved(name, batch, length, channels, heads, dtype):
@@ -208,7 +214,18 @@ def peak_forward_bytes(name, batch, length, channels, heads, device, dtype, back
             run()
         torch.cuda.synchronize(device)
         return torch.cuda.max_memory_allocated(device) - before
-    command = [sys.executable, __file__, "--peak-of", name, str(batch), str(length), str(channels), str(heads), str(dtype).removeprefix("torch."), backend]
+    command = [
+        sys.executable,
+        __file__,
+        "--peak-of",
+        name,
+        str(batch),
+        str(length),
+        str(channels),
+        str(heads),
+        str(dtype).removeprefix("torch."),
+        backend,
+    ]
     return int(subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip())
 
 
@@ -260,13 +277,23 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--cases", nargs="+", default=CASES, choices=CASES + ["sdpa_flash_bf16"])
-    parser.add_argument("--backends", nargs="+", default=["auto"], choices=["auto", "torch", "cpu", "cuda"],
-                        help="backends of the talk_hf ops (SDPA runs once)")
-    parser.add_argument("--table6", action="store_true",
-                        help="the TaLK paper's Table 6 setting; overrides shape, lengths, cases and backends")
+    parser.add_argument(
+        "--backends",
+        nargs="+",
+        default=["auto"],
+        choices=["auto", "torch", "cpu", "cuda"],
+        help="backends of the talk_hf ops (SDPA runs once)",
+    )
+    parser.add_argument(
+        "--table6",
+        action="store_true",
+        help="the TaLK paper's Table 6 setting; overrides shape, lengths, cases and backends",
+    )
     parser.add_argument("--skip-peak", action="store_true", help="do not measure peak memory (faster)")
     parser.add_argument("--min_seconds", type=float, default=0.3, help="time each measurement at least this long")
-    parser.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/ops_<device>.json)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="JSON path (default benchmarks/results/ops_<device>.json)"
+    )
     parser.add_argument("--peak-of", nargs=7, metavar="ARG", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peak_of:
@@ -282,22 +309,34 @@ def main() -> None:
     dtype = getattr(torch, args.dtype)
     shape = {"batch": args.batch, "channels": args.channels, "heads": args.heads, "dtype": args.dtype}
     largest_x = args.batch * max(args.lengths) * args.channels * torch.finfo(dtype).bits // 8
-    copy_bandwidth = copy_bytes_per_second(device, max(largest_x, 2**28 if device.type == "cuda" else 2**26), args.min_seconds)
-    print(f"device {environment(device)['device']} ({device.type}), B={args.batch} C={args.channels} H={args.heads} {args.dtype}")
+    copy_bandwidth = copy_bytes_per_second(
+        device, max(largest_x, 2**28 if device.type == "cuda" else 2**26), args.min_seconds
+    )
+    print(
+        f"device {environment(device)['device']} ({device.type}), B={args.batch} C={args.channels} H={args.heads} {args.dtype}"
+    )
     print("talk_bidirectional: max_left=max_right=31; talk_causal: max_left=63; conv kernels centred")
     clone_bandwidth = clone_bytes_per_second(device, max(largest_x, 2**26), args.min_seconds)
     matmul_flops = matmul_flops_per_second(device, dtype, args.min_seconds)
-    print(f"device-to-device copy: {copy_bandwidth / 1e9:.1f} GB/s (100% of the bandwidth fractions); "
-          f"clone (into a new tensor): {clone_bandwidth / 1e9:.1f} GB/s; matmul: {matmul_flops / 1e9:.0f} GFLOP/s "
-          f"(100% of the flop fractions)")
+    print(
+        f"device-to-device copy: {copy_bandwidth / 1e9:.1f} GB/s (100% of the bandwidth fractions); "
+        f"clone (into a new tensor): {clone_bandwidth / 1e9:.1f} GB/s; matmul: {matmul_flops / 1e9:.0f} GFLOP/s "
+        f"(100% of the flop fractions)"
+    )
     stem = "table6" if args.table6 else "ops"
     out = args.out or ROOT / "benchmarks" / "results" / f"{stem}_{device.type}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
 
     def save(rows, slopes=None):
         """Write what is measured so far (after every length: a killed run keeps its rows)."""
-        result = {"environment": environment(device), "shape": shape, "copy_bytes_per_s": copy_bandwidth,
-                  "clone_bytes_per_s": clone_bandwidth, "matmul_flops_per_s": matmul_flops, "rows": rows}
+        result = {
+            "environment": environment(device),
+            "shape": shape,
+            "copy_bytes_per_s": copy_bandwidth,
+            "clone_bytes_per_s": clone_bandwidth,
+            "matmul_flops_per_s": matmul_flops,
+            "rows": rows,
+        }
         out.write_text(json.dumps({**result, "forward_time_slope": slopes or {}}, indent=2))
 
     rows = []
@@ -306,20 +345,34 @@ def main() -> None:
             for backend in ["-"] if name in ATTENTION else args.backends:
                 op_backend = None if name in ATTENTION else backend
                 try:
-                    forward, forward_backward = time_case(name, args.batch, length, args.channels, args.heads, device, dtype, args.min_seconds, op_backend)
+                    forward, forward_backward = time_case(
+                        name, args.batch, length, args.channels, args.heads, device, dtype, args.min_seconds, op_backend
+                    )
                 except torch.cuda.OutOfMemoryError:  # like self-attention at T = 10,000 in the paper
                     torch.cuda.empty_cache()
                     print(f"T={length:6d} {name:20s} {backend:5s} out of memory")
                     rows.append({"case": name, "backend": backend, "length": length, "error": "out of memory"})
                     continue
-                row = {"case": name, "backend": backend, "length": length, "forward_s": forward,
-                       "forward_backward_s": forward_backward, "iterations_per_s": 1 / forward}
+                row = {
+                    "case": name,
+                    "backend": backend,
+                    "length": length,
+                    "forward_s": forward,
+                    "forward_backward_s": forward_backward,
+                    "iterations_per_s": 1 / forward,
+                }
                 if not args.skip_peak:
-                    row["forward_peak_bytes"] = peak_forward_bytes(name, args.batch, length, args.channels, args.heads, device, dtype, op_backend or "auto")
+                    row["forward_peak_bytes"] = peak_forward_bytes(
+                        name, args.batch, length, args.channels, args.heads, device, dtype, op_backend or "auto"
+                    )
                 if name not in ATTENTION:
-                    forward_bytes, backward_bytes = bytes_moved(name, args.batch, length, args.channels, args.heads, dtype)
+                    forward_bytes, backward_bytes = bytes_moved(
+                        name, args.batch, length, args.channels, args.heads, dtype
+                    )
                     row["forward_bandwidth_fraction"] = forward_bytes / forward / copy_bandwidth
-                    row["backward_bandwidth_fraction"] = backward_bytes / max(forward_backward - forward, 1e-9) / copy_bandwidth
+                    row["backward_bandwidth_fraction"] = (
+                        backward_bytes / max(forward_backward - forward, 1e-9) / copy_bandwidth
+                    )
                     flops = conv_flops(name, args.batch, length, args.channels)
                     if flops:
                         row["forward_flops_fraction"] = flops[0] / forward / matmul_flops
@@ -333,15 +386,33 @@ def main() -> None:
             for attention, label in (("sdpa", "sdpa"), ("sdpa_flash_bf16", "sdpa_flash")):
                 if attention in baselines:
                     row[f"{label}_over_op_forward"] = baselines[attention]["forward_s"] / row["forward_s"]
-                    row[f"{label}_over_op_forward_backward"] = baselines[attention]["forward_backward_s"] / row["forward_backward_s"]
+                    row[f"{label}_over_op_forward_backward"] = (
+                        baselines[attention]["forward_backward_s"] / row["forward_backward_s"]
+                    )
             print(
                 f"T={length:6d} {row['case']:20s} {row['backend']:5s} fwd {row['forward_s'] * 1e3:9.3f} ms"
                 f"  fwd+bwd {row['forward_backward_s'] * 1e3:9.3f} ms  {row['iterations_per_s']:9.1f} it/s"
                 + (f"  peak {row['forward_peak_bytes'] / 2**20:8.1f} MiB" if "forward_peak_bytes" in row else "")
-                + (f"  SDPA/op fwd {row['sdpa_over_op_forward']:7.1f}x fwd+bwd {row['sdpa_over_op_forward_backward']:7.1f}x" if "sdpa" in baselines else "")
-                + (f"  flash/op fwd {row['sdpa_flash_over_op_forward']:7.1f}x" if "sdpa_flash_bf16" in baselines else "")
-                + (f"  bandwidth fwd {row['forward_bandwidth_fraction']:5.0%} bwd {row['backward_bandwidth_fraction']:5.0%}" if "forward_bandwidth_fraction" in row else "")
-                + (f"  flops fwd {row['forward_flops_fraction']:5.0%} bwd {row['backward_flops_fraction']:5.0%}" if "forward_flops_fraction" in row else "")
+                + (
+                    f"  SDPA/op fwd {row['sdpa_over_op_forward']:7.1f}x fwd+bwd {row['sdpa_over_op_forward_backward']:7.1f}x"
+                    if "sdpa" in baselines
+                    else ""
+                )
+                + (
+                    f"  flash/op fwd {row['sdpa_flash_over_op_forward']:7.1f}x"
+                    if "sdpa_flash_bf16" in baselines
+                    else ""
+                )
+                + (
+                    f"  bandwidth fwd {row['forward_bandwidth_fraction']:5.0%} bwd {row['backward_bandwidth_fraction']:5.0%}"
+                    if "forward_bandwidth_fraction" in row
+                    else ""
+                )
+                + (
+                    f"  flops fwd {row['forward_flops_fraction']:5.0%} bwd {row['backward_flops_fraction']:5.0%}"
+                    if "forward_flops_fraction" in row
+                    else ""
+                )
             )
         save(rows)
 
@@ -353,7 +424,9 @@ def main() -> None:
                 slopes[name if backend in ("-", "auto") else f"{name}[{backend}]"] = log_log_slope(
                     [r["length"] for r in case_rows], [r["forward_s"] for r in case_rows]
                 )
-    print("time growth with T (log-log slope of forward time; 1.0 = linear):", {k: round(v, 2) for k, v in slopes.items()})
+    print(
+        "time growth with T (log-log slope of forward time; 1.0 = linear):", {k: round(v, 2) for k, v in slopes.items()}
+    )
 
     save(rows, slopes)
     print(f"saved {out}")

@@ -34,8 +34,9 @@ from _models import CAUSAL_LM_MODELS, ModelShape, add_shape_options, build_model
 def build_models(args) -> dict[str, torch.nn.Module]:
     """Our two LM families and GPT-2 (SDPA) of `_models`, without dropout."""
     max_positions = args.block + args.new_tokens + args.period * args.prompt_repeats
-    return {name: build_model(name, ModelShape.from_args(args), max_positions, dropout=0.0)
-            for name in CAUSAL_LM_MODELS}
+    return {
+        name: build_model(name, ModelShape.from_args(args), max_positions, dropout=0.0) for name in CAUSAL_LM_MODELS
+    }
 
 
 def next_token_table(args) -> torch.Tensor:
@@ -44,7 +45,7 @@ def next_token_table(args) -> torch.Tensor:
     order = torch.randperm(args.vocab - 3, generator=torch.Generator().manual_seed(0)) + 3
     following = torch.arange(args.vocab)
     for start in range(0, len(order) - args.period + 1, args.period):
-        cycle = order[start:start + args.period]
+        cycle = order[start : start + args.period]
         following[cycle] = cycle.roll(-1)
     return following
 
@@ -89,12 +90,22 @@ def timed_generate(model, prompt: torch.Tensor, counter: ForwardCounter, args, *
     counter.calls = 0
     synchronize(args.device)
     start, start_cpu = time.perf_counter(), time.process_time()
-    tokens = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
-                            max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, pad_token_id=0,
-                            **settings)
+    tokens = model.generate(
+        input_ids=prompt,
+        attention_mask=torch.ones_like(prompt),
+        do_sample=False,
+        max_new_tokens=args.new_tokens,
+        min_new_tokens=args.new_tokens,
+        pad_token_id=0,
+        **settings,
+    )
     synchronize(args.device)
-    return {"tokens": tokens, "wall_s": time.perf_counter() - start, "cpu_s": time.process_time() - start_cpu,
-            "forwards": counter.calls}
+    return {
+        "tokens": tokens,
+        "wall_s": time.perf_counter() - start,
+        "cpu_s": time.process_time() - start_cpu,
+        "forwards": counter.calls,
+    }
 
 
 def measure(model, following: torch.Tensor, args) -> dict:
@@ -113,7 +124,7 @@ def measure(model, following: torch.Tensor, args) -> dict:
     if not all(torch.equal(run["tokens"], greedy_tokens) for mode in runs.values() for run in mode):
         raise AssertionError("prompt lookup changed the greedy tokens")
     sequence = greedy_tokens[0].cpu()
-    follows = following[sequence[prompt.shape[1] - 1:-1]] == sequence[prompt.shape[1]:]
+    follows = following[sequence[prompt.shape[1] - 1 : -1]] == sequence[prompt.shape[1] :]
     result = {"continuation_follows_the_cycle": follows.float().mean().item()}
     for mode, mode_runs in runs.items():
         result[mode] = {
@@ -151,10 +162,13 @@ def main() -> None:
         loss = train(model, following, args)
         results[name] = {"final_train_loss": loss, **measure(model, following, args)}
         measured = results[name]
-        print(f"{name:24s} loss {loss:6.3f}  follows cycle {measured['continuation_follows_the_cycle']:5.1%}  "
-              f"greedy {measured['greedy']['cpu_s'] * 1e3:7.1f} ms cpu ({measured['greedy']['forwards']} forwards)  "
-              f"lookup {measured['prompt_lookup']['cpu_s'] * 1e3:7.1f} ms cpu "
-              f"({measured['prompt_lookup']['forwards']} forwards)  speed-up {measured['speedup']:.2f}x", flush=True)
+        print(
+            f"{name:24s} loss {loss:6.3f}  follows cycle {measured['continuation_follows_the_cycle']:5.1%}  "
+            f"greedy {measured['greedy']['cpu_s'] * 1e3:7.1f} ms cpu ({measured['greedy']['forwards']} forwards)  "
+            f"lookup {measured['prompt_lookup']['cpu_s'] * 1e3:7.1f} ms cpu "
+            f"({measured['prompt_lookup']['forwards']} forwards)  speed-up {measured['speedup']:.2f}x",
+            flush=True,
+        )
 
     report = {
         "benchmark": "bench_speculative",

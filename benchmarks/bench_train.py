@@ -64,6 +64,7 @@ def memory_in_use(device: str, peak: bool) -> int | None:
 
 def make_batch(name: str, length: int, rows: int, args, generator: torch.Generator) -> dict[str, torch.Tensor]:
     """Random token ids (ids 3.. of the vocabulary) for one training step of model ``name``."""
+
     def ids(columns: int) -> torch.Tensor:
         return torch.randint(3, args.vocab, (rows, columns), generator=generator).to(args.device)
 
@@ -94,10 +95,16 @@ def measure_one(name: str, length: int, rows: int, args) -> dict:
         if step >= args.warmup:
             times.append(time.perf_counter() - start)
     peak = memory_in_use(args.device, peak=True)
-    return {"status": "ok", "step_s": statistics.median(times), "step_times_s": times,
-            "memory_before_bytes": memory_before, "peak_memory_bytes": peak,
-            "training_memory_bytes": peak - memory_before,
-            "parameters": sum(p.numel() for p in model.parameters()), "final_loss": float(loss)}
+    return {
+        "status": "ok",
+        "step_s": statistics.median(times),
+        "step_times_s": times,
+        "memory_before_bytes": memory_before,
+        "peak_memory_bytes": peak,
+        "training_memory_bytes": peak - memory_before,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "final_loss": float(loss),
+    }
 
 
 def run_in_subprocess(name: str, length: int, rows: int, args) -> dict:
@@ -131,12 +138,15 @@ def summarise(results: dict) -> dict:
             reference = baseline[length]
             both_ran = measured["status"] == "ok" and reference["status"] == "ok"
             rows[length] = {
-                "tokens_per_s_over_baseline":
-                    measured["tokens_per_s"] / reference["tokens_per_s"] if both_ran else None,
-                "peak_memory_over_baseline":
-                    measured["peak_memory_bytes"] / reference["peak_memory_bytes"] if both_ran else None,
-                "training_memory_over_baseline":
-                    measured["training_memory_bytes"] / reference["training_memory_bytes"] if both_ran else None,
+                "tokens_per_s_over_baseline": measured["tokens_per_s"] / reference["tokens_per_s"]
+                if both_ran
+                else None,
+                "peak_memory_over_baseline": measured["peak_memory_bytes"] / reference["peak_memory_bytes"]
+                if both_ran
+                else None,
+                "training_memory_over_baseline": measured["training_memory_bytes"] / reference["training_memory_bytes"]
+                if both_ran
+                else None,
                 "baseline_status": reference["status"],
             }
         summary[name] = rows
@@ -147,16 +157,23 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     add_shape_options(parser, ModelShape(d_model=256, layers=4, heads=4, ffn=1024, vocab=8000))
-    parser.add_argument("--blocks", type=int, nargs="+", default=[256, 1024, 4096, 16384],
-                        help="LM block lengths")
+    parser.add_argument("--blocks", type=int, nargs="+", default=[256, 1024, 4096, 16384], help="LM block lengths")
     parser.add_argument("--tokens", type=int, default=16384, help="LM tokens per step (rows = tokens // block)")
     parser.add_argument("--source-length", type=int, default=512)
     parser.add_argument("--target-length", type=int, default=128)
     parser.add_argument("--seq2seq-rows", type=int, default=16)
-    parser.add_argument("--models", nargs="+", default=list(CAUSAL_LM_MODELS + SEQ2SEQ_MODELS),
-                        help="a subset of the models (each needs its baseline)")
-    parser.add_argument("--dropout", type=float, default=None,
-                        help="every dropout probability of every model (default: each config's own)")
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=list(CAUSAL_LM_MODELS + SEQ2SEQ_MODELS),
+        help="a subset of the models (each needs its baseline)",
+    )
+    parser.add_argument(
+        "--dropout",
+        type=float,
+        default=None,
+        help="every dropout probability of every model (default: each config's own)",
+    )
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--steps", type=int, default=3, help="timed steps per (model, length)")
     parser.add_argument("--one", nargs=3, metavar=("MODEL", "LENGTH", "ROWS"), help=argparse.SUPPRESS)
@@ -168,10 +185,28 @@ def parse_args(argv=None):
     if any(block > args.tokens for block in args.blocks):
         parser.error(f"--tokens ({args.tokens}) must be at least the longest block ({max(args.blocks)})")
     # What a child process gets: every option but --one, --out and --models.
-    args.child_args = ["--device", args.device, "--d-model", str(args.d_model), "--layers", str(args.layers),
-                       "--heads", str(args.heads), "--ffn", str(args.ffn), "--vocab", str(args.vocab),
-                       "--source-length", str(args.source_length), "--target-length", str(args.target_length),
-                       "--warmup", str(args.warmup), "--steps", str(args.steps)]
+    args.child_args = [
+        "--device",
+        args.device,
+        "--d-model",
+        str(args.d_model),
+        "--layers",
+        str(args.layers),
+        "--heads",
+        str(args.heads),
+        "--ffn",
+        str(args.ffn),
+        "--vocab",
+        str(args.vocab),
+        "--source-length",
+        str(args.source_length),
+        "--target-length",
+        str(args.target_length),
+        "--warmup",
+        str(args.warmup),
+        "--steps",
+        str(args.steps),
+    ]
     if args.threads:
         args.child_args += ["--threads", str(args.threads)]
     if args.dropout is not None:
@@ -188,8 +223,9 @@ def main(argv=None) -> None:
         print(json.dumps(measure_one(name, length, rows, args)))
         return
 
-    settings = [(name, block, args.tokens // block) for name in args.models if name in CAUSAL_LM_MODELS
-                for block in args.blocks]
+    settings = [
+        (name, block, args.tokens // block) for name in args.models if name in CAUSAL_LM_MODELS for block in args.blocks
+    ]
     settings += [(name, args.source_length, args.seq2seq_rows) for name in args.models if name in SEQ2SEQ_MODELS]
     results: dict[str, dict[str, dict]] = {}
     for name, length, rows in settings:
@@ -198,21 +234,38 @@ def main(argv=None) -> None:
         measured.update(rows=rows, tokens_per_step=tokens)
         if measured["status"] == "ok":
             measured["tokens_per_s"] = tokens / measured["step_s"]
-            print(f"{name:38s} length {length:>6d} x {rows:>3d} rows  step {measured['step_s']:8.3f} s  "
-                  f"{measured['tokens_per_s']:9.0f} tokens/s  peak {measured['peak_memory_bytes'] / 2**30:6.2f} GiB "
-                  f"({measured['training_memory_bytes'] / 2**30:6.2f} GiB above the weights and inputs)",
-                  flush=True)
+            print(
+                f"{name:38s} length {length:>6d} x {rows:>3d} rows  step {measured['step_s']:8.3f} s  "
+                f"{measured['tokens_per_s']:9.0f} tokens/s  peak {measured['peak_memory_bytes'] / 2**30:6.2f} GiB "
+                f"({measured['training_memory_bytes'] / 2**30:6.2f} GiB above the weights and inputs)",
+                flush=True,
+            )
         else:
-            print(f"{name:38s} length {length:>6d} x {rows:>3d} rows  {measured['status']}: {measured['error']}",
-                  flush=True)
+            print(
+                f"{name:38s} length {length:>6d} x {rows:>3d} rows  {measured['status']}: {measured['error']}",
+                flush=True,
+            )
         results.setdefault(name, {})[str(length)] = measured
 
     report = {
         "benchmark": "bench_train",
         **run_metadata(args.device),
         "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE"),
-        "shapes": {key: getattr(args, key) for key in ("d_model", "layers", "heads", "ffn", "vocab", "blocks",
-                                                       "tokens", "source_length", "target_length", "seq2seq_rows")},
+        "shapes": {
+            key: getattr(args, key)
+            for key in (
+                "d_model",
+                "layers",
+                "heads",
+                "ffn",
+                "vocab",
+                "blocks",
+                "tokens",
+                "source_length",
+                "target_length",
+                "seq2seq_rows",
+            )
+        },
         "dropout": "each config's default" if args.dropout is None else args.dropout,
         "steps": {"warmup": args.warmup, "timed": args.steps},
         "results": results,

@@ -38,8 +38,10 @@ def matrix_products(model: torch.nn.Module):
     """A function applying every linear layer of ``model`` once to a one-row input, and the bytes
     of their weights and biases."""
     layers = [module for module in model.modules() if isinstance(module, (torch.nn.Linear, Conv1D))]
-    inputs = [torch.randn(1, 1, layer.in_features if isinstance(layer, torch.nn.Linear) else layer.weight.shape[0])
-              for layer in layers]
+    inputs = [
+        torch.randn(1, 1, layer.in_features if isinstance(layer, torch.nn.Linear) else layer.weight.shape[0])
+        for layer in layers
+    ]
     weight_bytes = sum(parameter.nbytes for layer in layers for parameter in layer.parameters())
 
     @torch.no_grad()
@@ -76,8 +78,11 @@ def main() -> None:
     # values' projections, which the matrix-product floor would have to leave out by name.
     models = {name: model for name, (model, _) in build_models(args).items() if name in CAUSAL_LM_MODELS}
     products = {name: matrix_products(model) for name, model in models.items()}
-    decoders = {(name, position): Decoder(model, False, 1, 1, position, args)
-                for name, model in models.items() for position in args.positions}
+    decoders = {
+        (name, position): Decoder(model, False, 1, 1, position, args)
+        for name, model in models.items()
+        for position in args.positions
+    }
     for decoder in decoders.values():
         for _ in range(args.warmup):
             decoder.step(record=False)
@@ -92,25 +97,38 @@ def main() -> None:
 
     results = {name: {"linear_weight_bytes": products[name][1], "positions": {}} for name in models}
     for (name, position), decoder in decoders.items():
-        step_s, products_s = statistics.median(step_times[name, position]), statistics.median(product_times[name, position])
+        step_s, products_s = (
+            statistics.median(step_times[name, position]),
+            statistics.median(product_times[name, position]),
+        )
         operators, syncs = operator_counts(decoder, 10)
         results[name]["positions"][str(position)] = {
-            "step_cpu_s": step_s, "matrix_products_cpu_s": products_s,
-            "other_cpu_s": step_s - products_s, "operators_per_step": operators, "host_syncs_per_step": syncs,
+            "step_cpu_s": step_s,
+            "matrix_products_cpu_s": products_s,
+            "other_cpu_s": step_s - products_s,
+            "operators_per_step": operators,
+            "host_syncs_per_step": syncs,
         }
-        print(f"{name:24s} P={position:>5d} step {step_s * 1e3:6.2f} ms  matrix products {products_s * 1e3:6.2f} ms "
-              f"({products[name][1] / products_s / 1e9:5.1f} GB/s)  rest {(step_s - products_s) * 1e3:5.2f} ms  "
-              f"{operators:5.0f} ops  {syncs:.0f} syncs", flush=True)
+        print(
+            f"{name:24s} P={position:>5d} step {step_s * 1e3:6.2f} ms  matrix products {products_s * 1e3:6.2f} ms "
+            f"({products[name][1] / products_s / 1e9:5.1f} GB/s)  rest {(step_s - products_s) * 1e3:5.2f} ms  "
+            f"{operators:5.0f} ops  {syncs:.0f} syncs",
+            flush=True,
+        )
 
     mask = torch.ones(1, max(args.positions) + 1, dtype=torch.long)
     positions_s = statistics.median(
-        cpu_seconds(lambda: positions_from_mask(mask, 1, mask.shape[1] - 1, "cpu")) for _ in range(1000))
+        cpu_seconds(lambda: positions_from_mask(mask, 1, mask.shape[1] - 1, "cpu")) for _ in range(1000)
+    )
     summary = {
         name: {
-            "linear_weight_bytes_over_baseline":
-                measured["linear_weight_bytes"] / results[baseline_of(name)]["linear_weight_bytes"],
-            **{f"step_over_baseline_at_{p}": measured["positions"][p]["step_cpu_s"]
-               / results[baseline_of(name)]["positions"][p]["step_cpu_s"] for p in measured["positions"]},
+            "linear_weight_bytes_over_baseline": measured["linear_weight_bytes"]
+            / results[baseline_of(name)]["linear_weight_bytes"],
+            **{
+                f"step_over_baseline_at_{p}": measured["positions"][p]["step_cpu_s"]
+                / results[baseline_of(name)]["positions"][p]["step_cpu_s"]
+                for p in measured["positions"]
+            },
         }
         for name, measured in results.items()
     }

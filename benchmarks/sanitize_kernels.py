@@ -17,8 +17,14 @@ from talk_hf.ops import dynamic_conv, light_conv, talk_conv
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 # (T, C, H, max_left, max_right, offset scale): scale 1e4 clamps every edge, -1 reverses windows
-TALK_SHAPES = ((300, 33, 3, 7, 9, 1.2), (130, 8, 2, 31, 0, 1.0), (129, 80, 2, 400, 3, 1.0),
-               (500, 40, 4, 7, 5, 1e4), (90, 6, 3, 5, 4, -1.0), (7, 0, 2, 2, 2, 1.0))
+TALK_SHAPES = (
+    (300, 33, 3, 7, 9, 1.2),
+    (130, 8, 2, 31, 0, 1.0),
+    (129, 80, 2, 400, 3, 1.0),
+    (500, 40, 4, 7, 5, 1e4),
+    (90, 6, 3, 5, 4, -1.0),
+    (7, 0, 2, 2, 2, 1.0),
+)
 CONV_SHAPES = ((3, 1, 200), (4, 3, 200), (31, 15, 200), (300, 150, 40))  # (K, padding_l, T)
 
 

@@ -47,7 +47,7 @@ class ConvWindowLayer(CacheLayerMixin):
         """(B, window_size, C): the mixer inputs a causal step of the next token needs."""
         if self.context is None:
             return None
-        return self.context[:, self.context.shape[1] - self.window_size:]
+        return self.context[:, self.context.shape[1] - self.window_size :]
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor | None = None) -> None:
         """Allocate a zero window for the batch size, width, dtype and device of ``key_states`` (B, T, C)."""
@@ -75,13 +75,13 @@ class ConvWindowLayer(CacheLayerMixin):
             self.lazy_initialization(inputs)
         stored = inputs if inputs.dtype == self.context.dtype else inputs.to(self.context.dtype)
         recorded = torch.cat([self.context, stored], dim=1)  # [recorded rows,] the window, the new rows
-        context = recorded[:, recorded.shape[1] - self.window_size - inputs.shape[1]:]
+        context = recorded[:, recorded.shape[1] - self.window_size - inputs.shape[1] :]
         if self.record_past:
             self.context = recorded
         else:
             # A view of the last rows; a chunk longer than the window is copied out, so that its
             # storage (a long prompt's) is freed.
-            self.context = recorded[:, recorded.shape[1] - self.window_size:]
+            self.context = recorded[:, recorded.shape[1] - self.window_size :]
             if inputs.shape[1] > self.window_size:
                 self.context = self.context.clone()
         self.seen_tokens += inputs.shape[1]
@@ -126,7 +126,7 @@ class ConvWindowLayer(CacheLayerMixin):
                 f"cannot remove {removed} tokens from a ConvCache layer that recorded {recorded} since its last crop "
                 "(a fixed window keeps only the rows recorded since activate_past_recording() and the last crop)"
             )
-        self.context = self.context[:, recorded - removed:self.context.shape[1] - removed]
+        self.context = self.context[:, recorded - removed : self.context.shape[1] - removed]
         self.seen_tokens -= removed
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:

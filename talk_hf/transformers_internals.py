@@ -74,8 +74,9 @@ def resolve_cache_argument(cache, past_key_values):
     if past_key_values is None:
         return cache
     if cache is not None:
-        raise ValueError("pass the generation cache as `cache` or as `past_key_values` (its name before "
-                         "transformers 5.24), not both")
+        raise ValueError(
+            "pass the generation cache as `cache` or as `past_key_values` (its name before transformers 5.24), not both"
+        )
     return past_key_values
 
 
@@ -215,8 +216,11 @@ class ModuleTiedWeightsMixin:
 
     def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
         expanded = super().get_expanded_tied_weights_keys(all_submodels=all_submodels)
-        return {target: source for target, source in expanded.items()
-                if self.get_submodule(_module_path(target)) is not self.get_submodule(_module_path(source))}
+        return {
+            target: source
+            for target, source in expanded.items()
+            if self.get_submodule(_module_path(target)) is not self.get_submodule(_module_path(source))
+        }
 
 
 def _module_path(parameter_name: str) -> str:

@@ -26,8 +26,9 @@ def largest_entry(tensors: Mapping[str, torch.Tensor]) -> float:
     return max(tensor.detach().abs().max().item() for tensor in tensors.values() if tensor.numel())
 
 
-def assert_tensor_sets_close(actual: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor], *,
-                             rtol: float, context: str = "") -> None:
+def assert_tensor_sets_close(
+    actual: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor], *, rtol: float, context: str = ""
+) -> None:
     """Every tensor of ``expected`` matches the one of the same name in ``actual``.
 
     Tolerance of the tensor named ``n``: ``rtol`` × its own largest entry + :data:`NOISE_FLOOR` ×
@@ -39,6 +40,9 @@ def assert_tensor_sets_close(actual: Mapping[str, torch.Tensor], expected: Mappi
     for name, want in expected.items():
         own_scale = want.detach().abs().max().item() if want.numel() else 0.0
         torch.testing.assert_close(
-            actual[name], want, rtol=rtol, atol=rtol * own_scale + floor,
+            actual[name],
+            want,
+            rtol=rtol,
+            atol=rtol * own_scale + floor,
             msg=lambda details, name=name: f"{context}: {name} (noise floor {floor:.3g})\n{details}",
         )

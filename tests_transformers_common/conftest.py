@@ -18,8 +18,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 if not os.environ.get("TRANSFORMERS_COMMON_TESTS"):
-    raise pytest.UsageError("run these tests with `python .ci/transformers_common_tests.py`: they need "
-                            "transformers' tests/test_modeling_common.py from its source distribution")
+    raise pytest.UsageError(
+        "run these tests with `python .ci/transformers_common_tests.py`: they need "
+        "transformers' tests/test_modeling_common.py from its source distribution"
+    )
 sys.path.insert(0, os.environ["TRANSFORMERS_COMMON_TESTS"])
 
 # ModelTesterMixin tests that do not apply to talk_hf's models, by name (a parameterized test's
@@ -27,11 +29,13 @@ sys.path.insert(0, os.environ["TRANSFORMERS_COMMON_TESTS"])
 # and attention weights together keep running: ``has_attentions = False`` (the mixin's switch for
 # attention-free models, set in the test module) leaves the weights out of them.
 NO_ATTENTION_WEIGHTS = "the mixers are convolutions: there are no self-attention weights to return"
-ONE_ATTENTION_KERNEL = ("the attention to the source has one implementation (scaled_dot_product_attention; "
-                        "SliceNet's, plain matmuls): no eager, flash or flex one to dispatch to or compare with")
+ONE_ATTENTION_KERNEL = (
+    "the attention to the source has one implementation (scaled_dot_product_attention; "
+    "SliceNet's, plain matmuls): no eager, flash or flex one to dispatch to or compare with"
+)
 NOT_APPLICABLE = {
     "test_generation_tester_mixin_inheritance": "GenerationTesterMixin is left out: tests/models/test_generation.py "
-                                                "covers generate()",
+    "covers generate()",
     "test_attention_outputs": NO_ATTENTION_WEIGHTS,
     "test_sliding_window_mask": "no sliding-window attention: the mixers' windows are the convolutions' own",
     "test_eager_matches_sdpa_inference": ONE_ATTENTION_KERNEL,
@@ -46,10 +50,16 @@ NOT_APPLICABLE = {
     "test_flash_attn_kernels_mps_inference_equivalence": ONE_ATTENTION_KERNEL,
     "test_flash_attn_2_can_compile_with_attention_mask_None_without_graph_break": ONE_ATTENTION_KERNEL,
     "test_flash_attn_2_fp32_ln": ONE_ATTENTION_KERNEL,
-    **{f"test_flash_attn_{version}_{test}": ONE_ATTENTION_KERNEL
-       for version in (2, 3, 4)
-       for test in ("can_dispatch_composite_models", "from_config", "inference_equivalence",
-                    "inference_equivalence_right_padding")},
+    **{
+        f"test_flash_attn_{version}_{test}": ONE_ATTENTION_KERNEL
+        for version in (2, 3, 4)
+        for test in (
+            "can_dispatch_composite_models",
+            "from_config",
+            "inference_equivalence",
+            "inference_equivalence_right_padding",
+        )
+    },
 }
 
 

@@ -58,7 +58,9 @@ class TinyModelTester:
         inputs = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
         if self.case.is_seq2seq:
             decoder_input_ids = random_tokens(BATCH, LENGTH, seed=2).to(torch_device)
-            inputs.update(decoder_input_ids=decoder_input_ids, decoder_attention_mask=torch.ones_like(decoder_input_ids))
+            inputs.update(
+                decoder_input_ids=decoder_input_ids, decoder_attention_mask=torch.ones_like(decoder_input_ids)
+            )
         return config, inputs
 
 

@@ -71,7 +71,9 @@ def _size_fields(
     if family == "slicenet":
         given = [f"--{name}" for name, value in (("ffn_dim", ffn_dim), ("heads", heads)) if value is not None]
         if given:
-            raise ValueError(f"{' and '.join(given)} do not apply to slicenet (no feed-forward blocks, one attention head)")
+            raise ValueError(
+                f"{' and '.join(given)} do not apply to slicenet (no feed-forward blocks, one attention head)"
+            )
         fields = dict(d_model=d_model, dropout=dropout, encoder_layers=encoder_layers, decoder_layers=decoder_layers)
         return {name: value for name, value in fields.items() if value is not None}
     lists = _config_class(family, True).family.sizes_name  # the suffix of the per-layer size fields

@@ -75,11 +75,13 @@ def add_tokenizer_options(parser, kind, vocab_size, min_frequency):
 
 def add_model_options(parser, encoder_decoder):
     group = parser.add_argument_group("model (sizes default to the preset's)")
-    group.add_argument("--model_type", choices=model_types(encoder_decoder), default="talk",
-                       help="transformer: the same-size baseline")
+    group.add_argument(
+        "--model_type", choices=model_types(encoder_decoder), default="talk", help="transformer: the same-size baseline"
+    )
     presets = sorted(set().union(*(config.presets for config in config_classes(encoder_decoder))))
-    group.add_argument("--preset", default="small", choices=presets,
-                       help="a named configuration of our models (XConfig.from_preset)")
+    group.add_argument(
+        "--preset", default="small", choices=presets, help="a named configuration of our models (XConfig.from_preset)"
+    )
     group.add_argument("--d_model", type=int)
     group.add_argument("--ffn_dim", type=int)
     if encoder_decoder:

@@ -38,7 +38,12 @@ def parse_args(argv=None):
     options.add_model_options(parser, encoder_decoder=False)
     # The recipe chosen on WikiText-2 validation perplexity for CPU budgets (examples/results/recipe-search).
     options.add_training_options(
-        parser, lr=1e-3, max_tokens=1024, schedule="inverse_sqrt", warmup_steps=50, label_smoothing=0.0,
+        parser,
+        lr=1e-3,
+        max_tokens=1024,
+        schedule="inverse_sqrt",
+        warmup_steps=50,
+        label_smoothing=0.0,
         metric="valid_ppl",
     )
     args = options.parse_args(parser, argv)

@@ -38,8 +38,14 @@ matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 
 # model_type in the checkpoint's config (and, for DynamicConv, its conv_type) -> label
-LABELS = {"talk": "TaLK", "marian": "Transformer", "gpt2": "GPT-2", "dynamic": "DynamicConv", "lightweight": "LightConv",
-          "slicenet": "SliceNet"}
+LABELS = {
+    "talk": "TaLK",
+    "marian": "Transformer",
+    "gpt2": "GPT-2",
+    "dynamic": "DynamicConv",
+    "lightweight": "LightConv",
+    "slicenet": "SliceNet",
+}
 TASKS = {  # TASK part of the run folders -> (panel title, validation metric, whether higher is better)
     "multi30k-en-de": ("Multi30k En→De", "bleu", True),
     "multi30k-de-en": ("Multi30k De→En", "bleu", True),
@@ -97,7 +103,9 @@ def read_run(folder):
     environment_file = folder / "environment.json"
     if environment_file.exists():  # e.g. "AMD EPYC, AVX512, L2 1024K"
         environment = json.loads(environment_file.read_text())
-        run["machine"] = f"{environment['cpu']}, {environment['cpu_capability']}, L2 {environment['cpu_caches'].get('L2', '?')}"
+        run["machine"] = (
+            f"{environment['cpu']}, {environment['cpu_capability']}, L2 {environment['cpu_caches'].get('L2', '?')}"
+        )
     return run
 
 
@@ -130,8 +138,11 @@ def add_paired_differences(summaries):
         if baseline is None or summary["model"] in BASELINES:
             continue
         baseline_test = {run["seed"]: run["test"] for run in baseline["runs"] if "test" in run}
-        differences = {run["seed"]: run["test"] - baseline_test[run["seed"]]
-                       for run in summary["runs"] if "test" in run and run["seed"] in baseline_test}
+        differences = {
+            run["seed"]: run["test"] - baseline_test[run["seed"]]
+            for run in summary["runs"]
+            if "test" in run and run["seed"] in baseline_test
+        }
         if differences:
             summary["paired_seeds"] = sorted(differences)
             summary["test_vs_baseline"] = list(mean_and_std(list(differences.values())))
@@ -157,7 +168,9 @@ def plot(summaries, path):
         for summary in (s for s in summaries if s["task"] == task):
             minutes, mean, low, high = band(summary["runs"])
             seeds = len(summary["runs"])
-            (line,) = axis.plot(minutes, mean, marker="o", label=f"{summary['model']} ({seeds} seed{'s' * (seeds > 1)})")
+            (line,) = axis.plot(
+                minutes, mean, marker="o", label=f"{summary['model']} ({seeds} seed{'s' * (seeds > 1)})"
+            )
             if seeds > 1:
                 axis.fill_between(minutes, low, high, color=line.get_color(), alpha=0.2)
         axis.set_title(title)

@@ -35,28 +35,50 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fairseq.add_argument("checkpoint", help="the fairseq model.pt")
     fairseq.add_argument("output_dir", help="the folder to write (created if missing)")
-    fairseq.add_argument("--family", choices=FAMILIES, default=None,
-                         help="lightconv: fairseq's LightConv/DynamicConv; talk: the TaLK authors' plugin "
-                              "(default: detected from the saved arch, lightconv* or talkconv*)")
-    fairseq.add_argument("--source-lang", default=None,
-                         help="source language of dict.<lang>.txt (default: the checkpoint's)")
-    fairseq.add_argument("--target-lang", default=None,
-                         help="target language of dict.<lang>.txt (default: the checkpoint's)")
-    fairseq.add_argument("--beam", type=int, default=5,
-                         help="beam size of the saved generation settings (default: %(default)s)")
-    fairseq.add_argument("--lenpen", type=float, default=1.0,
-                         help="length penalty of the saved generation settings, fairseq-generate's --lenpen "
-                              "(default: %(default)s)")
-    fairseq.add_argument("--lowercase", action="store_true",
-                         help="the tokenizer lowercases its input (the IWSLT14 models were trained lowercased)")
-    fairseq.add_argument("--no-tokenizer", action="store_true",
-                         help="write no tokenizer even if bpecodes is there (no sacremoses needed)")
-    fairseq.add_argument("--dtype", choices=DTYPES, default="float32",
-                         help="dtype of the saved weights (default: %(default)s)")
-    fairseq.add_argument("--allow-global", action="append", default=[], metavar="MODULE.NAME",
-                         help="let the unpickler build this class too (only for a file you trust and a class "
-                              "that holds plain data; by default only argparse.Namespace and numpy "
-                              "scalars/arrays); repeatable")
+    fairseq.add_argument(
+        "--family",
+        choices=FAMILIES,
+        default=None,
+        help="lightconv: fairseq's LightConv/DynamicConv; talk: the TaLK authors' plugin "
+        "(default: detected from the saved arch, lightconv* or talkconv*)",
+    )
+    fairseq.add_argument(
+        "--source-lang", default=None, help="source language of dict.<lang>.txt (default: the checkpoint's)"
+    )
+    fairseq.add_argument(
+        "--target-lang", default=None, help="target language of dict.<lang>.txt (default: the checkpoint's)"
+    )
+    fairseq.add_argument(
+        "--beam", type=int, default=5, help="beam size of the saved generation settings (default: %(default)s)"
+    )
+    fairseq.add_argument(
+        "--lenpen",
+        type=float,
+        default=1.0,
+        help="length penalty of the saved generation settings, fairseq-generate's --lenpen (default: %(default)s)",
+    )
+    fairseq.add_argument(
+        "--lowercase",
+        action="store_true",
+        help="the tokenizer lowercases its input (the IWSLT14 models were trained lowercased)",
+    )
+    fairseq.add_argument(
+        "--no-tokenizer",
+        action="store_true",
+        help="write no tokenizer even if bpecodes is there (no sacremoses needed)",
+    )
+    fairseq.add_argument(
+        "--dtype", choices=DTYPES, default="float32", help="dtype of the saved weights (default: %(default)s)"
+    )
+    fairseq.add_argument(
+        "--allow-global",
+        action="append",
+        default=[],
+        metavar="MODULE.NAME",
+        help="let the unpickler build this class too (only for a file you trust and a class "
+        "that holds plain data; by default only argparse.Namespace and numpy "
+        "scalars/arrays); repeatable",
+    )
     return parser
 
 
@@ -67,9 +89,16 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         config = convert_fairseq_checkpoint(
-            args.checkpoint, args.output_dir, family=args.family, source_lang=args.source_lang,
-            target_lang=args.target_lang, num_beams=args.beam, length_penalty=args.lenpen,
-            lowercase=args.lowercase, tokenizer=not args.no_tokenizer, dtype=DTYPES[args.dtype],
+            args.checkpoint,
+            args.output_dir,
+            family=args.family,
+            source_lang=args.source_lang,
+            target_lang=args.target_lang,
+            num_beams=args.beam,
+            length_penalty=args.lenpen,
+            lowercase=args.lowercase,
+            tokenizer=not args.no_tokenizer,
+            dtype=DTYPES[args.dtype],
             allow_globals=tuple(resolve_global(name) for name in args.allow_global),
         )
     except (ValueError, ImportError) as error:

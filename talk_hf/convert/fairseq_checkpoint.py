@@ -30,12 +30,22 @@ def _numpy_globals() -> list:
     ``numpy.core``, numpy 2.x ``numpy._core``, and the allow-list matches names.  Plain data only:
     the object dtype (whose items are arbitrary objects) is left out."""
     core = numpy._core.multiarray if hasattr(numpy, "_core") else numpy.core.multiarray
-    rebuilders = [(getattr(core, name), f"{package}.multiarray.{name}")
-                  for name in ("scalar", "_reconstruct") for package in ("numpy.core", "numpy._core")]
+    rebuilders = [
+        (getattr(core, name), f"{package}.multiarray.{name}")
+        for name in ("scalar", "_reconstruct")
+        for package in ("numpy.core", "numpy._core")
+    ]
     # numpy 2 rebuilds a dtype as an instance of its class, e.g. numpy.dtypes.Float64DType.
     dtypes = getattr(numpy, "dtypes", None)
-    dtype_classes = [getattr(dtypes, name) for name in dir(dtypes) if name.endswith("DType")
-                     and name not in ("ObjectDType", "VoidDType", "StringDType")] if dtypes else []
+    dtype_classes = (
+        [
+            getattr(dtypes, name)
+            for name in dir(dtypes)
+            if name.endswith("DType") and name not in ("ObjectDType", "VoidDType", "StringDType")
+        ]
+        if dtypes
+        else []
+    )
     return [numpy.ndarray, numpy.dtype, *rebuilders, *dtype_classes]
 
 
@@ -160,21 +170,31 @@ def _unreadable(path: Path, error: Exception) -> ValueError:
     elif head.startswith(pickle.PROTO):
         kind = "a pickle"
     else:
-        return ValueError(f"{path} is neither a zip archive nor a pickle, the formats torch.save writes (is it a "
-                          f"text file?). {EXPECTED}")
+        return ValueError(
+            f"{path} is neither a zip archive nor a pickle, the formats torch.save writes (is it a "
+            f"text file?). {EXPECTED}"
+        )
     refusal = _UNPICKLER_REASON.search(str(error)) if isinstance(error, pickle.UnpicklingError) else None
-    why = (f"torch's weights-only unpickler refuses it ({refusal.group(1)})" if refusal
-           else "torch.load cannot read it: it is truncated, damaged, or not written by torch.save")
+    why = (
+        f"torch's weights-only unpickler refuses it ({refusal.group(1)})"
+        if refusal
+        else "torch.load cannot read it: it is truncated, damaged, or not written by torch.save"
+    )
     return ValueError(f"{path} is {kind}, but {why}. {EXPECTED}")
 
 
 def _check_state_dict(state_dict: dict, path: Path) -> None:
     """The ``model`` entry maps parameter names to tensors."""
-    wrong = [f"{name!r} ({type(value).__name__})" for name, value in state_dict.items()
-             if not isinstance(name, str) or not isinstance(value, torch.Tensor)]
+    wrong = [
+        f"{name!r} ({type(value).__name__})"
+        for name, value in state_dict.items()
+        if not isinstance(name, str) or not isinstance(value, torch.Tensor)
+    ]
     if wrong:
-        raise ValueError(f"{path} is not a fairseq checkpoint: its 'model' state dict must map parameter names to "
-                         f"tensors, but holds {', '.join(wrong[:3])}{' ...' if len(wrong) > 3 else ''}")
+        raise ValueError(
+            f"{path} is not a fairseq checkpoint: its 'model' state dict must map parameter names to "
+            f"tensors, but holds {', '.join(wrong[:3])}{' ...' if len(wrong) > 3 else ''}"
+        )
 
 
 def _model_arguments(checkpoint: dict, path: Path) -> tuple[argparse.Namespace, dict]:

@@ -45,8 +45,10 @@ def detect_family(checkpoint: FairseqCheckpoint) -> str:
         return "talk"
     if arch.startswith("lightconv"):
         return "lightconv"
-    raise ValueError(f"arch {arch!r} is neither a fairseq LightConv/DynamicConv architecture (lightconv*) nor a "
-                     f"TaLK one (talkconv*); pass --family lightconv or --family talk if it is one under another name")
+    raise ValueError(
+        f"arch {arch!r} is neither a fairseq LightConv/DynamicConv architecture (lightconv*) nor a "
+        f"TaLK one (talkconv*); pass --family lightconv or --family talk if it is one under another name"
+    )
 
 
 def is_language_model(checkpoint: FairseqCheckpoint) -> bool:
@@ -100,8 +102,10 @@ def unsupported_features(checkpoint: FairseqCheckpoint, family: str) -> list[str
     width = args.require("decoder_embed_dim")
     for name in ("decoder_input_dim", "decoder_output_dim"):
         if args.get(name, width) != width:
-            problems.append(f"a decoder {name.split('_')[1]} projection ({name}={args.get(name)} differs from "
-                            f"decoder_embed_dim={width})")
+            problems.append(
+                f"a decoder {name.split('_')[1]} projection ({name}={args.get(name)} differs from "
+                f"decoder_embed_dim={width})"
+            )
     if family == "lightconv" and not args.get("weight_softmax", True):
         problems.append("kernels without softmax normalisation (weight_softmax=False)")
     if not language_model:
@@ -120,17 +124,21 @@ def _encoder_decoder_mismatches(args: _Arguments, family: str) -> list[str]:
         per_stack["conv_type"] = (args.get("encoder_conv_type", "dynamic"), args.get("decoder_conv_type", "dynamic"))
     problems = [
         f"different encoder and decoder {name} (encoder_{name}={encoder!r}, decoder_{name}={decoder!r})"
-        for name, (encoder, decoder) in per_stack.items() if encoder != decoder
+        for name, (encoder, decoder) in per_stack.items()
+        if encoder != decoder
     ]
     even = [size for size in args.kernel_sizes("encoder", family) if size % 2 == 0]
     if family == "lightconv" and even:
-        problems.append(f"even encoder kernel sizes ({even}: fairseq pads them with a (left, right) tuple that its "
-                        f"convolution modules reject, so such a checkpoint cannot run in fairseq either)")
+        problems.append(
+            f"even encoder kernel sizes ({even}: fairseq pads them with a (left, right) tuple that its "
+            f"convolution modules reject, so such a checkpoint cannot run in fairseq either)"
+        )
     return problems
 
 
-def config_from_fairseq(checkpoint: FairseqCheckpoint, family: str, vocab_size: int,
-                        decoder_vocab_size: int) -> PretrainedConfig:
+def config_from_fairseq(
+    checkpoint: FairseqCheckpoint, family: str, vocab_size: int, decoder_vocab_size: int
+) -> PretrainedConfig:
     """The talk_hf configuration of ``checkpoint``.
 
     Args:
@@ -145,8 +153,9 @@ def config_from_fairseq(checkpoint: FairseqCheckpoint, family: str, vocab_size: 
         raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
     problems = unsupported_features(checkpoint, family)
     if problems:
-        raise ValueError(f"{checkpoint.path} ({checkpoint.arch}) uses what talk_hf cannot reproduce: "
-                         + "; ".join(problems))
+        raise ValueError(
+            f"{checkpoint.path} ({checkpoint.arch}) uses what talk_hf cannot reproduce: " + "; ".join(problems)
+        )
     args = _Arguments(checkpoint.args)
     language_model = is_language_model(checkpoint)
     sizes_field = "kernel_sizes" if family == "lightconv" else "max_offsets"
@@ -171,9 +180,12 @@ def config_from_fairseq(checkpoint: FairseqCheckpoint, family: str, vocab_size: 
         pad_token_id=PAD_ID,
         bos_token_id=BOS_ID,
         eos_token_id=EOS_ID,
-        **{f"decoder_{sizes_field}": args.kernel_sizes("decoder", family),
-           "weight_dropout" if family == "lightconv" else "offset_dropout":
-               args.get("weight_dropout", args.get("attention_dropout", 0.0))},
+        **{
+            f"decoder_{sizes_field}": args.kernel_sizes("decoder", family),
+            "weight_dropout" if family == "lightconv" else "offset_dropout": args.get(
+                "weight_dropout", args.get("attention_dropout", 0.0)
+            ),
+        },
     )
     if family == "lightconv":
         fields["conv_type"] = args.get("decoder_conv_type", "dynamic")

@@ -25,8 +25,9 @@ def read_dictionary(path: Path) -> list[str]:
     return symbols
 
 
-def dictionary_paths(folder: Path, source_lang: str | None, target_lang: str | None,
-                     language_model: bool) -> tuple[Path, Path]:
+def dictionary_paths(
+    folder: Path, source_lang: str | None, target_lang: str | None, language_model: bool
+) -> tuple[Path, Path]:
     """(source, target) dictionary files beside the checkpoint; the same file twice for an LM.
 
     Raises:
@@ -38,11 +39,14 @@ def dictionary_paths(folder: Path, source_lang: str | None, target_lang: str | N
     else:
         if source_lang is None or target_lang is None:
             found = sorted(path.name for path in folder.glob("dict.*.txt"))
-            raise ValueError(f"the checkpoint does not name its language pair; pass --source-lang and --target-lang "
-                             f"(dictionaries in {folder}: {found})")
+            raise ValueError(
+                f"the checkpoint does not name its language pair; pass --source-lang and --target-lang "
+                f"(dictionaries in {folder}: {found})"
+            )
         paths = (folder / f"dict.{source_lang}.txt", folder / f"dict.{target_lang}.txt")
     for path in paths:
         if not path.is_file():
-            raise ValueError(f"{path} is missing: fairseq's dictionaries must lie beside the checkpoint, "
-                             f"as in the released archives")
+            raise ValueError(
+                f"{path} is missing: fairseq's dictionaries must lie beside the checkpoint, as in the released archives"
+            )
     return paths

@@ -50,9 +50,11 @@ def fsmt_merges(bpecodes: Path) -> str:
     """
     lines = bpecodes.read_text(encoding="utf-8").rstrip("\n").split("\n")
     if lines[0].strip() != CODES_VERSION:
-        raise ValueError(f"{bpecodes} does not start with {CODES_VERSION!r} (got {lines[0]!r}); FSMTTokenizer applies "
-                         f"BPE as subword-nmt's codes version 0.2 do, so it would not reproduce these codes. Convert "
-                         f"with --no-tokenizer and apply them with subword-nmt")
+        raise ValueError(
+            f"{bpecodes} does not start with {CODES_VERSION!r} (got {lines[0]!r}); FSMTTokenizer applies "
+            f"BPE as subword-nmt's codes version 0.2 do, so it would not reproduce these codes. Convert "
+            f"with --no-tokenizer and apply them with subword-nmt"
+        )
     merges = {}
     for number, line in enumerate(lines[1:], start=2):
         pair = tuple(re.sub(r" \d+$", "", line.strip()).split(" "))
@@ -62,8 +64,15 @@ def fsmt_merges(bpecodes: Path) -> str:
     return "".join(f"{left} {right}\n" for left, right in merges)
 
 
-def write_fsmt_tokenizer(output_dir: Path, source_symbols: list[str], target_symbols: list[str], bpecodes: Path,
-                         langs: tuple[str, str], lowercase: bool, model_max_length: int) -> None:
+def write_fsmt_tokenizer(
+    output_dir: Path,
+    source_symbols: list[str],
+    target_symbols: list[str],
+    bpecodes: Path,
+    langs: tuple[str, str],
+    lowercase: bool,
+    model_max_length: int,
+) -> None:
     """Write an ``FSMTTokenizer`` into ``output_dir`` (its files and ``tokenizer_config.json``).
 
     Args:
@@ -78,16 +87,22 @@ def write_fsmt_tokenizer(output_dir: Path, source_symbols: list[str], target_sym
         ValueError: the codes cannot be reproduced (see :func:`fsmt_merges`); nothing is written then.
     """
     if importlib.util.find_spec("sacremoses") is None:
-        raise ImportError("the Moses tokenizer needs sacremoses: pip install 'talk_hf[convert]' "
-                          "(or convert with --no-tokenizer)")
+        raise ImportError(
+            "the Moses tokenizer needs sacremoses: pip install 'talk_hf[convert]' (or convert with --no-tokenizer)"
+        )
     merges = fsmt_merges(bpecodes)
     files = {"src_vocab_file": "vocab-src.json", "tgt_vocab_file": "vocab-tgt.json", "merges_file": "merges.txt"}
     paths = {key: output_dir / name for key, name in files.items()}
     output_dir.mkdir(parents=True, exist_ok=True)
     for key, symbols in (("src_vocab_file", source_symbols), ("tgt_vocab_file", target_symbols)):
-        paths[key].write_text(json.dumps(fsmt_vocabulary(symbols), ensure_ascii=False, indent=1) + "\n",
-                              encoding="utf-8")
+        paths[key].write_text(
+            json.dumps(fsmt_vocabulary(symbols), ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
+        )
     paths["merges_file"].write_text(merges, encoding="utf-8")
-    tokenizer = FSMTTokenizer(langs=list(langs), do_lower_case=lowercase, model_max_length=model_max_length,
-                              **{key: str(path) for key, path in paths.items()})
+    tokenizer = FSMTTokenizer(
+        langs=list(langs),
+        do_lower_case=lowercase,
+        model_max_length=model_max_length,
+        **{key: str(path) for key, path in paths.items()},
+    )
     tokenizer.save_pretrained(output_dir)  # adds tokenizer_config.json

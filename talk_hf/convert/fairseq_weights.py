@@ -111,8 +111,10 @@ def convert_state_dict(state_dict: dict[str, torch.Tensor], tie_word_embeddings:
     if unknown:
         raise ValueError(f"fairseq parameters with no talk_hf counterpart: {', '.join(unknown)}")
     if tie_word_embeddings and "lm_head.weight" in converted:
-        raise ValueError("the arguments share the decoder's input and output embeddings, but the checkpoint holds "
-                         "a separate decoder.embed_out")
+        raise ValueError(
+            "the arguments share the decoder's input and output embeddings, but the checkpoint holds "
+            "a separate decoder.embed_out"
+        )
     if tie_word_embeddings and "model.decoder.embed_tokens.weight" in converted:
         converted["lm_head.weight"] = converted["model.decoder.embed_tokens.weight"]
     return converted
@@ -129,10 +131,15 @@ def load_converted(model: nn.Module, converted: dict[str, torch.Tensor]) -> None
     missing = sorted(set(expected) - set(converted))
     unexpected = sorted(set(converted) - set(expected))
     if missing or unexpected:
-        raise ValueError(f"the converted weights do not fit the model built from the checkpoint's arguments: "
-                         f"missing {missing}, unexpected {unexpected}")
-    mismatched = [f"{name}: checkpoint {tuple(converted[name].shape)}, expected {tuple(tensor.shape)}"
-                  for name, tensor in expected.items() if converted[name].shape != tensor.shape]
+        raise ValueError(
+            f"the converted weights do not fit the model built from the checkpoint's arguments: "
+            f"missing {missing}, unexpected {unexpected}"
+        )
+    mismatched = [
+        f"{name}: checkpoint {tuple(converted[name].shape)}, expected {tuple(tensor.shape)}"
+        for name, tensor in expected.items()
+        if converted[name].shape != tensor.shape
+    ]
     if mismatched:
         raise ValueError("shapes differ from the checkpoint's arguments: " + "; ".join(mismatched))
     model.load_state_dict(converted, strict=True)

@@ -59,29 +59,50 @@ def _check_dictionary_size(checkpoint: FairseqCheckpoint, dictionary: Path, symb
     """The embedding ``key`` has one row per symbol of ``dictionary``."""
     rows = checkpoint.state_dict[key].shape[0] if key in checkpoint.state_dict else None
     if rows != len(symbols):
-        raise ValueError(f"{dictionary} has {len(symbols)} symbols but the checkpoint's {key} has {rows} rows: "
-                         f"these are not the model's dictionaries")
+        raise ValueError(
+            f"{dictionary} has {len(symbols)} symbols but the checkpoint's {key} has {rows} rows: "
+            f"these are not the model's dictionaries"
+        )
 
 
-def _write_tokenizer(checkpoint: FairseqCheckpoint, output_dir: Path, symbols: tuple[list[str], list[str]],
-                     langs: tuple[str, str], lowercase: bool) -> str:
+def _write_tokenizer(
+    checkpoint: FairseqCheckpoint,
+    output_dir: Path,
+    symbols: tuple[list[str], list[str]],
+    langs: tuple[str, str],
+    lowercase: bool,
+) -> str:
     """Write the Moses + BPE tokenizer when the codes lie beside the checkpoint; say what was done."""
-    codes = next((checkpoint.path.parent / name for name in BPE_CODES_NAMES
-                  if (checkpoint.path.parent / name).is_file()), None)
+    codes = next(
+        (checkpoint.path.parent / name for name in BPE_CODES_NAMES if (checkpoint.path.parent / name).is_file()), None
+    )
     if codes is None:
-        return (f"No tokenizer: no BPE codes ({' or '.join(BPE_CODES_NAMES)}) lay beside the checkpoint; inputs are "
-                f"fairseq dictionary ids (Moses-tokenized, BPE-segmented text).")
+        return (
+            f"No tokenizer: no BPE codes ({' or '.join(BPE_CODES_NAMES)}) lay beside the checkpoint; inputs are "
+            f"fairseq dictionary ids (Moses-tokenized, BPE-segmented text)."
+        )
     max_length = getattr(checkpoint.args, "max_source_positions", 1024)
     write_fsmt_tokenizer(output_dir, *symbols, codes, langs, lowercase, max_length)
-    return (f"The tokenizer (`FSMTTokenizer`: Moses{', lowercased' if lowercase else ''}, then BPE with the released "
-            f"`{codes.name}`, then `</s>`) reproduces fairseq's preprocessing.")
+    return (
+        f"The tokenizer (`FSMTTokenizer`: Moses{', lowercased' if lowercase else ''}, then BPE with the released "
+        f"`{codes.name}`, then `</s>`) reproduces fairseq's preprocessing."
+    )
 
 
-def convert_fairseq_checkpoint(checkpoint_path: str | Path, output_dir: str | Path, *, family: str | None = None,
-                               source_lang: str | None = None, target_lang: str | None = None,
-                               num_beams: int = 5, length_penalty: float = 1.0, lowercase: bool = False,
-                               tokenizer: bool = True, dtype: torch.dtype = torch.float32,
-                               allow_globals: tuple = ()) -> PretrainedConfig:
+def convert_fairseq_checkpoint(
+    checkpoint_path: str | Path,
+    output_dir: str | Path,
+    *,
+    family: str | None = None,
+    source_lang: str | None = None,
+    target_lang: str | None = None,
+    num_beams: int = 5,
+    length_penalty: float = 1.0,
+    lowercase: bool = False,
+    tokenizer: bool = True,
+    dtype: torch.dtype = torch.float32,
+    allow_globals: tuple = (),
+) -> PretrainedConfig:
     """Convert ``checkpoint_path`` (a fairseq ``model.pt``) into ``output_dir``.
 
     Args:
@@ -130,7 +151,14 @@ def convert_fairseq_checkpoint(checkpoint_path: str | Path, output_dir: str | Pa
         tokenizer_note = _write_tokenizer(checkpoint, output_dir, symbols, langs, lowercase)
     logger.info(tokenizer_note)
     model.to(dtype).save_pretrained(output_dir)
-    card = model_card(checkpoint.path.parent.name, output_dir.name, checkpoint.arch, family, config,
-                      model.generation_config, tokenizer_note)
+    card = model_card(
+        checkpoint.path.parent.name,
+        output_dir.name,
+        checkpoint.arch,
+        family,
+        config,
+        model.generation_config,
+        tokenizer_note,
+    )
     (output_dir / "README.md").write_text(card, encoding="utf-8")
     return config

@@ -8,8 +8,10 @@ from transformers import GenerationConfig, PretrainedConfig
 # family -> (origin, page with the released checkpoints, the license statement quoted from it)
 SOURCES = {
     "lightconv": (
-        ("fairseq's LightConv/DynamicConv release (Wu et al., *Pay Less Attention with Lightweight and Dynamic "
-         "Convolutions*, ICLR 2019)"),
+        (
+            "fairseq's LightConv/DynamicConv release (Wu et al., *Pay Less Attention with Lightweight and Dynamic "
+            "Convolutions*, ICLR 2019)"
+        ),
         "https://github.com/facebookresearch/fairseq/blob/main/examples/pay_less_attention_paper/README.md",
         "fairseq(-py) is MIT-licensed. The license applies to the pre-trained models as well.",
     ),
@@ -21,8 +23,15 @@ SOURCES = {
 }
 
 
-def model_card(name: str, folder: str, arch: str, family: str, config: PretrainedConfig,
-               generation: GenerationConfig, tokenizer_note: str) -> str:
+def model_card(
+    name: str,
+    folder: str,
+    arch: str,
+    family: str,
+    config: PretrainedConfig,
+    generation: GenerationConfig,
+    tokenizer_note: str,
+) -> str:
     """Markdown with a YAML header (license, tags) for ``output_dir/README.md``.
 
     Args:
@@ -42,8 +51,8 @@ def model_card(name: str, folder: str, arch: str, family: str, config: Pretraine
         f'tokenizer = AutoTokenizer.from_pretrained("{folder}")\n'
         'batch = tokenizer(["A sentence to translate."], return_tensors="pt", padding=True)\n'
         "print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))"
-        if seq2seq else
-        "# fairseq's LMs read </s> (id 2) first: prepend it to the prompt's dict.txt ids\n"
+        if seq2seq
+        else "# fairseq's LMs read </s> (id 2) first: prepend it to the prompt's dict.txt ids\n"
         "prompt_ids = [4, 5, 6]\n"
         "print(model.generate(input_ids=torch.tensor([[2] + prompt_ids]))[0].tolist())"
     )
@@ -86,4 +95,3 @@ reproduce. Its tests convert small random checkpoints written by fairseq 0.12.2 
 re-implementation of the TaLK plugin) and match fairseq's encoder outputs, logits, incremental
 decoding and greedy outputs to 1e-5 in float32. This checkpoint itself was not compared with fairseq's outputs.
 """
-

@@ -31,17 +31,29 @@ class ConvEncoderLayer(GradientCheckpointingLayer):
 class ConvDecoderLayer(GradientCheckpointingLayer):
     """Causal mixer block, cross-attention (seq2seq only), FFN; (B, T, d) -> (B, T, d)."""
 
-    def __init__(self, layer_idx: int, mixer: MixerBlock, ffn: FeedForwardBlock,
-                 cross_attention: CrossAttentionBlock | None = None):
+    def __init__(
+        self,
+        layer_idx: int,
+        mixer: MixerBlock,
+        ffn: FeedForwardBlock,
+        cross_attention: CrossAttentionBlock | None = None,
+    ):
         super().__init__()
         self.layer_idx = layer_idx
         self.mixer = mixer
         self.cross_attention = cross_attention
         self.ffn = ffn
 
-    def forward(self, hidden: torch.Tensor, real_tokens: torch.Tensor | None = None,
-                encoder_hidden: torch.Tensor | None = None, encoder_mask: torch.Tensor | None = None,
-                past_key_values=None, output_attentions: bool = False, **kwargs):
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        real_tokens: torch.Tensor | None = None,
+        encoder_hidden: torch.Tensor | None = None,
+        encoder_mask: torch.Tensor | None = None,
+        past_key_values=None,
+        output_attentions: bool = False,
+        **kwargs,
+    ):
         """
         Args:
             hidden: (B, T, d) decoder states.
@@ -64,4 +76,3 @@ class ConvDecoderLayer(GradientCheckpointingLayer):
                 hidden, encoder_hidden, encoder_mask, cross_cache, self.layer_idx, output_attentions
             )
         return self.ffn(hidden), weights
-

@@ -39,8 +39,15 @@ class CrossAttentionBlock(nn.Module):
         """(B, S, d) encoder output -> (B, heads, S, head_dim) keys and values."""
         return self._split_heads(self.k_proj(encoder_hidden)), self._split_heads(self.v_proj(encoder_hidden))
 
-    def forward(self, hidden: torch.Tensor, encoder_hidden: torch.Tensor, encoder_mask: torch.Tensor | None,
-                cache=None, layer_idx: int = 0, output_attentions: bool = False):
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        encoder_hidden: torch.Tensor,
+        encoder_mask: torch.Tensor | None,
+        cache=None,
+        layer_idx: int = 0,
+        output_attentions: bool = False,
+    ):
         """
         Args:
             hidden: (B, T, d) decoder states.
@@ -65,6 +72,8 @@ class CrossAttentionBlock(nn.Module):
             weights = torch.softmax(scores.float(), dim=-1).to(queries.dtype)
             attended = nn.functional.dropout(weights, p=dropout, training=self.training) @ values
         else:
-            attended = nn.functional.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, dropout_p=dropout)
+            attended = nn.functional.scaled_dot_product_attention(
+                queries, keys, values, attn_mask=mask, dropout_p=dropout
+            )
         attended = attended.transpose(1, 2).reshape(hidden.shape)
         return self.residual.post(self.out_proj(attended), hidden), weights

@@ -93,4 +93,4 @@ class LightConvCore(_ConvCore, InitializesItself):
             return light_conv(u, weight, self.padding_l)
         if u.shape[1] == 1:
             return self.decoding_step(context, weight.expand(u.shape[0], -1, -1))
-        return light_conv(context, weight, self.padding_l)[:, -u.shape[1]:]
+        return light_conv(context, weight, self.padding_l)[:, -u.shape[1] :]

@@ -14,8 +14,15 @@ from .residual import NormedResidual
 class FeedForwardBlock(nn.Module):
     """The FFN sublayer with its residual connection; (B, T, d) -> (B, T, d)."""
 
-    def __init__(self, d_model: int, ffn_dim: int, activation: str, activation_dropout: float,
-                 dropout: float, normalize_before: bool):
+    def __init__(
+        self,
+        d_model: int,
+        ffn_dim: int,
+        activation: str,
+        activation_dropout: float,
+        dropout: float,
+        normalize_before: bool,
+    ):
         super().__init__()
         self.fc1 = Linear(d_model, ffn_dim)
         self.fc2 = Linear(ffn_dim, d_model)

@@ -50,7 +50,7 @@ def token_multiplier(attention_mask: torch.Tensor | None, length: int, dtype: to
     """
     if attention_mask is None:
         return None
-    return attention_mask[:, attention_mask.shape[1] - length:, None].bool().to(dtype)
+    return attention_mask[:, attention_mask.shape[1] - length :, None].bool().to(dtype)
 
 
 class MixerCore(Protocol):
@@ -68,8 +68,16 @@ class MixerCore(Protocol):
 class MixerBlock(nn.Module):
     """Input projection (+GLU), padding zeroing, the core, output projection, residual."""
 
-    def __init__(self, d_model: int, conv_dim: int, core: MixerCore, use_glu: bool, input_dropout: float,
-                 dropout: float, normalize_before: bool):
+    def __init__(
+        self,
+        d_model: int,
+        conv_dim: int,
+        core: MixerCore,
+        use_glu: bool,
+        input_dropout: float,
+        dropout: float,
+        normalize_before: bool,
+    ):
         super().__init__()
         self.use_glu = use_glu
         self.input_dropout = input_dropout

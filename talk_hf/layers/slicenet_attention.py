@@ -91,8 +91,16 @@ class SliceAttention(nn.Module):
         conv_init: how the query steps' convolutions are initialised.
     """
 
-    def __init__(self, d_model: int, kernel_sizes: list[int], dilations: list[int], separabilities: list[int],
-                 residual: str, eps: float, conv_init: ConvInit = T2T_INIT):
+    def __init__(
+        self,
+        d_model: int,
+        kernel_sizes: list[int],
+        dilations: list[int],
+        separabilities: list[int],
+        residual: str,
+        eps: float,
+        conv_init: ConvInit = T2T_INIT,
+    ):
         super().__init__()
         self.query_steps = nn.ModuleList(
             ConvStep(d_model, d_model, kernel, dilation, separability, causal=True, eps=eps, conv_init=conv_init)
@@ -100,8 +108,15 @@ class SliceAttention(nn.Module):
         )
         self.norm = nn.LayerNorm(d_model, eps=eps) if residual == "t2t" else None
 
-    def forward(self, x: torch.Tensor, timing: torch.Tensor, source: torch.Tensor, source_mask: torch.Tensor | None,
-                padding_mask: torch.Tensor | None = None, cache=None):
+    def forward(
+        self,
+        x: torch.Tensor,
+        timing: torch.Tensor,
+        source: torch.Tensor,
+        source_mask: torch.Tensor | None,
+        padding_mask: torch.Tensor | None = None,
+        cache=None,
+    ):
         """
         Args:
             x: (B, T, d) decoder states.

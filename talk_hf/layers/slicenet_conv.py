@@ -41,8 +41,9 @@ class ConvInit:
 T2T_INIT = ConvInit()  # tensor2tensor's: orthogonal, gain 1
 
 
-def tf_orthogonal_grouped(out_channels: int, in_per_group: int, kernel_size: int, groups: int,
-                          gain: float) -> torch.Tensor:
+def tf_orthogonal_grouped(
+    out_channels: int, in_per_group: int, kernel_size: int, groups: int, gain: float
+) -> torch.Tensor:
     """A grouped ``conv1d`` weight (out_channels, in_per_group, kernel_size) initialised as
     TensorFlow's orthogonal initialiser does one kernel per group.
 
@@ -62,8 +63,10 @@ def tf_orthogonal_depthwise(channels: int, kernel_size: int, parts: int, gain: f
     depthwise kernels [k, 1, channels / parts, 1]: each flattens to one column, a unit vector
     (times ``gain``) over its k * channels / parts entries."""
     per_part = channels // parts
-    blocks = [torch.nn.init.orthogonal_(torch.empty(kernel_size * per_part, 1), gain).view(kernel_size, per_part).t()
-              for _ in range(parts)]
+    blocks = [
+        torch.nn.init.orthogonal_(torch.empty(kernel_size * per_part, 1), gain).view(kernel_size, per_part).t()
+        for _ in range(parts)
+    ]
     return torch.cat(blocks).unsqueeze(1)
 
 
@@ -86,8 +89,15 @@ class SliceConv(InitializesItself):
     The parameters are allocated uninitialised: `init_weights` fills them (the model calls it).
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, dilation: int, separability: int,
-                 conv_init: ConvInit = T2T_INIT):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        dilation: int,
+        separability: int,
+        conv_init: ConvInit = T2T_INIT,
+    ):
         super().__init__()
         self.conv_init = conv_init
         self.separability = separability
@@ -114,8 +124,9 @@ class SliceConv(InitializesItself):
 
     def _spatial(self, context: torch.Tensor) -> torch.Tensor:
         """The k-tap convolution over a sequence: (B, window + T, C_in) -> (B, T, C_spatial)."""
-        out = nn.functional.conv1d(context.transpose(1, 2), self.spatial_weight, dilation=self.dilation,
-                                   groups=self.spatial_groups)
+        out = nn.functional.conv1d(
+            context.transpose(1, 2), self.spatial_weight, dilation=self.dilation, groups=self.spatial_groups
+        )
         return out.transpose(1, 2)
 
     def _spatial_step(self, context: torch.Tensor) -> torch.Tensor:
@@ -168,8 +179,17 @@ class ConvStep(nn.Module):
         conv_init: how the convolution is initialised.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, dilation: int, separability: int,
-                 causal: bool, eps: float, conv_init: ConvInit = T2T_INIT):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        dilation: int,
+        separability: int,
+        causal: bool,
+        eps: float,
+        conv_init: ConvInit = T2T_INIT,
+    ):
         super().__init__()
         self.causal = causal
         self.conv = SliceConv(in_channels, out_channels, kernel_size, dilation, separability, conv_init)
@@ -219,8 +239,17 @@ class ConvModule(nn.Module):
         conv_init: how the steps' convolutions are initialised.
     """
 
-    def __init__(self, d_model: int, kernel_sizes: list[int], dilations: list[int], separabilities: list[int],
-                 causal: bool, residual: str, eps: float, conv_init: ConvInit = T2T_INIT):
+    def __init__(
+        self,
+        d_model: int,
+        kernel_sizes: list[int],
+        dilations: list[int],
+        separabilities: list[int],
+        causal: bool,
+        residual: str,
+        eps: float,
+        conv_init: ConvInit = T2T_INIT,
+    ):
         super().__init__()
         self.residual = residual
         self.steps = nn.ModuleList(

@@ -54,8 +54,15 @@ class SliceNetIOMixer(GradientCheckpointingLayer):
         self.attention = attention
         self.mix = mix
 
-    def forward(self, embedded: torch.Tensor, timing: torch.Tensor, source: torch.Tensor,
-                source_mask: torch.Tensor | None, padding_mask: torch.Tensor | None = None, cache=None):
+    def forward(
+        self,
+        embedded: torch.Tensor,
+        timing: torch.Tensor,
+        source: torch.Tensor,
+        source_mask: torch.Tensor | None,
+        padding_mask: torch.Tensor | None = None,
+        cache=None,
+    ):
         """Arguments as `SliceAttention.forward` (``embedded`` is its x); returns
         ``(hidden (B, T, d), attention weights (B, T, S))``."""
         attended, weights = self.attention(embedded, timing, source, source_mask, padding_mask, cache)
@@ -80,8 +87,15 @@ class SliceNetDecoderLayer(GradientCheckpointingLayer):
         self.query_from_input = attention_residual == "paper"
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, hidden: torch.Tensor, timing: torch.Tensor, source: torch.Tensor,
-                source_mask: torch.Tensor | None, padding_mask: torch.Tensor | None = None, cache=None):
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        timing: torch.Tensor,
+        source: torch.Tensor,
+        source_mask: torch.Tensor | None,
+        padding_mask: torch.Tensor | None = None,
+        cache=None,
+    ):
         """
         Args:
             hidden: (B, T, d) layer input.

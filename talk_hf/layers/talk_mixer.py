@@ -57,7 +57,7 @@ class TaLKCore(nn.Module):
             if context is None:
                 return talk_conv(u, offsets, None, self.max_left, 0)
             out = talk_conv(context, pad_to_context(offsets, context), None, self.max_left, 0)
-            return out[:, -u.shape[1]:]
+            return out[:, -u.shape[1] :]
         offset_left, offset_right = offsets.split(self.heads, dim=-1)
         if self.max_right == 0:
             return talk_conv(u, offset_left, None, self.max_left, 0)

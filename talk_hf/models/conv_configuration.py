@@ -191,8 +191,9 @@ class ConvLMConfigBase(PretrainedConfig):
     def validate_per_layer_fields(self) -> None:
         """Check the family's per-layer sizes against the layer counts (after all counts are checked)."""
         for field, layers_field in self.per_layer_fields().items():
-            check_per_layer(field, getattr(self, field), layers_field, getattr(self, layers_field),
-                            self.family.size_minimum)
+            check_per_layer(
+                field, getattr(self, field), layers_field, getattr(self, layers_field), self.family.size_minimum
+            )
 
     @classmethod
     def from_preset(cls, name: str, **overrides):
@@ -269,12 +270,22 @@ class ConvSeq2SeqConfigBase(ConvLMConfigBase):
         check_probability("attention_dropout", self.attention_dropout)
         if self.decoder_start_token_id is None:
             raise ValueError("decoder_start_token_id must be set for an encoder-decoder model")
-        check_token_id("decoder_start_token_id", self.decoder_start_token_id, self.decoder_vocab_size,
-                       "decoder_vocab_size")
+        check_token_id(
+            "decoder_start_token_id", self.decoder_start_token_id, self.decoder_vocab_size, "decoder_vocab_size"
+        )
 
 
-def _preset(*, d_model: int, ffn_dim: int, heads: int, use_glu: bool, sizes_name: str, decoder_sizes: list[int],
-            encoder_sizes: list[int] | None = None, **extra) -> dict:
+def _preset(
+    *,
+    d_model: int,
+    ffn_dim: int,
+    heads: int,
+    use_glu: bool,
+    sizes_name: str,
+    decoder_sizes: list[int],
+    encoder_sizes: list[int] | None = None,
+    **extra,
+) -> dict:
     """A preset's fields.
 
     Args:
@@ -285,16 +296,34 @@ def _preset(*, d_model: int, ffn_dim: int, heads: int, use_glu: bool, sizes_name
         encoder_sizes: per encoder layer, ``encoder_<sizes_name>``; None for a decoder-only preset.
         extra: further fields.
     """
-    preset = dict(d_model=d_model, decoder_ffn_dim=ffn_dim, decoder_conv_heads=heads, use_glu=use_glu,
-                  decoder_layers=len(decoder_sizes), **{f"decoder_{sizes_name}": decoder_sizes}, **extra)
+    preset = dict(
+        d_model=d_model,
+        decoder_ffn_dim=ffn_dim,
+        decoder_conv_heads=heads,
+        use_glu=use_glu,
+        decoder_layers=len(decoder_sizes),
+        **{f"decoder_{sizes_name}": decoder_sizes},
+        **extra,
+    )
     if encoder_sizes is not None:
-        preset.update(encoder_ffn_dim=ffn_dim, encoder_conv_heads=heads, decoder_attention_heads=heads,
-                      encoder_layers=len(encoder_sizes), **{f"encoder_{sizes_name}": encoder_sizes})
+        preset.update(
+            encoder_ffn_dim=ffn_dim,
+            encoder_conv_heads=heads,
+            decoder_attention_heads=heads,
+            encoder_layers=len(encoder_sizes),
+            **{f"encoder_{sizes_name}": encoder_sizes},
+        )
     return preset
 
 
-def seq2seq_presets(*, sizes_name: str, mixer_dropout_field: str, iwslt_encoder_sizes: list[int],
-                    iwslt_decoder_sizes: list[int], small_sizes: list[int]) -> dict[str, dict[str, Any]]:
+def seq2seq_presets(
+    *,
+    sizes_name: str,
+    mixer_dropout_field: str,
+    iwslt_encoder_sizes: list[int],
+    iwslt_decoder_sizes: list[int],
+    small_sizes: list[int],
+) -> dict[str, dict[str, Any]]:
     """The papers' encoder-decoder presets (DESIGN section 4) for one family.
 
     Args:
@@ -307,32 +336,79 @@ def seq2seq_presets(*, sizes_name: str, mixer_dropout_field: str, iwslt_encoder_
     big_encoder, big_decoder = [3, 7, 15, 31, 31, 31, 31], [3, 7, 15, 31, 31, 31]
     regularised = dict(dropout=0.3, **{mixer_dropout_field: 0.1})
     return {
-        "iwslt14-de-en": _preset(d_model=512, ffn_dim=1024, heads=4, use_glu=False, sizes_name=sizes_name,
-                                 decoder_sizes=iwslt_decoder_sizes, encoder_sizes=iwslt_encoder_sizes, **regularised,
-                                 share_encoder_decoder_embeddings=False),
-        "wmt-big": _preset(d_model=1024, ffn_dim=4096, heads=16, use_glu=True, sizes_name=sizes_name,
-                           decoder_sizes=big_decoder, encoder_sizes=big_encoder, **regularised),
-        "cnn-dm": _preset(d_model=512, ffn_dim=2048, heads=8, use_glu=True, sizes_name=sizes_name,
-                          decoder_sizes=big_decoder, encoder_sizes=big_encoder),
-        "cnn-dm-deep": _preset(d_model=512, ffn_dim=2048, heads=8, use_glu=True, sizes_name=sizes_name,
-                               decoder_sizes=[3, 7] + [31] * 8, encoder_sizes=[3, 7, 15] + [31] * 7),
-        "small": _preset(d_model=256, ffn_dim=1024, heads=4, use_glu=True, sizes_name=sizes_name,
-                         decoder_sizes=small_sizes, encoder_sizes=small_sizes),
+        "iwslt14-de-en": _preset(
+            d_model=512,
+            ffn_dim=1024,
+            heads=4,
+            use_glu=False,
+            sizes_name=sizes_name,
+            decoder_sizes=iwslt_decoder_sizes,
+            encoder_sizes=iwslt_encoder_sizes,
+            **regularised,
+            share_encoder_decoder_embeddings=False,
+        ),
+        "wmt-big": _preset(
+            d_model=1024,
+            ffn_dim=4096,
+            heads=16,
+            use_glu=True,
+            sizes_name=sizes_name,
+            decoder_sizes=big_decoder,
+            encoder_sizes=big_encoder,
+            **regularised,
+        ),
+        "cnn-dm": _preset(
+            d_model=512,
+            ffn_dim=2048,
+            heads=8,
+            use_glu=True,
+            sizes_name=sizes_name,
+            decoder_sizes=big_decoder,
+            encoder_sizes=big_encoder,
+        ),
+        "cnn-dm-deep": _preset(
+            d_model=512,
+            ffn_dim=2048,
+            heads=8,
+            use_glu=True,
+            sizes_name=sizes_name,
+            decoder_sizes=[3, 7] + [31] * 8,
+            encoder_sizes=[3, 7, 15] + [31] * 7,
+        ),
+        "small": _preset(
+            d_model=256,
+            ffn_dim=1024,
+            heads=4,
+            use_glu=True,
+            sizes_name=sizes_name,
+            decoder_sizes=small_sizes,
+            encoder_sizes=small_sizes,
+        ),
     }
 
 
 def lm_presets(*, sizes_name: str, small_sizes: list[int]) -> dict[str, dict[str, Any]]:
     """The decoder-only presets: WikiText-103 (the TaLK authors' per-layer sizes, r = 0) and a small one."""
     return {
-        "wikitext-103": _preset(d_model=1024, ffn_dim=4096, heads=8, use_glu=True, sizes_name=sizes_name,
-                                decoder_sizes=[3, 5, 7, 15, 31] + [63] * 12, vocab_size=267744, dropout=0.3),
-        "small": _preset(d_model=256, ffn_dim=1024, heads=4, use_glu=True, sizes_name=sizes_name,
-                         decoder_sizes=small_sizes),
+        "wikitext-103": _preset(
+            d_model=1024,
+            ffn_dim=4096,
+            heads=8,
+            use_glu=True,
+            sizes_name=sizes_name,
+            decoder_sizes=[3, 5, 7, 15, 31] + [63] * 12,
+            vocab_size=267744,
+            dropout=0.3,
+        ),
+        "small": _preset(
+            d_model=256, ffn_dim=1024, heads=4, use_glu=True, sizes_name=sizes_name, decoder_sizes=small_sizes
+        ),
     }
 
 
-def with_paper_presets(family: MixerFamily, *, iwslt_encoder_sizes: list[int], iwslt_decoder_sizes: list[int],
-                       small_sizes: list[int]) -> MixerFamily:
+def with_paper_presets(
+    family: MixerFamily, *, iwslt_encoder_sizes: list[int], iwslt_decoder_sizes: list[int], small_sizes: list[int]
+) -> MixerFamily:
     """``family`` with the papers' presets (`seq2seq_presets`, `lm_presets`) for its per-layer sizes.
 
     Args:
@@ -341,8 +417,12 @@ def with_paper_presets(family: MixerFamily, *, iwslt_encoder_sizes: list[int], i
     """
     return dataclasses.replace(
         family,
-        seq2seq_presets=seq2seq_presets(sizes_name=family.sizes_name, mixer_dropout_field=family.dropout_field,
-                                        iwslt_encoder_sizes=iwslt_encoder_sizes,
-                                        iwslt_decoder_sizes=iwslt_decoder_sizes, small_sizes=small_sizes),
+        seq2seq_presets=seq2seq_presets(
+            sizes_name=family.sizes_name,
+            mixer_dropout_field=family.dropout_field,
+            iwslt_encoder_sizes=iwslt_encoder_sizes,
+            iwslt_decoder_sizes=iwslt_decoder_sizes,
+            small_sizes=small_sizes,
+        ),
         lm_presets=lm_presets(sizes_name=family.sizes_name, small_sizes=small_sizes),
     )

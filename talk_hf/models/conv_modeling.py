@@ -61,10 +61,12 @@ def shift_tokens_right(input_ids: torch.Tensor, pad_token_id: int, decoder_start
 
 def _mixer_and_ffn(config, core: MixerCore, ffn_dim: int, normalize_before: bool):
     """The mixer block around ``core`` and the FFN block of one layer."""
-    mixer = MixerBlock(config.d_model, config.conv_dim, core, config.use_glu, config.input_dropout,
-                       config.dropout, normalize_before)
-    ffn = FeedForwardBlock(config.d_model, ffn_dim, config.activation_function, config.activation_dropout,
-                           config.dropout, normalize_before)
+    mixer = MixerBlock(
+        config.d_model, config.conv_dim, core, config.use_glu, config.input_dropout, config.dropout, normalize_before
+    )
+    ffn = FeedForwardBlock(
+        config.d_model, ffn_dim, config.activation_function, config.activation_dropout, config.dropout, normalize_before
+    )
     return mixer, ffn
 
 
@@ -93,8 +95,9 @@ class _ConvStack(nn.Module):
 
         attention_mask: (B, past_length + T) with 1 at real tokens, or None; every input is checked.
         """
-        check_stack_inputs(self.names, input_ids, inputs_embeds, attention_mask, past_length,
-                           self.embed_tokens.embedding_dim)
+        check_stack_inputs(
+            self.names, input_ids, inputs_embeds, attention_mask, past_length, self.embed_tokens.embedding_dim
+        )
         if inputs_embeds is None:
             check_token_ids(self.names.ids, input_ids, self.embed_tokens.num_embeddings)
             inputs_embeds = self.embed_tokens(input_ids)
@@ -112,8 +115,14 @@ class EncoderStack(Protocol):
 
     embed_tokens: nn.Embedding  # the source embeddings
 
-    def __call__(self, input_ids: torch.Tensor | None = None, *, attention_mask: torch.Tensor | None = None,
-                 inputs_embeds: torch.Tensor | None = None, output_hidden_states: bool = False) -> BaseModelOutput:
+    def __call__(
+        self,
+        input_ids: torch.Tensor | None = None,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+    ) -> BaseModelOutput:
         """Source ids (B, S) or embeddings (B, S, d), mask (B, S) -> `BaseModelOutput` with
         ``last_hidden_state`` (B, S, d) and, when asked, ``hidden_states`` (each (B, S, d))."""
 
@@ -126,11 +135,18 @@ class DecoderStack(Protocol):
     def window_sizes(self) -> list[int]:
         """The windows of its `ConvCache`, one per cached causal mixer."""
 
-    def __call__(self, input_ids: torch.Tensor | None = None, *, attention_mask: torch.Tensor | None = None,
-                 inputs_embeds: torch.Tensor | None = None, encoder_hidden_states: torch.Tensor | None = None,
-                 encoder_attention_mask: torch.Tensor | None = None, past_key_values=None,
-                 output_attentions: bool = False,
-                 output_hidden_states: bool = False) -> BaseModelOutputWithCrossAttentions:
+    def __call__(
+        self,
+        input_ids: torch.Tensor | None = None,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values=None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BaseModelOutputWithCrossAttentions:
         """Target ids (B, T) or embeddings (B, T, d), mask (B, past + T), the encoder output (B, S, d)
         and mask (B, S) (seq2seq), the generation cache (updated in place) -> ``last_hidden_state``
         (B, T, d) and, when asked, ``hidden_states`` and ``cross_attentions``."""
@@ -142,14 +158,21 @@ class ConvEncoder(_ConvStack):
     def __init__(self, config):
         super().__init__(config, config.vocab_size, config.encoder_normalize_before, InputNames())
         self.layers = nn.ModuleList(
-            ConvEncoderLayer(*_mixer_and_ffn(config, config.family.make_core(config, index, causal=False),
-                                             config.encoder_ffn_dim, config.encoder_normalize_before))
+            ConvEncoderLayer(
+                *_mixer_and_ffn(
+                    config,
+                    config.family.make_core(config, index, causal=False),
+                    config.encoder_ffn_dim,
+                    config.encoder_normalize_before,
+                )
+            )
             for index in range(config.encoder_layers)
         )
 
     @reads_backend_once
-    def forward(self, input_ids=None, *, attention_mask=None, inputs_embeds=None, output_hidden_states=False,
-                **kwargs) -> BaseModelOutput:
+    def forward(
+        self, input_ids=None, *, attention_mask=None, inputs_embeds=None, output_hidden_states=False, **kwargs
+    ) -> BaseModelOutput:
         """input_ids (B, S) or inputs_embeds (B, S, d); attention_mask (B, S) with 1 at real tokens."""
         hidden = self.embed(input_ids, inputs_embeds, attention_mask, past_length=0)
         real_tokens = token_multiplier(attention_mask, hidden.shape[1], hidden.dtype)
@@ -159,7 +182,9 @@ class ConvEncoder(_ConvStack):
             hidden = layer(hidden, real_tokens)
         hidden = self.finish(hidden)
         all_hidden.append(hidden)
-        return BaseModelOutput(last_hidden_state=hidden, hidden_states=tuple(all_hidden) if output_hidden_states else None)
+        return BaseModelOutput(
+            last_hidden_state=hidden, hidden_states=tuple(all_hidden) if output_hidden_states else None
+        )
 
 
 class ConvDecoder(_ConvStack):
@@ -173,10 +198,21 @@ class ConvDecoder(_ConvStack):
         self.layers = nn.ModuleList(
             ConvDecoderLayer(
                 index,
-                *_mixer_and_ffn(config, config.family.make_core(config, index, causal=True), config.decoder_ffn_dim,
-                                config.decoder_normalize_before),
-                CrossAttentionBlock(config.d_model, config.decoder_attention_heads, config.attention_dropout,
-                                    config.dropout, config.decoder_normalize_before) if cross_attention else None,
+                *_mixer_and_ffn(
+                    config,
+                    config.family.make_core(config, index, causal=True),
+                    config.decoder_ffn_dim,
+                    config.decoder_normalize_before,
+                ),
+                CrossAttentionBlock(
+                    config.d_model,
+                    config.decoder_attention_heads,
+                    config.attention_dropout,
+                    config.dropout,
+                    config.decoder_normalize_before,
+                )
+                if cross_attention
+                else None,
             )
             for index in range(config.decoder_layers)
         )
@@ -190,9 +226,18 @@ class ConvDecoder(_ConvStack):
         return ConvCache(self.window_sizes())
 
     @reads_backend_once
-    def forward(self, input_ids=None, *, attention_mask=None, inputs_embeds=None, encoder_hidden_states=None,
-                encoder_attention_mask=None, past_key_values=None, output_attentions=False,
-                output_hidden_states=False) -> BaseModelOutputWithCrossAttentions:
+    def forward(
+        self,
+        input_ids=None,
+        *,
+        attention_mask=None,
+        inputs_embeds=None,
+        encoder_hidden_states=None,
+        encoder_attention_mask=None,
+        past_key_values=None,
+        output_attentions=False,
+        output_hidden_states=False,
+    ) -> BaseModelOutputWithCrossAttentions:
         """
         Args:
             input_ids: (B, T) new target tokens (or inputs_embeds (B, T, d)).
@@ -207,14 +252,22 @@ class ConvDecoder(_ConvStack):
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         hidden = self.embed(input_ids, inputs_embeds, attention_mask, past_length)
         if encoder_hidden_states is not None and encoder_hidden_states.shape[0] != hidden.shape[0]:
-            raise ValueError(f"the encoder's output has batch size {encoder_hidden_states.shape[0]} but "
-                             f"{self.names.ids} has {hidden.shape[0]}")
+            raise ValueError(
+                f"the encoder's output has batch size {encoder_hidden_states.shape[0]} but "
+                f"{self.names.ids} has {hidden.shape[0]}"
+            )
         real_tokens = token_multiplier(attention_mask, hidden.shape[1], hidden.dtype)
         all_hidden, all_weights = [], []
         for layer in self.layers:
             all_hidden.append(hidden)
-            hidden, weights = layer(hidden, real_tokens, encoder_hidden_states, encoder_attention_mask,
-                                    past_key_values=past_key_values, output_attentions=output_attentions)
+            hidden, weights = layer(
+                hidden,
+                real_tokens,
+                encoder_hidden_states,
+                encoder_attention_mask,
+                past_key_values=past_key_values,
+                output_attentions=output_attentions,
+            )
             all_weights.append(weights)
         hidden = self.finish(hidden)
         all_hidden.append(hidden)
@@ -225,8 +278,9 @@ class ConvDecoder(_ConvStack):
         )
 
 
-class ConvPreTrainedModel(FixedStateGenerationMixin, HeadClassKeepingResizeMixin, ModuleTiedWeightsMixin,
-                          PreTrainedModel):
+class ConvPreTrainedModel(
+    FixedStateGenerationMixin, HeadClassKeepingResizeMixin, ModuleTiedWeightsMixin, PreTrainedModel
+):
     """Weight init, cache policy and HF switches shared by every model of the package.
 
     Subclasses set ``config_class``.  A base model provides ``new_cache()``: the empty fixed-size
@@ -312,16 +366,33 @@ class ConvSeq2SeqModel(ConvPreTrainedModel):
         return ConvEncoderDecoderCache(self.decoder.window_sizes())
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
-                encoder_outputs=None, cache=None, inputs_embeds=None, decoder_inputs_embeds=None,
-                use_cache=None, output_attentions=None, output_hidden_states=None, return_dict=None,
-                past_key_values=None, **kwargs) -> Seq2SeqModelOutput:
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        decoder_input_ids=None,
+        decoder_attention_mask=None,
+        encoder_outputs=None,
+        cache=None,
+        inputs_embeds=None,
+        decoder_inputs_embeds=None,
+        use_cache=None,
+        output_attentions=None,
+        output_hidden_states=None,
+        return_dict=None,
+        past_key_values=None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
         """Source (B, S) and target (B, T) ids with their masks; see `Seq2SeqModelOutput`.  The
         generation cache comes as ``cache`` (transformers >= 5.24) or ``past_key_values``."""
         output_hidden_states = self._switch("output_hidden_states", output_hidden_states)
         if encoder_outputs is None:
-            encoder_outputs = self.encoder(input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
-                                           output_hidden_states=output_hidden_states)
+            encoder_outputs = self.encoder(
+                input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                output_hidden_states=output_hidden_states,
+            )
         elif not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
         if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -399,10 +470,25 @@ class ConvForConditionalGeneration(ConvHeadBase):
 
     @can_return_tuple
     @reads_backend_once
-    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
-                encoder_outputs=None, cache=None, inputs_embeds=None, decoder_inputs_embeds=None,
-                labels=None, use_cache=None, output_attentions=None, output_hidden_states=None, return_dict=None,
-                logits_to_keep: int = 0, past_key_values=None, **kwargs) -> Seq2SeqLMOutput:
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        decoder_input_ids=None,
+        decoder_attention_mask=None,
+        encoder_outputs=None,
+        cache=None,
+        inputs_embeds=None,
+        decoder_inputs_embeds=None,
+        labels=None,
+        use_cache=None,
+        output_attentions=None,
+        output_hidden_states=None,
+        return_dict=None,
+        logits_to_keep: int = 0,
+        past_key_values=None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput:
         """As the base model, plus ``labels`` (B, T) (-100 = ignored; decoder inputs are made from them
         when not given) and ``logits_to_keep`` (compute logits for the last N positions only; 0 = all)."""
         if labels is not None:
@@ -426,8 +512,9 @@ class ConvForConditionalGeneration(ConvHeadBase):
         loss = None
         if labels is not None:
             # Labels are already aligned with the logits: pass them as shift_labels (no second shift).
-            loss = self.loss_function(logits, None, logits.shape[-1], shift_labels=labels,
-                                      num_items_in_batch=kwargs.get("num_items_in_batch"))
+            loss = self.loss_function(
+                logits, None, logits.shape[-1], shift_labels=labels, num_items_in_batch=kwargs.get("num_items_in_batch")
+            )
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
@@ -459,18 +546,33 @@ class ConvLMModel(ConvPreTrainedModel):
         return self.decoder.new_cache()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, cache=None, inputs_embeds=None,
-                use_cache=None, output_hidden_states=None, return_dict=None, past_key_values=None,
-                **kwargs) -> BaseModelOutputWithPast:
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        cache=None,
+        inputs_embeds=None,
+        use_cache=None,
+        output_hidden_states=None,
+        return_dict=None,
+        past_key_values=None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
         """input_ids (B, T); attention_mask (B, past + T) with 1 at real tokens (left padding allowed);
         the generation cache as ``cache`` (transformers >= 5.24) or ``past_key_values``."""
         cache = self._cache_for_forward(use_cache, cache, past_key_values, self.new_cache)
         decoder_outputs = self.decoder(
-            input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, past_key_values=cache,
+            input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            past_key_values=cache,
             output_hidden_states=self._switch("output_hidden_states", output_hidden_states),
         )
-        return BaseModelOutputWithPast(last_hidden_state=decoder_outputs.last_hidden_state, **{CACHE_NAME: cache},
-                                       hidden_states=decoder_outputs.hidden_states)
+        return BaseModelOutputWithPast(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            **{CACHE_NAME: cache},
+            hidden_states=decoder_outputs.hidden_states,
+        )
 
 
 class ConvForCausalLM(ConvHeadBase):
@@ -480,9 +582,20 @@ class ConvForCausalLM(ConvHeadBase):
 
     @can_return_tuple
     @reads_backend_once
-    def forward(self, input_ids=None, attention_mask=None, cache=None, inputs_embeds=None, labels=None,
-                use_cache=None, output_hidden_states=None, return_dict=None, logits_to_keep: int = 0,
-                past_key_values=None, **kwargs) -> CausalLMOutputWithPast:
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        cache=None,
+        inputs_embeds=None,
+        labels=None,
+        use_cache=None,
+        output_hidden_states=None,
+        return_dict=None,
+        logits_to_keep: int = 0,
+        past_key_values=None,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
         """As the base model, plus ``labels`` (B, T) (shifted inside the loss; -100 = ignored),
         ``shift_labels`` (B, T) (targets already aligned with the logits, as transformers passes them
         under sequence or context parallelism: used instead of shifting ``labels``) and
@@ -491,13 +604,24 @@ class ConvForCausalLM(ConvHeadBase):
         if labels is not None or shift_labels is not None:
             use_cache = False
         cache = resolve_cache_argument(cache, past_key_values)
-        outputs = self.model(input_ids, attention_mask=attention_mask, cache=cache, inputs_embeds=inputs_embeds,
-                             use_cache=use_cache, output_hidden_states=output_hidden_states)
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            output_hidden_states=output_hidden_states,
+        )
         logits = self.lm_head(outputs.last_hidden_state[:, -logits_to_keep:])
         loss = None
         if labels is not None or shift_labels is not None:
-            loss = self.loss_function(logits, labels, logits.shape[-1], shift_labels=shift_labels,
-                                      num_items_in_batch=kwargs.get("num_items_in_batch"))
+            loss = self.loss_function(
+                logits,
+                labels,
+                logits.shape[-1],
+                shift_labels=shift_labels,
+                num_items_in_batch=kwargs.get("num_items_in_batch"),
+            )
         return CausalLMOutputWithPast(
             loss=loss, logits=logits, **{CACHE_NAME: getattr(outputs, CACHE_NAME)}, hidden_states=outputs.hidden_states
         )

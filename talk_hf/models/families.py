@@ -55,5 +55,10 @@ def family_of(model_type: str) -> ModelType:
     raise ValueError(f"model_type {model_type!r} is not a talk_hf model type; expected one of {known}")
 
 
-register_family(TaLKForConditionalGeneration, TaLKForCausalLM, DynamicConvForConditionalGeneration,
-                DynamicConvForCausalLM, SliceNetForConditionalGeneration)
+register_family(
+    TaLKForConditionalGeneration,
+    TaLKForCausalLM,
+    DynamicConvForConditionalGeneration,
+    DynamicConvForCausalLM,
+    SliceNetForConditionalGeneration,
+)

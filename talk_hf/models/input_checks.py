@@ -34,8 +34,9 @@ def check_token_ids(name: str, input_ids: torch.Tensor, vocab_size: int) -> None
         raise ValueError(f"{name} must hold token ids in [0, {vocab_size}), got values from {low} to {high}")
 
 
-def check_stack_inputs(names: InputNames, input_ids, inputs_embeds, attention_mask, past_length: int,
-                       d_model: int) -> None:
+def check_stack_inputs(
+    names: InputNames, input_ids, inputs_embeds, attention_mask, past_length: int, d_model: int
+) -> None:
     """Shapes and dtypes of one stack's inputs (the token-id range is `check_token_ids`'s job).
 
     ``generate()`` calls the forward too, so it gets these checks as well.
@@ -55,20 +56,24 @@ def check_stack_inputs(names: InputNames, input_ids, inputs_embeds, attention_ma
         name, tokens = names.ids, input_ids
     else:
         if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != d_model:
-            raise ValueError(f"{names.embeds} must have shape (batch, length, {d_model}), "
-                             f"got {tuple(inputs_embeds.shape)}")
+            raise ValueError(
+                f"{names.embeds} must have shape (batch, length, {d_model}), got {tuple(inputs_embeds.shape)}"
+            )
         name, tokens = names.embeds, inputs_embeds
     batch, length = tokens.shape[:2]
     if batch == 0:
-        raise ValueError(f"{name} must hold a batch of at least one row (one sequence), "
-                         f"got shape {tuple(tokens.shape)}")
+        raise ValueError(
+            f"{name} must hold a batch of at least one row (one sequence), got shape {tuple(tokens.shape)}"
+        )
     if length == 0:
         raise ValueError(f"{name} must hold at least one token, got shape {tuple(tokens.shape)}")
     if attention_mask is None:
         return
     if attention_mask.dim() != 2 or attention_mask.shape[0] != batch:
-        raise ValueError(f"{names.mask} must have shape (batch, length) with the batch of {name} ({batch}), "
-                         f"got {tuple(attention_mask.shape)}")
+        raise ValueError(
+            f"{names.mask} must have shape (batch, length) with the batch of {name} ({batch}), "
+            f"got {tuple(attention_mask.shape)}"
+        )
     if attention_mask.shape[1] != past_length + length:
         covered = f"the {past_length} cached and {length} new tokens" if past_length else f"the {length} tokens"
         raise ValueError(f"{names.mask} must cover {covered}, got length {attention_mask.shape[1]}")

@@ -102,12 +102,18 @@ class BackendFallbackWarning(UserWarning):
 def _check_sources_and_compilers(kind: str) -> None:
     missing = [source for source in SOURCES[kind] if not (CSRC / source).is_file()]
     if missing:  # e.g. a remote-code copy of the ops, which carries no kernel sources
-        raise ExtensionUnavailable(kind, f"the kernel sources {missing} are not in {CSRC}",
-                                   "install the talk_hf package (pip install talk_hf) to get them")
+        raise ExtensionUnavailable(
+            kind,
+            f"the kernel sources {missing} are not in {CSRC}",
+            "install the talk_hf package (pip install talk_hf) to get them",
+        )
     compiler = os.environ.get("CXX", "c++")
     if shutil.which(compiler) is None:
-        raise ExtensionUnavailable(kind, f"no C++ compiler: {compiler!r} (from $CXX, default c++) was not found",
-                                   "install one (e.g. apt-get install g++) or point $CXX at it")
+        raise ExtensionUnavailable(
+            kind,
+            f"no C++ compiler: {compiler!r} (from $CXX, default c++) was not found",
+            "install one (e.g. apt-get install g++) or point $CXX at it",
+        )
     if not cpp_extension.is_ninja_available():
         raise ExtensionUnavailable(kind, "ninja is not installed", "pip install ninja")
 
@@ -134,20 +140,32 @@ def preflight(kind: str) -> None:
     _check_sources_and_compilers(kind)  # first: a copy without kernel sources never runs nvcc
     if kind == "cuda":
         if torch.version.cuda is None:
-            raise ExtensionUnavailable(kind, f"torch {torch.__version__} is a CPU-only build",
-                                       "install a CUDA build of torch (https://pytorch.org/get-started/locally/)")
+            raise ExtensionUnavailable(
+                kind,
+                f"torch {torch.__version__} is a CPU-only build",
+                "install a CUDA build of torch (https://pytorch.org/get-started/locally/)",
+            )
         if not torch.cuda.is_available() and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
-            raise ExtensionUnavailable(kind, "no CUDA GPU is visible",
-                                       "check nvidia-smi, the driver and CUDA_VISIBLE_DEVICES "
-                                       "(or name the architectures to build for in $TORCH_CUDA_ARCH_LIST)")
+            raise ExtensionUnavailable(
+                kind,
+                "no CUDA GPU is visible",
+                "check nvidia-smi, the driver and CUDA_VISIBLE_DEVICES "
+                "(or name the architectures to build for in $TORCH_CUDA_ARCH_LIST)",
+            )
         try:
             nvcc, major = _nvcc_major()
         except (OSError, ValueError, subprocess.CalledProcessError) as error:
-            raise ExtensionUnavailable(kind, f"nvcc was not found or does not run ({error})",
-                                       f"install the CUDA {torch.version.cuda} toolkit and set $CUDA_HOME") from error
+            raise ExtensionUnavailable(
+                kind,
+                f"nvcc was not found or does not run ({error})",
+                f"install the CUDA {torch.version.cuda} toolkit and set $CUDA_HOME",
+            ) from error
         if major != int(torch.version.cuda.split(".")[0]):
-            raise ExtensionUnavailable(kind, f"{nvcc} is CUDA {major} but torch was built with CUDA {torch.version.cuda}",
-                                       f"point $CUDA_HOME at a CUDA {torch.version.cuda.split('.')[0]}.x toolkit")
+            raise ExtensionUnavailable(
+                kind,
+                f"{nvcc} is CUDA {major} but torch was built with CUDA {torch.version.cuda}",
+                f"point $CUDA_HOME at a CUDA {torch.version.cuda.split('.')[0]}.x toolkit",
+            )
 
 
 def architecture(kind: str) -> str:
@@ -334,8 +352,10 @@ def _take_build_lock(kind: str, directory: Path, fault: str, timeout: float) -> 
         lock.acquire()
     except filelock.Timeout:  # first: a subclass of OSError
         raise ExtensionUnavailable(
-            kind, f"another process held the build lock {lock.lock_file} for more than {timeout:g} s",
-            f"wait for that build to finish, or raise ${LOCK_TIMEOUT_ENV}") from None
+            kind,
+            f"another process held the build lock {lock.lock_file} for more than {timeout:g} s",
+            f"wait for that build to finish, or raise ${LOCK_TIMEOUT_ENV}",
+        ) from None
     except OSError as error:  # a file in the way, a read-only file system, no permission
         raise _unusable_folder(kind, directory, fault, error) from None  # it names the folder and the cause
     return lock
@@ -355,8 +375,11 @@ def _compile(kind: str, directory: Path) -> ModuleType:
     library.unlink(missing_ok=True)  # ninja would take a library cut short for up to date
     if kind == "cuda" and not os.environ.get("TORCH_CUDA_ARCH_LIST"):  # this GPU only, as the folder says
         os.environ["TORCH_CUDA_ARCH_LIST"] = "{}.{}".format(*torch.cuda.get_device_capability())
-    logger.warning("talk_hf: compiling the %s kernels, once for these sources and this torch "
-                   "(a minute or more), in %s", kind, directory)
+    logger.warning(
+        "talk_hf: compiling the %s kernels, once for these sources and this torch (a minute or more), in %s",
+        kind,
+        directory,
+    )
     start = time.perf_counter()
     module = cpp_extension.load(
         name=f"talk_hf_{kind}",
@@ -386,9 +409,11 @@ def _build(kind: str) -> ModuleType:
     except (RuntimeError, OSError, subprocess.SubprocessError) as error:
         lines = str(error).strip().splitlines() or [type(error).__name__]
         summary = next((line.strip() for line in lines if "error:" in line.lower()), lines[-1])
-        raise ExtensionUnavailable(kind, f"the build in {directory} failed ({summary})",
-                                   "rerun with TALK_HF_BUILD_VERBOSE=1 to see the compiler output, "
-                                   "or set TALK_HF_BACKEND=torch") from error
+        raise ExtensionUnavailable(
+            kind,
+            f"the build in {directory} failed ({summary})",
+            "rerun with TALK_HF_BUILD_VERBOSE=1 to see the compiler output, or set TALK_HF_BACKEND=torch",
+        ) from error
     finally:
         lock.release()
 

@@ -21,9 +21,7 @@ def check_tensor(name: str, value, ndim: int, shape_doc: str) -> None:
     if value.dim() != ndim:
         raise ValueError(f"{name} must have shape {shape_doc} ({ndim} dims), got shape {tuple(value.shape)}")
     if value.dtype not in FLOAT_DTYPES:
-        raise ValueError(
-            f"{name} must be float16, bfloat16, float32 or float64, got {value.dtype}"
-        )
+        raise ValueError(f"{name} must be float16, bfloat16, float32 or float64, got {value.dtype}")
 
 
 def check_same_device_and_dtype(reference_name: str, reference: torch.Tensor, **others) -> None:
@@ -58,6 +56,5 @@ def check_leading_dims(name: str, value: torch.Tensor, x: torch.Tensor, count: i
     """Require ``value.shape[:count] == x.shape[:count]`` (batch and time must match x)."""
     if value.shape[:count] != x.shape[:count]:
         raise ValueError(
-            f"{name} must match x in its first {count} dims {tuple(x.shape[:count])}, "
-            f"got shape {tuple(value.shape)}"
+            f"{name} must match x in its first {count} dims {tuple(x.shape[:count])}, got shape {tuple(value.shape)}"
         )

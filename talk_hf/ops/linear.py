@@ -50,8 +50,14 @@ def _kernels_for(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     """The CPU extension when ``linear(input, weight, bias)`` runs its kernel (see the module
     docstring), else None."""
     dtype = input.dtype
-    if (not input.is_cpu or not weight.is_cpu or not dtype.is_floating_point
-            or weight.dtype != dtype or weight.dim() != 2 or not weight.is_contiguous()):
+    if (
+        not input.is_cpu
+        or not weight.is_cpu
+        or not dtype.is_floating_point
+        or weight.dtype != dtype
+        or weight.dim() != 2
+        or not weight.is_contiguous()
+    ):
         return None
     if bias is not None and (not bias.is_cpu or bias.dtype != dtype or bias.shape != weight.shape[:1]):
         return None

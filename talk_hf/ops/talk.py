@@ -85,8 +85,7 @@ def _check_talk_args(x, offset_left, offset_right, max_left, max_right) -> None:
     check_int("max_right", max_right, 0)
     if max_right == 0 and offset_right is not None:
         raise ValueError(
-            "offset_right must be None when max_right == 0 (causal TaLK); "
-            "pass max_right > 0 for the bidirectional form"
+            "offset_right must be None when max_right == 0 (causal TaLK); pass max_right > 0 for the bidirectional form"
         )
     if max_right > 0:
         if offset_right is None:
@@ -187,7 +186,9 @@ def talk_conv_torch(
     left_index = block_index(left_floor)
     after_right_index = block_index(right_floor + 1)
     # P[i] (the sum of the tokens before i) is prefix[i - 1]; halo_left >= 1 keeps i - 1 >= 0.
-    window_sum = prefix.gather(2, block_index(right_floor + 1, shift=-1)) - prefix.gather(2, block_index(left_floor, shift=-1))
+    window_sum = prefix.gather(2, block_index(right_floor + 1, shift=-1)) - prefix.gather(
+        2, block_index(left_floor, shift=-1)
+    )
     out = torch.addcmul(window_sum, extend_to_blocks(right_frac), x_blocks.gather(2, after_right_index))
     out = torch.addcmul(out, extend_to_blocks(left_frac), x_blocks.gather(2, left_index), value=-1)
     out = out.view(batch, padded_length, channels)[:, :length]

@@ -13,9 +13,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_train  # noqa: E402
 from _models import CAUSAL_LM_MODELS, SEQ2SEQ_MODELS  # noqa: E402
 
-TINY = ["--d-model", "16", "--layers", "2", "--heads", "2", "--ffn", "32", "--vocab", "50",
-        "--source-length", "12", "--target-length", "6", "--blocks", "8", "16", "--tokens", "32",
-        "--seq2seq-rows", "2", "--warmup", "1", "--steps", "2"]
+TINY = [
+    "--d-model",
+    "16",
+    "--layers",
+    "2",
+    "--heads",
+    "2",
+    "--ffn",
+    "32",
+    "--vocab",
+    "50",
+    "--source-length",
+    "12",
+    "--target-length",
+    "6",
+    "--blocks",
+    "8",
+    "16",
+    "--tokens",
+    "32",
+    "--seq2seq-rows",
+    "2",
+    "--warmup",
+    "1",
+    "--steps",
+    "2",
+]
 
 
 @pytest.mark.parametrize("name", CAUSAL_LM_MODELS + SEQ2SEQ_MODELS)
@@ -34,9 +58,11 @@ def test_dropout_reaches_every_dropout_of_every_model_and_the_children():
     for name in CAUSAL_LM_MODELS + SEQ2SEQ_MODELS:
         model = bench_train.build_model(name, bench_train.ModelShape.from_args(args), 32, args.dropout)
         # GPT-2's summary_first_dropout belongs to a classification head its LM does not have.
-        probabilities = {key: value for key, value in model.config.to_dict().items()
-                         if ("dropout" in key or "pdrop" in key) and isinstance(value, float)
-                         and not key.startswith("summary_")}
+        probabilities = {
+            key: value
+            for key, value in model.config.to_dict().items()
+            if ("dropout" in key or "pdrop" in key) and isinstance(value, float) and not key.startswith("summary_")
+        }
         assert probabilities and set(probabilities.values()) == {0.0}, (name, probabilities)
     default = bench_train.parse_args(TINY)
     assert default.dropout is None and "--dropout" not in default.child_args
@@ -52,11 +78,16 @@ def test_summary_ratios_and_a_baseline_that_ran_out_of_memory():
     assert summary["TaLKForCausalLM"]["8"]["tokens_per_s_over_baseline"] == 3.0
     assert summary["TaLKForCausalLM"]["8"]["training_memory_over_baseline"] == 0.25
     assert summary["TaLKForCausalLM"]["16"] == {
-        "tokens_per_s_over_baseline": None, "peak_memory_over_baseline": None,
-        "training_memory_over_baseline": None, "baseline_status": "out of memory"}
+        "tokens_per_s_over_baseline": None,
+        "peak_memory_over_baseline": None,
+        "training_memory_over_baseline": None,
+        "baseline_status": "out of memory",
+    }
 
 
-@pytest.mark.parametrize(("returncode", "stderr"), [(-9, ""), (1, "RuntimeError: DefaultCPUAllocator: can't allocate memory")])
+@pytest.mark.parametrize(
+    ("returncode", "stderr"), [(-9, ""), (1, "RuntimeError: DefaultCPUAllocator: can't allocate memory")]
+)
 def test_a_child_that_runs_out_of_memory_is_a_result(monkeypatch, returncode, stderr):
     def fake_run(command, **kwargs):
         return subprocess.CompletedProcess(command, returncode, stdout="", stderr=stderr)

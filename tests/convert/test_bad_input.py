@@ -40,17 +40,21 @@ def _missing(folder: Path) -> Path:
     return folder / "no-such-model.pt"
 
 
-@pytest.mark.parametrize("make_path, message", [
-    (_text_file, "is neither a zip archive nor a pickle, the formats torch.save writes (is it a text file?)"),
-    (_empty_file, "is empty"),
-    (_folder, "is a folder"),
-    (_missing, "does not exist"),
-])
+@pytest.mark.parametrize(
+    "make_path, message",
+    [
+        (_text_file, "is neither a zip archive nor a pickle, the formats torch.save writes (is it a text file?)"),
+        (_empty_file, "is empty"),
+        (_folder, "is a folder"),
+        (_missing, "does not exist"),
+    ],
+)
 def test_command_line_names_a_path_that_is_no_checkpoint(make_path, message, tmp_path):
     path = make_path(tmp_path)
     command = [sys.executable, "-m", "talk_hf.convert", "fairseq", str(path), str(tmp_path / "out")]
-    result = subprocess.run(command, capture_output=True, text=True, check=False,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    result = subprocess.run(
+        command, capture_output=True, text=True, check=False, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+    )
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert f"error: {path} {message}. {EXPECTED}" in result.stderr
@@ -59,9 +63,11 @@ def test_command_line_names_a_path_that_is_no_checkpoint(make_path, message, tmp
 
 def _truncated(fixture: str):
     """The fixture's ``model.pt`` cut to half (zip format or fairseq 0.x's legacy pickle format)."""
+
     def write(path: Path) -> None:
         data = (FIXTURES / fixture / "model.pt").read_bytes()
         path.write_bytes(data[: len(data) // 2])
+
     return write
 
 
@@ -73,25 +79,39 @@ def _zip_of_something_else(path: Path) -> None:
 def _saved(contents):
     def write(path: Path) -> None:
         torch.save(contents, path)
+
     return write
 
 
-@pytest.mark.parametrize("write, message", [
-    (_truncated("dynamicconv_glu_wmt_en_de_cfg"), "{path} is a zip archive, but " + DAMAGED),
-    (_truncated("lightconv_iwslt_de_en_args"), "{path} is a pickle, but " + DAMAGED),
-    (_zip_of_something_else, "{path} is a zip archive, but " + DAMAGED),
-    (_saved({"weight": torch.zeros(2)}),
-     "{path} is not a fairseq checkpoint: expected a dict with a 'model' state dict"),
-    (_saved({"model": {"encoder.embed_tokens.weight": "abc"}, "args": argparse.Namespace(arch="lightconv")}),
-     "{path} is not a fairseq checkpoint: its 'model' state dict must map parameter names to tensors, but holds "
-     "'encoder.embed_tokens.weight' (str)"),
-    (_saved({"model": {}, "args": "lightconv_iwslt_de_en"}),
-     "{path}: the saved model arguments have no 'arch' (or '_name')"),
-    (_saved({"model": {}, "cfg": "model"}),
-     "{path} holds no model arguments: neither 'args' nor 'cfg[\"model\"]' is set"),
-    (_saved({"model": {}, "args": argparse.Namespace(arch=5)}),
-     "{path}: the saved 'arch' must be an architecture name (a string), got 5"),
-])
+@pytest.mark.parametrize(
+    "write, message",
+    [
+        (_truncated("dynamicconv_glu_wmt_en_de_cfg"), "{path} is a zip archive, but " + DAMAGED),
+        (_truncated("lightconv_iwslt_de_en_args"), "{path} is a pickle, but " + DAMAGED),
+        (_zip_of_something_else, "{path} is a zip archive, but " + DAMAGED),
+        (
+            _saved({"weight": torch.zeros(2)}),
+            "{path} is not a fairseq checkpoint: expected a dict with a 'model' state dict",
+        ),
+        (
+            _saved({"model": {"encoder.embed_tokens.weight": "abc"}, "args": argparse.Namespace(arch="lightconv")}),
+            "{path} is not a fairseq checkpoint: its 'model' state dict must map parameter names to tensors, but holds "
+            "'encoder.embed_tokens.weight' (str)",
+        ),
+        (
+            _saved({"model": {}, "args": "lightconv_iwslt_de_en"}),
+            "{path}: the saved model arguments have no 'arch' (or '_name')",
+        ),
+        (
+            _saved({"model": {}, "cfg": "model"}),
+            "{path} holds no model arguments: neither 'args' nor 'cfg[\"model\"]' is set",
+        ),
+        (
+            _saved({"model": {}, "args": argparse.Namespace(arch=5)}),
+            "{path}: the saved 'arch' must be an architecture name (a string), got 5",
+        ),
+    ],
+)
 def test_damaged_or_foreign_checkpoints_are_named(write, message, tmp_path, capsys):
     path = tmp_path / "model.pt"
     write(path)

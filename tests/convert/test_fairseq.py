@@ -30,36 +30,81 @@ from talk_hf.convert.fairseq_tokenizer import fsmt_merges, fsmt_vocabulary
 from talk_hf.transformers_internals import CACHE_NAME
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "fairseq"
-TRANSLATION = ["lightconv_iwslt_de_en_args", "dynamicconv_glu_wmt_en_de_cfg", "talkconv_iwslt_de_en_args",
-               "talkconv_glu_wmt_en_de_args"]
+TRANSLATION = [
+    "lightconv_iwslt_de_en_args",
+    "dynamicconv_glu_wmt_en_de_cfg",
+    "talkconv_iwslt_de_en_args",
+    "talkconv_glu_wmt_en_de_args",
+]
 LANGUAGE_MODELS = ["lightconv_lm_dynamic_cfg"]
 UNSUPPORTED = ["unsupported_adaptive_softmax", "unsupported_learned_positions"]
 TOLERANCE = dict(rtol=0, atol=1e-5)  # float32, as the issue asks
 PAD = 1
-needs_sacremoses = pytest.mark.skipif(importlib.util.find_spec("sacremoses") is None,
-                                      reason="the Moses tokenizer needs sacremoses (pip install 'talk_hf[convert]')")
+needs_sacremoses = pytest.mark.skipif(
+    importlib.util.find_spec("sacremoses") is None,
+    reason="the Moses tokenizer needs sacremoses (pip install 'talk_hf[convert]')",
+)
 
 # What each fixture is (its README's table) and the configuration it must become.
 EXPECTED_CONFIGS = {
     "lightconv_iwslt_de_en_args": dict(
-        model_type="dynamic_conv", conv_type="lightweight", use_glu=False, encoder_normalize_before=False,
-        decoder_normalize_before=False, share_encoder_decoder_embeddings=False, tie_word_embeddings=True,
-        vocab_size=24, decoder_vocab_size=32, encoder_conv_heads=2, decoder_conv_heads=4,
-        encoder_kernel_sizes=[3, 5], decoder_kernel_sizes=[3, 5], activation_function="relu"),
+        model_type="dynamic_conv",
+        conv_type="lightweight",
+        use_glu=False,
+        encoder_normalize_before=False,
+        decoder_normalize_before=False,
+        share_encoder_decoder_embeddings=False,
+        tie_word_embeddings=True,
+        vocab_size=24,
+        decoder_vocab_size=32,
+        encoder_conv_heads=2,
+        decoder_conv_heads=4,
+        encoder_kernel_sizes=[3, 5],
+        decoder_kernel_sizes=[3, 5],
+        activation_function="relu",
+    ),
     "dynamicconv_glu_wmt_en_de_cfg": dict(
-        model_type="dynamic_conv", conv_type="dynamic", use_glu=True, encoder_normalize_before=True,
-        decoder_normalize_before=False, share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
-        vocab_size=40, decoder_vocab_size=40),
+        model_type="dynamic_conv",
+        conv_type="dynamic",
+        use_glu=True,
+        encoder_normalize_before=True,
+        decoder_normalize_before=False,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        vocab_size=40,
+        decoder_vocab_size=40,
+    ),
     "talkconv_iwslt_de_en_args": dict(
-        model_type="talk", use_glu=False, share_encoder_decoder_embeddings=False, tie_word_embeddings=False,
-        vocab_size=24, decoder_vocab_size=32, encoder_conv_heads=4, decoder_conv_heads=2,
-        encoder_max_offsets=[1, 3], decoder_max_offsets=[1, 3], activation_function="swish"),
+        model_type="talk",
+        use_glu=False,
+        share_encoder_decoder_embeddings=False,
+        tie_word_embeddings=False,
+        vocab_size=24,
+        decoder_vocab_size=32,
+        encoder_conv_heads=4,
+        decoder_conv_heads=2,
+        encoder_max_offsets=[1, 3],
+        decoder_max_offsets=[1, 3],
+        activation_function="swish",
+    ),
     "talkconv_glu_wmt_en_de_args": dict(
-        model_type="talk", use_glu=True, encoder_normalize_before=False, decoder_normalize_before=True,
-        decoder_final_layer_norm=True, share_encoder_decoder_embeddings=True, encoder_max_offsets=[3, 7]),
+        model_type="talk",
+        use_glu=True,
+        encoder_normalize_before=False,
+        decoder_normalize_before=True,
+        decoder_final_layer_norm=True,
+        share_encoder_decoder_embeddings=True,
+        encoder_max_offsets=[3, 7],
+    ),
     "lightconv_lm_dynamic_cfg": dict(
-        model_type="dynamic_conv_lm", conv_type="dynamic", use_glu=True, decoder_normalize_before=True,
-        decoder_final_layer_norm=False, tie_word_embeddings=True, vocab_size=40),
+        model_type="dynamic_conv_lm",
+        conv_type="dynamic",
+        use_glu=True,
+        decoder_normalize_before=True,
+        decoder_final_layer_norm=False,
+        tie_word_embeddings=True,
+        vocab_size=40,
+    ),
 }
 
 
@@ -163,7 +208,9 @@ def test_greedy_generation_matches_fairseq(name, converted):
 def test_incremental_decoding_matches_fairseq_step_logits(name, converted):
     """One token at a time through the generation cache, fed </s> + fairseq's greedy tokens."""
     model, expected = converted(name), expected_outputs(name)
-    for index, (tokens, step_logits) in enumerate(zip(expected["greedy_tokens"], expected["greedy_step_logits"], strict=True)):
+    for index, (tokens, step_logits) in enumerate(
+        zip(expected["greedy_tokens"], expected["greedy_step_logits"], strict=True)
+    ):
         if expected["kind"] == "lm":
             source, key = {}, "input_ids"
         else:
@@ -194,13 +241,18 @@ def _fuse_attention_projections(state_dict):
     return fused
 
 
-@pytest.mark.parametrize("layout", [_squeeze_lightconv_kernels, _fuse_attention_projections],
-                         ids=["gpu-lightconv-kernels", "fused-qkv-fairseq-0.6"])
+@pytest.mark.parametrize(
+    "layout",
+    [_squeeze_lightconv_kernels, _fuse_attention_projections],
+    ids=["gpu-lightconv-kernels", "fused-qkv-fairseq-0.6"],
+)
 def test_older_and_gpu_layouts_convert_to_the_same_model(layout, tmp_path):
     name = "lightconv_iwslt_de_en_args"
     original = load_fairseq_checkpoint(FIXTURES / name / "model.pt").state_dict
     changed = layout(dict(original))
-    assert {key: tensor.shape for key, tensor in changed.items()} != {key: tensor.shape for key, tensor in original.items()}
+    assert {key: tensor.shape for key, tensor in changed.items()} != {
+        key: tensor.shape for key, tensor in original.items()
+    }
     checkpoint = write_variant(tmp_path, name, state_dict_update=layout)
     convert_fairseq_checkpoint(checkpoint, tmp_path / "out", tokenizer=False)
     model = load_converted_model(tmp_path / "out")
@@ -220,17 +272,28 @@ def _widen_lightconv_iwslt_convolutions(state_dict):
 
 def test_conv_width_other_than_the_model_width(tmp_path):
     """No fixture has encoder_conv_dim = decoder_conv_dim != d: the mapping and the shape checks only."""
-    widened = write_variant(tmp_path, "lightconv_iwslt_de_en_args", {"encoder_conv_dim": 24, "decoder_conv_dim": 24},
-                            _widen_lightconv_iwslt_convolutions)
+    widened = write_variant(
+        tmp_path,
+        "lightconv_iwslt_de_en_args",
+        {"encoder_conv_dim": 24, "decoder_conv_dim": 24},
+        _widen_lightconv_iwslt_convolutions,
+    )
     assert convert_fairseq_checkpoint(widened, tmp_path / "out", tokenizer=False).conv_dim == 24
     model = load_converted_model(tmp_path / "out")
     state_dict = load_fairseq_checkpoint(widened).state_dict
-    torch.testing.assert_close(model.model.decoder.layers[1].mixer.out_proj.weight,
-                               state_dict["decoder.layers.1.linear2.weight"], rtol=0, atol=0)
+    torch.testing.assert_close(
+        model.model.decoder.layers[1].mixer.out_proj.weight,
+        state_dict["decoder.layers.1.linear2.weight"],
+        rtol=0,
+        atol=0,
+    )
     # The same weights under arguments that say conv_dim 16: refused, each shape named.
     write_variant(tmp_path, "lightconv_iwslt_de_en_args", state_dict_update=_widen_lightconv_iwslt_convolutions)
-    with pytest.raises(ValueError, match=r"model.encoder.layers.0.mixer.in_proj.weight: checkpoint \(24, 16\), "
-                                         r"expected \(16, 16\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"model.encoder.layers.0.mixer.in_proj.weight: checkpoint \(24, 16\), "
+        r"expected \(16, 16\)",
+    ):
         convert_fairseq_checkpoint(tmp_path / "model.pt", tmp_path / "refused", tokenizer=False)
 
 
@@ -244,17 +307,20 @@ def test_unsupported_architectures_are_refused_by_name(name, tmp_path):
     assert not (tmp_path / "config.json").exists()
 
 
-@pytest.mark.parametrize("args_update, named", [
-    ({"encoder_glu": True}, "different encoder and decoder glu (encoder_glu=True, decoder_glu=False)"),
-    ({"encoder_kernel_size_list": [4, 5]}, "even encoder kernel sizes ([4]"),
-    ({"weight_softmax": False}, "weight_softmax=False"),
-    ({"decoder_output_dim": 8}, "decoder_output_dim=8 differs from decoder_embed_dim=16"),
-    ({"encoder_conv_type": "dynamic"}, "encoder_conv_type='dynamic', decoder_conv_type='lightweight'"),
-    ({"no_token_positional_embeddings": True}, "no positional embeddings"),
-    ({"adaptive_input": True}, "adaptive input embeddings (adaptive_input=True)"),
-    ({"character_embeddings": True}, "character embeddings (character_embeddings=True)"),
-    ({"layernorm_embedding": True}, "a LayerNorm on the embeddings (layernorm_embedding=True)"),
-])
+@pytest.mark.parametrize(
+    "args_update, named",
+    [
+        ({"encoder_glu": True}, "different encoder and decoder glu (encoder_glu=True, decoder_glu=False)"),
+        ({"encoder_kernel_size_list": [4, 5]}, "even encoder kernel sizes ([4]"),
+        ({"weight_softmax": False}, "weight_softmax=False"),
+        ({"decoder_output_dim": 8}, "decoder_output_dim=8 differs from decoder_embed_dim=16"),
+        ({"encoder_conv_type": "dynamic"}, "encoder_conv_type='dynamic', decoder_conv_type='lightweight'"),
+        ({"no_token_positional_embeddings": True}, "no positional embeddings"),
+        ({"adaptive_input": True}, "adaptive input embeddings (adaptive_input=True)"),
+        ({"character_embeddings": True}, "character embeddings (character_embeddings=True)"),
+        ({"layernorm_embedding": True}, "a LayerNorm on the embeddings (layernorm_embedding=True)"),
+    ],
+)
 def test_options_without_a_talk_hf_counterpart_are_named(args_update, named, tmp_path):
     checkpoint = write_variant(tmp_path, "lightconv_iwslt_de_en_args", args_update)
     with pytest.raises(ValueError) as error:
@@ -269,8 +335,9 @@ def test_family_comes_from_the_arch_or_the_option(tmp_path):
         convert_fairseq_checkpoint(checkpoint, tmp_path / "out", tokenizer=False)
     config = convert_fairseq_checkpoint(checkpoint, tmp_path / "out", family="talk", tokenizer=False)
     assert config.model_type == "talk"
-    torch.testing.assert_close(*teacher_forced_logits(load_converted_model(tmp_path / "out"),
-                                                      expected_outputs(name)), **TOLERANCE)
+    torch.testing.assert_close(
+        *teacher_forced_logits(load_converted_model(tmp_path / "out"), expected_outputs(name)), **TOLERANCE
+    )
     # The wrong family builds a model whose parameters do not fit: refused, never half-loaded.
     with pytest.raises(ValueError, match="missing .*weight_proj.* unexpected .*offset_proj"):
         convert_fairseq_checkpoint(checkpoint, tmp_path / "wrong", family="lightconv", tokenizer=False)
@@ -278,21 +345,28 @@ def test_family_comes_from_the_arch_or_the_option(tmp_path):
 
 def test_dictionaries_must_fit_the_embeddings(tmp_path):
     # The IWSLT fixture's dictionaries swapped: 32 English symbols for a 24-row German embedding.
-    with pytest.raises(ValueError, match=r"dict.en.txt has 32 symbols but the checkpoint's "
-                                         r"encoder.embed_tokens.weight has 24 rows"):
-        convert_fairseq_checkpoint(FIXTURES / "lightconv_iwslt_de_en_args" / "model.pt", tmp_path,
-                                   source_lang="en", target_lang="de")
+    with pytest.raises(
+        ValueError,
+        match=r"dict.en.txt has 32 symbols but the checkpoint's "
+        r"encoder.embed_tokens.weight has 24 rows",
+    ):
+        convert_fairseq_checkpoint(
+            FIXTURES / "lightconv_iwslt_de_en_args" / "model.pt", tmp_path, source_lang="en", target_lang="de"
+        )
     (tmp_path / "alone").mkdir()
     shutil.copy(FIXTURES / "lightconv_iwslt_de_en_args" / "model.pt", tmp_path / "alone" / "model.pt")
     with pytest.raises(ValueError, match=r"dict.de.txt is missing"):
         convert_fairseq_checkpoint(tmp_path / "alone" / "model.pt", tmp_path / "out")
 
 
-@pytest.mark.parametrize("contents, message", [
-    ([1, 2], "is not a fairseq checkpoint: expected a dict with a 'model' state dict"),
-    ({"model": {}}, "holds no model arguments: neither 'args' nor 'cfg"),
-    ({"model": {}, "cfg": {"model": {"encoder_layers": 2}}}, "the saved model arguments have no 'arch'"),
-])
+@pytest.mark.parametrize(
+    "contents, message",
+    [
+        ([1, 2], "is not a fairseq checkpoint: expected a dict with a 'model' state dict"),
+        ({"model": {}}, "holds no model arguments: neither 'args' nor 'cfg"),
+        ({"model": {}, "cfg": {"model": {"encoder_layers": 2}}}, "the saved model arguments have no 'arch'"),
+    ],
+)
 def test_files_that_are_not_usable_checkpoints_are_refused_with_the_reason(contents, message, tmp_path):
     torch.save(contents, tmp_path / "model.pt")
     with pytest.raises(ValueError, match=message):
@@ -303,18 +377,31 @@ def test_files_that_are_not_usable_checkpoints_are_refused_with_the_reason(conte
 def _with_extra_parameters(*names_and_shapes):
     def update(state_dict):
         return {**state_dict, **{name: torch.zeros(shape) for name, shape in names_and_shapes}}
+
     return update
 
 
-@pytest.mark.parametrize("args_update, state_dict_update, message", [
-    (None, _with_extra_parameters(("encoder.layers.0.mystery.weight", (2,))),
-     r"fairseq parameters with no talk_hf counterpart: encoder.layers.0.mystery.weight \(2,\)"),
-    (None, _with_extra_parameters(("decoder.embed_out", (32, 16))),
-     "share the decoder's input and output embeddings, but the checkpoint holds a separate decoder.embed_out"),
-    ({"decoder_embed_dim": None}, None, "the checkpoint's arguments lack 'decoder_embed_dim'"),
-    ({"source_lang": None, "target_lang": None}, None,
-     r"does not name its language pair; pass --source-lang and --target-lang .*\['dict.de.txt', 'dict.en.txt'\]"),
-])
+@pytest.mark.parametrize(
+    "args_update, state_dict_update, message",
+    [
+        (
+            None,
+            _with_extra_parameters(("encoder.layers.0.mystery.weight", (2,))),
+            r"fairseq parameters with no talk_hf counterpart: encoder.layers.0.mystery.weight \(2,\)",
+        ),
+        (
+            None,
+            _with_extra_parameters(("decoder.embed_out", (32, 16))),
+            "share the decoder's input and output embeddings, but the checkpoint holds a separate decoder.embed_out",
+        ),
+        ({"decoder_embed_dim": None}, None, "the checkpoint's arguments lack 'decoder_embed_dim'"),
+        (
+            {"source_lang": None, "target_lang": None},
+            None,
+            r"does not name its language pair; pass --source-lang and --target-lang .*\['dict.de.txt', 'dict.en.txt'\]",
+        ),
+    ],
+)
 def test_inconsistent_checkpoints_are_refused_with_the_reason(args_update, state_dict_update, message, tmp_path):
     checkpoint = write_variant(tmp_path, "lightconv_iwslt_de_en_args", args_update, state_dict_update)
     with pytest.raises(ValueError, match=message):
@@ -343,24 +430,42 @@ class _RunsCodeWhenUnpickled:
 def test_loading_refuses_objects_outside_the_allow_list(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     torch.save({"args": _RunsCodeWhenUnpickled(), "model": {}}, tmp_path / "model.pt")
-    with pytest.raises(ValueError, match=r"pickles the global posix.system, which is not on the converter's "
-                                         r"allow-list"):
+    with pytest.raises(
+        ValueError,
+        match=r"pickles the global posix.system, which is not on the converter's "
+        r"allow-list",
+    ):
         load_fairseq_checkpoint(tmp_path / "model.pt")
     assert not (tmp_path / "unpickled-code-ran").exists()
     # Plain data that training leaves in a checkpoint (numpy scalars and arrays) loads.
     numpy = pytest.importorskip("numpy")
     args = load_fairseq_checkpoint(FIXTURES / "lightconv_iwslt_de_en_args" / "model.pt").args
-    torch.save({"args": args, "model": {}, "extra_state": {"val_loss": numpy.float64(2.5), "seen": numpy.arange(3)}},
-               tmp_path / "numpy.pt")
+    torch.save(
+        {"args": args, "model": {}, "extra_state": {"val_loss": numpy.float64(2.5), "seen": numpy.arange(3)}},
+        tmp_path / "numpy.pt",
+    )
     assert load_fairseq_checkpoint(tmp_path / "numpy.pt").arch == "lightconv_iwslt_de_en"
 
 
 def test_command_line_writes_a_loadable_folder(tmp_path):
     name = "talkconv_glu_wmt_en_de_args"  # no bpecodes: no tokenizer, and no sacremoses needed
-    command = [sys.executable, "-m", "talk_hf.convert", "fairseq", str(FIXTURES / name / "model.pt"),
-               str(tmp_path / "out"), "--beam", "4", "--lenpen", "0.35", "--dtype", "float16"]
-    result = subprocess.run(command, capture_output=True, text=True, check=False,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    command = [
+        sys.executable,
+        "-m",
+        "talk_hf.convert",
+        "fairseq",
+        str(FIXTURES / name / "model.pt"),
+        str(tmp_path / "out"),
+        "--beam",
+        "4",
+        "--lenpen",
+        "0.35",
+        "--dtype",
+        "float16",
+    ]
+    result = subprocess.run(
+        command, capture_output=True, text=True, check=False, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+    )
     assert result.returncode == 0, result.stderr
     assert "wrote" in result.stdout and "talk (TaLKConfig)" in result.stdout
     out = tmp_path / "out"
@@ -396,8 +501,10 @@ def test_dictionaries_and_codes_become_fsmt_files(tmp_path):
 
 # BPE codes under which the IWSLT fixture's German words become its dictionary's pieces:
 # ich, habe, das, haus whole, gesehen -> ge@@ sehen.
-IWSLT_CODES = ("#version: 0.2\ng e\ns e\ne n</w>\nh en</w>\nse hen</w>\ni c\nic h</w>\nh a\nha b\nhab e</w>\n"
-               "d a\nda s</w>\nha u\nhau s</w>\n")
+IWSLT_CODES = (
+    "#version: 0.2\ng e\ns e\ne n</w>\nh en</w>\nse hen</w>\ni c\nic h</w>\nh a\nha b\nhab e</w>\n"
+    "d a\nda s</w>\nha u\nhau s</w>\n"
+)
 
 
 def _fixture_with_codes(tmp_path: Path, codes: str) -> Path:

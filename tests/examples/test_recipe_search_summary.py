@@ -9,8 +9,14 @@ from .conftest import EXAMPLES
 
 def make_run(folder, settings, metric, values, averaged=None, done=True):
     folder.mkdir(parents=True)
-    defaults = {"max_tokens": 1024, "lr": 1e-3, "warmup_steps": 150, "dropout": 0.1, "label_smoothing": 0.1,
-                "average_last": 0}
+    defaults = {
+        "max_tokens": 1024,
+        "lr": 1e-3,
+        "warmup_steps": 150,
+        "dropout": 0.1,
+        "label_smoothing": 0.1,
+        "average_last": 0,
+    }
     (folder / "args.json").write_text(json.dumps({**defaults, **settings}))
     records = []
     for minute, value in enumerate(values, start=1):
@@ -32,7 +38,8 @@ def test_summary_lists_every_finished_run_best_first(tmp_path):
     make_run(runs / "lm-talk-b", {"model_type": "talk", "lr": 2e-3}, "valid_ppl", [800.0, 450.0])
     result = subprocess.run(
         [sys.executable, EXAMPLES / "results" / "recipe-search" / "summarize.py", runs, output],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stderr
     rows = json.loads((output / "results.json").read_text())

@@ -282,8 +282,13 @@ DAMAGES = [
     ("tokenizer/tokenizer_config.json", "truncated", ERROR, "does not load .* copy tokenizer.json and"),
     ("tokenizer", "deleted", FINE, None),  # as in a run started before it was saved: last/ has a copy
     *[
-        (f"state/{name}", damage, ERROR, f"{'does not load' if damage == 'truncated' else 'is missing'}.* keeps no "
-         "earlier one. Start it anew: the same command without --resume, with --overwrite_output_dir")
+        (
+            f"state/{name}",
+            damage,
+            ERROR,
+            f"{'does not load' if damage == 'truncated' else 'is missing'}.* keeps no "
+            "earlier one. Start it anew: the same command without --resume, with --overwrite_output_dir",
+        )
         for name in ("pytorch_model.bin", "optimizer.bin", "scheduler.bin", "custom_checkpoint_0.pkl")
         for damage in ("truncated", "deleted")
     ],

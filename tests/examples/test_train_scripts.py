@@ -182,7 +182,15 @@ def test_fsdp_matches_plain_training_and_resumes_exactly(tmp_path):
     launcher = [*ACCELERATE, "--config_file", EXAMPLES / "accelerate" / "fsdp.yaml"]
     kernels = {"TALK_HF_BACKEND": "auto"}  # both runs on the CUDA kernels: only FSDP differs
     fsdp = {"launcher": [*launcher, "--num_processes", str(gpus), "--mixed_precision", "no"], "env": kernels}
-    run("translation/train.py", *args, "--output_dir", tmp_path / "one", "--gradient_accumulation_steps", gpus, env=kernels)
+    run(
+        "translation/train.py",
+        *args,
+        "--output_dir",
+        tmp_path / "one",
+        "--gradient_accumulation_steps",
+        gpus,
+        env=kernels,
+    )
     run("translation/train.py", *args, "--output_dir", tmp_path / "fsdp", **fsdp)
     assert list((tmp_path / "fsdp" / "state").glob("pytorch_model_fsdp_0*")), "the training state is not sharded"
     one_steps, one_evals = read_log(tmp_path / "one")

@@ -37,8 +37,17 @@ def test_run_translation_fine_tunes_and_predicts(tmp_path):
     output = tmp_path / "out"
     flags = "--do_train --do_eval --do_predict --predict_with_generate --max_train_samples 64 --num_beams 2"
     flags += " --max_target_length 24 --label_smoothing_factor 0.1"
-    run("translation/run_translation.py", "--model_name_or_path", start, "--data_dir", MULTI30K, "--output_dir", output,
-        *flags.split(), *TRAINER)
+    run(
+        "translation/run_translation.py",
+        "--model_name_or_path",
+        start,
+        "--data_dir",
+        MULTI30K,
+        "--output_dir",
+        output,
+        *flags.split(),
+        *TRAINER,
+    )
     assert 0 <= json.loads((output / "eval_results.json").read_text())["eval_bleu"] <= 100
     assert len((output / "generated_predictions.txt").read_text().splitlines()) == 8
     for checkpoint in (output, output / "checkpoint-1"):
@@ -50,8 +59,17 @@ def test_run_clm_fine_tunes_and_reports_perplexity(tmp_path):
     start = tiny_checkpoint(tmp_path / "start", "lightconv", lines, False, kind="word", vocab_size=2000)
     output = tmp_path / "out"
     flags = "--do_train --do_eval --max_train_samples 100 --block_size 32"
-    run("language-modeling/run_clm.py", "--model_name_or_path", start, "--data_dir", WIKITEXT, "--output_dir", output,
-        *flags.split(), *TRAINER)
+    run(
+        "language-modeling/run_clm.py",
+        "--model_name_or_path",
+        start,
+        "--data_dir",
+        WIKITEXT,
+        "--output_dir",
+        output,
+        *flags.split(),
+        *TRAINER,
+    )
     assert json.loads((output / "eval_results.json").read_text())["perplexity"] > 1
     for checkpoint in (output, output / "checkpoint-2"):
         model = AutoModelForCausalLM.from_pretrained(checkpoint)

@@ -172,7 +172,13 @@ def test_an_existing_tokenizer_is_loaded_not_trained(tmp_path):
 
 @pytest.mark.parametrize(
     "before, after, interval, expected",
-    [(0.0, 0.9, 1.0, False), (0.9, 1.0, 1.0, True), (1.0, 1.5, 1.0, False), (0.5, 2.5, 1.0, True), (2.9, 6.1, 3.0, True)],
+    [
+        (0.0, 0.9, 1.0, False),
+        (0.9, 1.0, 1.0, True),
+        (1.0, 1.5, 1.0, False),
+        (0.5, 2.5, 1.0, True),
+        (2.9, 6.1, 3.0, True),
+    ],
 )
 def test_crossed_multiple_marks_the_step_that_passes_each_interval(before, after, interval, expected):
     assert crossed_multiple(before, after, interval) == expected
@@ -316,8 +322,13 @@ def test_a_terminal_stop_stops_a_run_left_in_its_own_session(handler):
     """A run in an orphaned process group (its own session, as `setsid` leaves it) discards a default
     SIGTSTP; with `stop_on_terminal_stop` it stops, as the scripts' runs must outside the training loop."""
     examples = Path(__file__).resolve().parents[2] / "examples"
-    child = subprocess.Popen([sys.executable, "-c", ORPHANED_CHILD, str(examples), handler], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", ORPHANED_CHILD, str(examples), handler],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert child.stdout.readline() == "ready\n"
         child.send_signal(signal.SIGTSTP)
@@ -349,8 +360,19 @@ def test_our_kernels_are_prepared_before_the_training_clock_starts(model_type, t
     monkeypatch.setattr(signals, "stop_on_terminal_stop", lambda: None)  # leave pytest's signal handlers alone
     monkeypatch.setenv("TALK_HF_BACKEND", "torch")
     script = load_script("language-modeling/train.py")
-    script.main([*LANGUAGE_MODELING, "--model_type", model_type, "--max_steps", "2", "--test_split", "",
-                 "--output_dir", str(tmp_path)])
+    script.main(
+        [
+            *LANGUAGE_MODELING,
+            "--model_type",
+            model_type,
+            "--max_steps",
+            "2",
+            "--test_split",
+            "",
+            "--output_dir",
+            str(tmp_path),
+        ]
+    )
     steps, _ = read_log(tmp_path)
     assert prepared == (["cpu"] if model_type == "talk" else [])
     assert len(steps) == 2 and steps[-1]["seconds"] < 1.0
@@ -388,7 +410,6 @@ def test_help_shows_every_default_and_the_presets(script, capsys):
         if name not in ("-h,", "--output_dir"):  # --output_dir is required
             assert "(default" in " ".join(block.split()), block
     assert "--preset {" in text and "small" in text
-
 
 
 class _Vocabulary(SimpleNamespace):

@@ -13,16 +13,45 @@ from . import toy_family
 
 VOCAB = 40
 PAD, BOS, EOS = 1, 0, 2
-SIZES = dict(vocab_size=VOCAB, d_model=16, decoder_layers=2, decoder_ffn_dim=32, decoder_conv_heads=2,
-             dropout=0.0, init_std=0.5, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS)
-SEQ2SEQ_SIZES = dict(SIZES, encoder_layers=2, encoder_ffn_dim=32, encoder_conv_heads=2, decoder_attention_heads=2,
-                     decoder_start_token_id=EOS)
+SIZES = dict(
+    vocab_size=VOCAB,
+    d_model=16,
+    decoder_layers=2,
+    decoder_ffn_dim=32,
+    decoder_conv_heads=2,
+    dropout=0.0,
+    init_std=0.5,
+    pad_token_id=PAD,
+    bos_token_id=BOS,
+    eos_token_id=EOS,
+)
+SEQ2SEQ_SIZES = dict(
+    SIZES,
+    encoder_layers=2,
+    encoder_ffn_dim=32,
+    encoder_conv_heads=2,
+    decoder_attention_heads=2,
+    decoder_start_token_id=EOS,
+)
 # SliceNet has no FFN or heads.  Separability -1 gives super-separable steps of 2 and 1 groups; 4
 # timescales fit the 16 channels; num_beams=1 because the generic tests expect greedy defaults
 # (SliceNet's own default is the paper's beam 4).
-SLICENET_SIZES = dict(vocab_size=VOCAB, d_model=16, encoder_layers=2, decoder_layers=2, kernel_sizes=[3, 5, 3],
-                      dilations=[1, 2, 1], separability=-1, timing_num_timescales=4, dropout=0.0, num_beams=1,
-                      pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS, decoder_start_token_id=EOS)
+SLICENET_SIZES = dict(
+    vocab_size=VOCAB,
+    d_model=16,
+    encoder_layers=2,
+    decoder_layers=2,
+    kernel_sizes=[3, 5, 3],
+    dilations=[1, 2, 1],
+    separability=-1,
+    timing_num_timescales=4,
+    dropout=0.0,
+    num_beams=1,
+    pad_token_id=PAD,
+    bos_token_id=BOS,
+    eos_token_id=EOS,
+    decoder_start_token_id=EOS,
+)
 
 
 @dataclass(frozen=True)
@@ -48,23 +77,63 @@ class Case:
 
 
 CASES = [
-    Case("talk-seq2seq", talk_hf.TaLKForConditionalGeneration, talk_hf.TaLKModel, talk_hf.TaLKConfig,
-         dict(SEQ2SEQ_SIZES, encoder_max_offsets=[1, 3], decoder_max_offsets=[2, 3])),
-    Case("talk-lm", talk_hf.TaLKForCausalLM, talk_hf.TaLKLMModel, talk_hf.TaLKLMConfig,
-         dict(SIZES, decoder_max_offsets=[2, 3])),
-    Case("dynamic-seq2seq", talk_hf.DynamicConvForConditionalGeneration, talk_hf.DynamicConvModel,
-         talk_hf.DynamicConvConfig, dict(SEQ2SEQ_SIZES, encoder_kernel_sizes=[3, 4], decoder_kernel_sizes=[3, 4])),
-    Case("dynamic-lm", talk_hf.DynamicConvForCausalLM, talk_hf.DynamicConvLMModel, talk_hf.DynamicConvLMConfig,
-         dict(SIZES, decoder_kernel_sizes=[3, 4])),
-    Case("lightweight-lm", talk_hf.DynamicConvForCausalLM, talk_hf.DynamicConvLMModel, talk_hf.DynamicConvLMConfig,
-         dict(SIZES, decoder_kernel_sizes=[2, 5], conv_type="lightweight")),
-    Case("slicenet", talk_hf.SliceNetForConditionalGeneration, talk_hf.SliceNetModel, talk_hf.SliceNetConfig,
-         SLICENET_SIZES),
+    Case(
+        "talk-seq2seq",
+        talk_hf.TaLKForConditionalGeneration,
+        talk_hf.TaLKModel,
+        talk_hf.TaLKConfig,
+        dict(SEQ2SEQ_SIZES, encoder_max_offsets=[1, 3], decoder_max_offsets=[2, 3]),
+    ),
+    Case(
+        "talk-lm",
+        talk_hf.TaLKForCausalLM,
+        talk_hf.TaLKLMModel,
+        talk_hf.TaLKLMConfig,
+        dict(SIZES, decoder_max_offsets=[2, 3]),
+    ),
+    Case(
+        "dynamic-seq2seq",
+        talk_hf.DynamicConvForConditionalGeneration,
+        talk_hf.DynamicConvModel,
+        talk_hf.DynamicConvConfig,
+        dict(SEQ2SEQ_SIZES, encoder_kernel_sizes=[3, 4], decoder_kernel_sizes=[3, 4]),
+    ),
+    Case(
+        "dynamic-lm",
+        talk_hf.DynamicConvForCausalLM,
+        talk_hf.DynamicConvLMModel,
+        talk_hf.DynamicConvLMConfig,
+        dict(SIZES, decoder_kernel_sizes=[3, 4]),
+    ),
+    Case(
+        "lightweight-lm",
+        talk_hf.DynamicConvForCausalLM,
+        talk_hf.DynamicConvLMModel,
+        talk_hf.DynamicConvLMConfig,
+        dict(SIZES, decoder_kernel_sizes=[2, 5], conv_type="lightweight"),
+    ),
+    Case(
+        "slicenet",
+        talk_hf.SliceNetForConditionalGeneration,
+        talk_hf.SliceNetModel,
+        talk_hf.SliceNetConfig,
+        SLICENET_SIZES,
+    ),
     # A family defined outside the package (toy_family.py), to show that the generic tests hold for any family.
-    Case("toy-seq2seq", toy_family.ToyForConditionalGeneration, toy_family.ToyModel, toy_family.ToyConfig,
-         dict(SEQ2SEQ_SIZES, encoder_kernel_widths=[3, 2], decoder_kernel_widths=[2, 3])),
-    Case("toy-lm", toy_family.ToyForCausalLM, toy_family.ToyLMModel, toy_family.ToyLMConfig,
-         dict(SIZES, decoder_kernel_widths=[3, 4])),
+    Case(
+        "toy-seq2seq",
+        toy_family.ToyForConditionalGeneration,
+        toy_family.ToyModel,
+        toy_family.ToyConfig,
+        dict(SEQ2SEQ_SIZES, encoder_kernel_widths=[3, 2], decoder_kernel_widths=[2, 3]),
+    ),
+    Case(
+        "toy-lm",
+        toy_family.ToyForCausalLM,
+        toy_family.ToyLMModel,
+        toy_family.ToyLMConfig,
+        dict(SIZES, decoder_kernel_widths=[3, 4]),
+    ),
 ]
 CASE_IDS = [case.name for case in CASES]
 
@@ -78,7 +147,9 @@ def random_tokens(batch: int, length: int, seed: int = 1) -> torch.Tensor:
 def model_inputs(case: Case, batch: int = 2, source_length: int = 7, target_length: int = 6) -> dict:
     """Forward inputs for ``case``: source + decoder ids for seq2seq, ids for an LM."""
     if case.is_seq2seq:
-        return dict(input_ids=random_tokens(batch, source_length), decoder_input_ids=random_tokens(batch, target_length, 2))
+        return dict(
+            input_ids=random_tokens(batch, source_length), decoder_input_ids=random_tokens(batch, target_length, 2)
+        )
     return dict(input_ids=random_tokens(batch, target_length))
 
 

@@ -42,8 +42,9 @@ def test_pre_norm_decoder_without_final_layer_norm(case, tmp_path):
     assert model.model.decoder.final_layer_norm is None
     assert not any(name.startswith("model.decoder.final_layer_norm") for name in model.state_dict())
     if case.is_seq2seq:
-        with_encoder_norm = case.model(encoder_normalize_before=True, decoder_normalize_before=True,
-                                       decoder_final_layer_norm=False)
+        with_encoder_norm = case.model(
+            encoder_normalize_before=True, decoder_normalize_before=True, decoder_final_layer_norm=False
+        )
         assert with_encoder_norm.model.encoder.final_layer_norm is not None  # the field is the decoder's
     assert case.model(decoder_normalize_before=True).model.decoder.final_layer_norm is not None
     model.save_pretrained(tmp_path)
@@ -91,6 +92,7 @@ def test_shared_embeddings_need_one_vocabulary(case):
     with pytest.raises(ValueError, match="decoder_vocab_size=45 differs from vocab_size=30"):
         case.config(vocab_size=30, decoder_vocab_size=45)
     with pytest.raises(ValueError, match="decoder_start_token_id=40 must be < decoder_vocab_size=35"):
-        case.config(vocab_size=45, decoder_vocab_size=35, share_encoder_decoder_embeddings=False,
-                    decoder_start_token_id=40)
+        case.config(
+            vocab_size=45, decoder_vocab_size=35, share_encoder_decoder_embeddings=False, decoder_start_token_id=40
+        )
     assert case.config().decoder_vocab_size == case.config().vocab_size

@@ -26,7 +26,11 @@ def test_auto_config_round_trip(case, tmp_path):
     [
         (talk_hf.TaLKConfig, dict(d_model=30, encoder_conv_heads=4), "conv_dim=30 must be divisible by"),
         (talk_hf.TaLKConfig, dict(d_model=32, decoder_attention_heads=5), "decoder_attention_heads=5"),
-        (talk_hf.TaLKConfig, dict(encoder_layers=2, encoder_max_offsets=[1, 3, 7]), "encoder_max_offsets must have one entry per layer"),
+        (
+            talk_hf.TaLKConfig,
+            dict(encoder_layers=2, encoder_max_offsets=[1, 3, 7]),
+            "encoder_max_offsets must have one entry per layer",
+        ),
         (talk_hf.TaLKLMConfig, dict(decoder_max_offsets=[1, -3, 7]), r"decoder_max_offsets\[1\] must be >= 0"),
         (talk_hf.TaLKLMConfig, dict(decoder_layers=0), "decoder_layers must be >= 1"),
         (talk_hf.TaLKLMConfig, dict(offset_dropout=1.5), "offset_dropout must be a probability"),

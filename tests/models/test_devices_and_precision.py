@@ -17,7 +17,9 @@ from .helpers import CASE_IDS, CASES, PAD, SEQ2SEQ_SIZES, Case, generation_promp
 
 # The shared cases plus the one head they lack: LightConv as an encoder-decoder.
 LIGHTWEIGHT_SEQ2SEQ = Case(
-    "lightweight-seq2seq", talk_hf.DynamicConvForConditionalGeneration, talk_hf.DynamicConvModel,
+    "lightweight-seq2seq",
+    talk_hf.DynamicConvForConditionalGeneration,
+    talk_hf.DynamicConvModel,
     talk_hf.DynamicConvConfig,
     dict(SEQ2SEQ_SIZES, encoder_kernel_sizes=[3, 4], decoder_kernel_sizes=[3, 4], conv_type="lightweight"),
 )

@@ -41,11 +41,17 @@ def _shard_like_accelerate(model):
     from accelerate.utils.fsdp_utils import fsdp2_prepare_model
 
     plugin = FullyShardedDataParallelPlugin(
-        fsdp_version=2, auto_wrap_policy="transformer_based_wrap", reshard_after_forward=True,
+        fsdp_version=2,
+        auto_wrap_policy="transformer_based_wrap",
+        reshard_after_forward=True,
         state_dict_type="SHARDED_STATE_DICT",
     )
-    accelerator = SimpleNamespace(state=SimpleNamespace(fsdp_plugin=plugin), torch_device_mesh=None,
-                                  mixed_precision="no", is_main_process=dist.get_rank() == 0)
+    accelerator = SimpleNamespace(
+        state=SimpleNamespace(fsdp_plugin=plugin),
+        torch_device_mesh=None,
+        mixed_precision="no",
+        is_main_process=dist.get_rank() == 0,
+    )
     return fsdp2_prepare_model(accelerator, model)
 
 
@@ -71,8 +77,9 @@ def _check_every_case(rank: int, port: int, folder: Path) -> None:
                 sharded.save_pretrained(folder / case.name, state_dict=full)
                 reloaded = type(reference).from_pretrained(folder / case.name).train()
                 for name, tensor in reloaded.state_dict().items():
-                    torch.testing.assert_close(tensor, expected[name], rtol=0, atol=0,
-                                               msg=_named(f"{case.name}: {name}"))
+                    torch.testing.assert_close(
+                        tensor, expected[name], rtol=0, atol=0, msg=_named(f"{case.name}: {name}")
+                    )
 
             # Rows of equal length and no padding: the mean of the two halves' losses is the whole
             # batch's loss, and FSDP's reduce-scatter averages the gradients over the processes.
@@ -90,15 +97,18 @@ def _check_every_case(rank: int, port: int, folder: Path) -> None:
                 expected_loss.backward()
                 dist.all_reduce(mean_loss := loss.detach() / WORLD_SIZE)
                 context = f"{case.name}, step {step}"
-                torch.testing.assert_close(mean_loss, expected_loss.detach(), rtol=1e-5, atol=0,
-                                           msg=_named(f"{context}: loss"))
+                torch.testing.assert_close(
+                    mean_loss, expected_loss.detach(), rtol=1e-5, atol=0, msg=_named(f"{context}: loss")
+                )
                 expected = dict(reference.named_parameters())
                 weights = {name: parameter.full_tensor() for name, parameter in sharded.named_parameters()}
-                assert_tensor_sets_close(weights, {name: expected[name] for name in weights}, rtol=1e-4,
-                                         context=context)
+                assert_tensor_sets_close(
+                    weights, {name: expected[name] for name in weights}, rtol=1e-4, context=context
+                )
                 gradients = {name: parameter.grad.full_tensor() for name, parameter in sharded.named_parameters()}
-                assert_tensor_sets_close(gradients, {name: expected[name].grad for name in gradients}, rtol=1e-3,
-                                         context=context)
+                assert_tensor_sets_close(
+                    gradients, {name: expected[name].grad for name in gradients}, rtol=1e-3, context=context
+                )
                 for optimizer in optimizers:
                     optimizer.step()
                     optimizer.zero_grad()

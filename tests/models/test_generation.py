@@ -21,8 +21,9 @@ MODES = {
 
 def _generate(model, inputs, seed=0, **kwargs):
     torch.manual_seed(seed)
-    settings = dict(max_new_tokens=8, min_new_tokens=8, return_dict_in_generate=True, output_scores=True,
-                    pad_token_id=PAD)
+    settings = dict(
+        max_new_tokens=8, min_new_tokens=8, return_dict_in_generate=True, output_scores=True, pad_token_id=PAD
+    )
     return model.generate(**inputs, **{**settings, **kwargs})
 
 
@@ -47,8 +48,13 @@ def test_cached_forward_equals_full_forward(case):
     steps = [outputs.logits]
     for position in range(4, 9):
         extra = {"encoder_outputs": (outputs.encoder_last_hidden_state,)} if case.is_seq2seq else {}
-        outputs = model(**source, **extra, **{key: tokens[:, position:position + 1]},
-                        cache=returned_cache(outputs), use_cache=True)
+        outputs = model(
+            **source,
+            **extra,
+            **{key: tokens[:, position : position + 1]},
+            cache=returned_cache(outputs),
+            use_cache=True,
+        )
         steps.append(outputs.logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
 
@@ -98,13 +104,15 @@ def test_left_padded_batch_generates_like_single_rows(case):
     rows = [random_tokens(1, 6, seed=7), random_tokens(1, 3, seed=8)]
     width = max(row.shape[1] for row in rows)
     batch = torch.cat([torch.cat([torch.full((1, width - row.shape[1]), PAD), row], 1) for row in rows])
-    mask = torch.cat([torch.cat([torch.zeros(1, width - row.shape[1]), torch.ones_like(row)], 1) for row in rows]).long()
+    mask = torch.cat(
+        [torch.cat([torch.zeros(1, width - row.shape[1]), torch.ones_like(row)], 1) for row in rows]
+    ).long()
     settings = dict(do_sample=False, max_new_tokens=7, min_new_tokens=7)
     batched = _generate(model, {"input_ids": batch, "attention_mask": mask}, **settings).sequences
     for index, row in enumerate(rows):
         single = _generate(model, {"input_ids": row}, **settings).sequences[0]
-        new_tokens = single if case.is_seq2seq else single[row.shape[1]:]
-        assert torch.equal(batched[index, -new_tokens.shape[0]:], new_tokens)
+        new_tokens = single if case.is_seq2seq else single[row.shape[1] :]
+        assert torch.equal(batched[index, -new_tokens.shape[0] :], new_tokens)
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
@@ -119,8 +127,9 @@ def test_generation_continues_from_a_returned_cache(case):
     continued_inputs[key] = first.sequences
     if case.is_seq2seq:  # the decoder mask tells generate() which decoder tokens the cache has not seen yet
         continued_inputs["decoder_attention_mask"] = torch.ones_like(first.sequences)
-    rest = _generate(model, continued_inputs, **{CACHE_NAME: returned_cache(first)},
-                     max_new_tokens=6, min_new_tokens=6, **settings).sequences
+    rest = _generate(
+        model, continued_inputs, **{CACHE_NAME: returned_cache(first)}, max_new_tokens=6, min_new_tokens=6, **settings
+    ).sequences
     assert torch.equal(rest, whole)
 
 
@@ -144,14 +153,14 @@ def test_cache_tensors_keep_their_size_from_step_10_to_step_500(case):
     with torch.no_grad():
         for step in range(1, 501):
             extra = {"encoder_outputs": (outputs.encoder_last_hidden_state,)} if case.is_seq2seq else {}
-            outputs = model(**extra, **{key: tokens[:, step:step + 1]}, cache=returned_cache(outputs))
+            outputs = model(**extra, **{key: tokens[:, step : step + 1]}, cache=returned_cache(outputs))
             if step in (10, 500):
                 record(outputs, step)
     assert sizes[10] == sizes[500]
     cache = returned_cache(outputs)
     assert cache.get_seq_length() == 501
     expected_windows = [layer.mixer.core.window for layer in model.model.decoder.layers]
-    assert [shape[1] for shape in sizes[500][:len(expected_windows)]] == expected_windows
+    assert [shape[1] for shape in sizes[500][: len(expected_windows)]] == expected_windows
 
 
 def test_generation_config_defaults_come_from_the_config():

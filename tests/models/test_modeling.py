@@ -27,18 +27,25 @@ def test_save_load_round_trip_through_auto_classes(case, tmp_path):
     torch.testing.assert_close(loaded(**inputs).logits, model(**inputs).logits, rtol=0, atol=0)
     base = AutoModel.from_pretrained(tmp_path).eval()
     assert type(base) is case.base
-    torch.testing.assert_close(base(**inputs).last_hidden_state, model.model(**inputs).last_hidden_state, rtol=0, atol=0)
+    torch.testing.assert_close(
+        base(**inputs).last_hidden_state, model.model(**inputs).last_hidden_state, rtol=0, atol=0
+    )
 
 
-@pytest.mark.parametrize("case", [case for case in CASES if "slicenet" not in case.name],
-                         ids=[name for name in CASE_IDS if "slicenet" not in name])
+@pytest.mark.parametrize(
+    "case",
+    [case for case in CASES if "slicenet" not in case.name],
+    ids=[name for name in CASE_IDS if "slicenet" not in name],
+)
 @pytest.mark.parametrize("field", ["dropout", "input_dropout", "activation_dropout", "mixer"])
 def test_each_dropout_acts_in_training_and_never_in_eval(case, field):
     """Every dropout of the layers drops in training mode; eval forwards are deterministic and
     equal to a model without dropout (dropout is skipped outright there)."""
     mixer_field = case.config_class.family.dropout_field
     field = mixer_field if field == "mixer" else field
-    no_dropout = dict.fromkeys(["dropout", "input_dropout", "activation_dropout", "attention_dropout", mixer_field], 0.0)
+    no_dropout = dict.fromkeys(
+        ["dropout", "input_dropout", "activation_dropout", "attention_dropout", mixer_field], 0.0
+    )
     inputs = model_inputs(case)
     without = case.model(**no_dropout)(**inputs).logits
     model = case.model(**{**no_dropout, field: 0.5})
@@ -70,7 +77,9 @@ def test_output_embeddings_are_tied_to_the_input_embeddings(case, tmp_path):
     model.save_pretrained(tmp_path)
     loaded = case.head.from_pretrained(tmp_path)
     assert loaded.lm_head.weight is loaded.get_input_embeddings().weight
-    untied = case.model(tie_word_embeddings=False, **({"share_encoder_decoder_embeddings": False} if case.is_seq2seq else {}))
+    untied = case.model(
+        tie_word_embeddings=False, **({"share_encoder_decoder_embeddings": False} if case.is_seq2seq else {})
+    )
     assert untied.lm_head.weight is not untied.get_input_embeddings().weight
     if case.is_seq2seq:
         assert untied.model.encoder.embed_tokens.weight is not untied.model.decoder.embed_tokens.weight
@@ -161,7 +170,9 @@ def test_loss_honours_num_items_in_batch(case):
     torch.testing.assert_close(summed, mean_loss * (scored != -100).sum() / 5)
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if not c.is_seq2seq], ids=[c.name for c in CASES if not c.is_seq2seq])
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if not c.is_seq2seq], ids=[c.name for c in CASES if not c.is_seq2seq]
+)
 def test_causal_lm_loss_takes_shift_labels_when_given(case):
     """Pre-shifted targets (transformers passes them under sequence/context parallelism) replace the
     shift of `labels`, with or without `labels` beside them."""
@@ -265,7 +276,9 @@ def test_a_foreign_cache_is_rejected():
 
     case = CASES[1]
     for name in ("cache", "past_key_values"):
-        with pytest.raises(TypeError, match=r"the generation cache \(`cache`, or `past_key_values` .*\) must be the ConvCache"):
+        with pytest.raises(
+            TypeError, match=r"the generation cache \(`cache`, or `past_key_values` .*\) must be the ConvCache"
+        ):
             case.model()(**model_inputs(case), **{name: DynamicCache()}, use_cache=True)
 
 
@@ -296,8 +309,9 @@ def test_lightweight_seq2seq_forward_and_padding():
     logits = model(input_ids=source, decoder_input_ids=target).logits
     padded = torch.cat([torch.full((1, 2), PAD), source], dim=1)
     mask = torch.tensor([[0, 0, 1, 1, 1, 1, 1]])
-    torch.testing.assert_close(model(input_ids=padded, attention_mask=mask, decoder_input_ids=target).logits, logits,
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        model(input_ids=padded, attention_mask=mask, decoder_input_ids=target).logits, logits, rtol=1e-5, atol=1e-5
+    )
 
 
 def test_a_decoder_mask_of_the_wrong_length_is_rejected():
@@ -320,18 +334,24 @@ def test_malformed_inputs_raise_naming_the_argument(case):
     bad = {
         "input_ids must hold integer token ids": dict(inputs, input_ids=inputs["input_ids"].float()),
         f"{ids} must hold at least one token": dict(inputs, **{ids: inputs[ids][:, :0]}),
-        r"attention_mask must have shape \(batch, length\) with the batch of input_ids \(2\), got \(3, ":
-            dict(inputs, attention_mask=torch.ones(3, inputs["input_ids"].shape[1], dtype=torch.long)),
-        r"attention_mask must cover the 7 tokens, got length 5" if case.is_seq2seq
-        else r"attention_mask must cover the 6 tokens, got length 5":
-            dict(inputs, attention_mask=torch.ones(2, 5, dtype=torch.long)),
+        r"attention_mask must have shape \(batch, length\) with the batch of input_ids \(2\), got \(3, ": dict(
+            inputs, attention_mask=torch.ones(3, inputs["input_ids"].shape[1], dtype=torch.long)
+        ),
+        r"attention_mask must cover the 7 tokens, got length 5"
+        if case.is_seq2seq
+        else r"attention_mask must cover the 6 tokens, got length 5": dict(
+            inputs, attention_mask=torch.ones(2, 5, dtype=torch.long)
+        ),
         f"{mask} must have shape": dict(inputs, **{mask: torch.ones(1, inputs[ids].shape[1], dtype=torch.long)}),
-        r"inputs_embeds must have shape \(batch, length, 16\), got \(2, 7, 8\)" if case.is_seq2seq
-        else r"inputs_embeds must have shape \(batch, length, 16\), got \(2, 6, 8\)":
-            dict({k: v for k, v in inputs.items() if k != "input_ids"},
-                 inputs_embeds=torch.randn(2, inputs["input_ids"].shape[1], 8)),
-        "pass exactly one of input_ids and inputs_embeds":
-            dict(inputs, inputs_embeds=torch.randn(2, inputs["input_ids"].shape[1], 16)),
+        r"inputs_embeds must have shape \(batch, length, 16\), got \(2, 7, 8\)"
+        if case.is_seq2seq
+        else r"inputs_embeds must have shape \(batch, length, 16\), got \(2, 6, 8\)": dict(
+            {k: v for k, v in inputs.items() if k != "input_ids"},
+            inputs_embeds=torch.randn(2, inputs["input_ids"].shape[1], 8),
+        ),
+        "pass exactly one of input_ids and inputs_embeds": dict(
+            inputs, inputs_embeds=torch.randn(2, inputs["input_ids"].shape[1], 16)
+        ),
         r"input_ids must have shape \(batch, length\)": dict(inputs, input_ids=inputs["input_ids"][0]),
     }
     for message, arguments in bad.items():
@@ -346,4 +366,3 @@ def test_encoder_outputs_of_another_batch_size_are_rejected():
     encoder_outputs = model.get_encoder()(inputs["input_ids"][:1])
     with pytest.raises(ValueError, match="the encoder's output has batch size 1 but decoder_input_ids has 2"):
         model(decoder_input_ids=inputs["decoder_input_ids"], encoder_outputs=encoder_outputs)
-

@@ -45,10 +45,17 @@ def _load(folder: Path):
 
 
 def test_every_layout_has_a_fixture():
-    assert [folder.name for folder in FOLDERS] == sorted([
-        "dynamic_conv_lm_untied", "dynamic_conv_seq2seq_shared", "dynamic_conv_seq2seq_shared_untied", "slicenet_shared",
-        "talk_lm", "talk_seq2seq_separate_untied", "talk_seq2seq_shared",
-    ])
+    assert [folder.name for folder in FOLDERS] == sorted(
+        [
+            "dynamic_conv_lm_untied",
+            "dynamic_conv_seq2seq_shared",
+            "dynamic_conv_seq2seq_shared_untied",
+            "slicenet_shared",
+            "talk_lm",
+            "talk_seq2seq_separate_untied",
+            "talk_seq2seq_shared",
+        ]
+    )
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=[folder.name for folder in FOLDERS])
@@ -63,8 +70,9 @@ def test_earlier_checkpoint_loads_with_identical_weights(folder):
         assert torch.equal(state[name], tensor), name
     for name in state.keys() - earlier_state.keys():
         storage = state[name].untyped_storage().data_ptr()
-        assert any(state[earlier].untyped_storage().data_ptr() == storage for earlier in earlier_state), \
+        assert any(state[earlier].untyped_storage().data_ptr() == storage for earlier in earlier_state), (
             f"{name} is new and tied to no earlier tensor"
+        )
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=[folder.name for folder in FOLDERS])

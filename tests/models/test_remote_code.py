@@ -63,15 +63,31 @@ def test_exported_checkpoints_load_without_talk_hf(tmp_path):
         torch.save(inputs, folder / "inputs.pt")
         torch.save(prompt, folder / "prompt.pt")
         with torch.no_grad():
-            expected[case.name] = (model(**inputs).logits,
-                                   model.generate(**prompt, max_new_tokens=6, do_sample=False, num_beams=2, pad_token_id=1))
-        jobs.append(dict(path=str(folder), auto_class=head_auto_class, inputs=str(folder / "inputs.pt"),
-                         prompt=str(folder / "prompt.pt"), result=str(folder / "result.pt"), name=case.name))
+            expected[case.name] = (
+                model(**inputs).logits,
+                model.generate(**prompt, max_new_tokens=6, do_sample=False, num_beams=2, pad_token_id=1),
+            )
+        jobs.append(
+            dict(
+                path=str(folder),
+                auto_class=head_auto_class,
+                inputs=str(folder / "inputs.pt"),
+                prompt=str(folder / "prompt.pt"),
+                result=str(folder / "result.pt"),
+                name=case.name,
+            )
+        )
 
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
-    child = subprocess.run([sys.executable, "-c", CHILD, json.dumps(jobs)], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=300)
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps(jobs)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert child.returncode == 0, child.stderr[-3000:]
     for job in jobs:
         result = torch.load(job["result"])

@@ -14,14 +14,27 @@ from . import test_generation
 from .helpers import PAD, VOCAB, Case, random_tokens, returned_cache
 
 # d_model 24 divides the groups of separability -2 (3, 2) and of the IO mixer (4).
-TINY = dict(vocab_size=VOCAB, d_model=24, encoder_layers=2, decoder_layers=2, kernel_sizes=[3, 5, 3],
-            dilations=[1, 2, 1], separability=-2, timing_num_timescales=8, dropout=0.0, pad_token_id=PAD,
-            bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
+TINY = dict(
+    vocab_size=VOCAB,
+    d_model=24,
+    encoder_layers=2,
+    decoder_layers=2,
+    kernel_sizes=[3, 5, 3],
+    dilations=[1, 2, 1],
+    separability=-2,
+    timing_num_timescales=8,
+    dropout=0.0,
+    pad_token_id=PAD,
+    bos_token_id=0,
+    eos_token_id=2,
+    decoder_start_token_id=2,
+)
 # Receptive field of TINY: attention 4 + 16 and IO mixer 2, then per layer module 2 + 8 + 2 and attention 20.
 TINY_REACH = 22 + 2 * (12 + 20)
 # Shorter windows for the generation tests (receptive field 8 + 2 * 12 = 32).
-SHORT = dict(TINY, kernel_sizes=[3, 3, 3], dilations=[1, 1, 1], attention_kernel_sizes=[3, 3],
-             attention_dilations=[1, 2])
+SHORT = dict(
+    TINY, kernel_sizes=[3, 3, 3], dilations=[1, 1, 1], attention_kernel_sizes=[3, 3], attention_dilations=[1, 2]
+)
 SHORT_REACH = 32
 
 OPTIONS = {
@@ -45,12 +58,15 @@ def _logits(model, source, target, **kwargs):
 
 # --- configuration -----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "fields, message",
     [
         (dict(d_model=32, separability=-2), r"d_model=32 must be divisible by 3: separability=-2"),
-        (dict(d_model=18, kernel_sizes=[3, 7, 15, 31, 63], dilations=[1] * 5, separability=-2),
-         r"d_model=18 must be divisible by 4: separability=-2"),  # 5 steps: groups 3, 2 | 4, 3, 2
+        (
+            dict(d_model=18, kernel_sizes=[3, 7, 15, 31, 63], dilations=[1] * 5, separability=-2),
+            r"d_model=18 must be divisible by 4: separability=-2",
+        ),  # 5 steps: groups 3, 2 | 4, 3, 2
         (dict(d_model=30, io_mixer_separability=4), "d_model=30 must be divisible by 4: io_mixer_separability=4"),
         (dict(kernel_sizes=[3, 4, 5]), r"kernel_sizes\[1\] must be odd"),
         (dict(kernel_sizes=[3, 5], dilations=[1, 1]), "kernel_sizes must be a list of at least 3"),
@@ -148,6 +164,7 @@ def test_generation_defaults_to_the_papers_beam_of_4(tmp_path):
 
 # --- causality, receptive field, cache ------------------------------------------------------------
 
+
 @pytest.mark.parametrize("option", OPTIONS, ids=list(OPTIONS))
 def test_logits_do_not_depend_on_later_targets(option):
     model = _model(**OPTIONS[option])
@@ -155,7 +172,7 @@ def test_logits_do_not_depend_on_later_targets(option):
     logits = _logits(model, source, target)
     for position in (0, 12, 28):
         changed = target.clone()
-        changed[:, position + 1:] = random_tokens(2, 29 - position, seed=3)
+        changed[:, position + 1 :] = random_tokens(2, 29 - position, seed=3)
         assert torch.equal(_logits(model, source, changed)[:, : position + 1], logits[:, : position + 1])
 
 
@@ -182,10 +199,15 @@ def _cached_logits(model, source, target, chunks):
     """Logits of ``target`` fed to the decoder in chunks of the given sizes through one cache."""
     outputs, pieces, start = None, [], 0
     for size in chunks:
-        extra = {} if outputs is None else dict(encoder_outputs=(outputs.encoder_last_hidden_state,),
-                                                cache=returned_cache(outputs))
+        extra = (
+            {}
+            if outputs is None
+            else dict(encoder_outputs=(outputs.encoder_last_hidden_state,), cache=returned_cache(outputs))
+        )
         with torch.no_grad():
-            outputs = model(input_ids=source, decoder_input_ids=target[:, start:start + size], use_cache=True, **extra)
+            outputs = model(
+                input_ids=source, decoder_input_ids=target[:, start : start + size], use_cache=True, **extra
+            )
         pieces.append(outputs.logits)
         start += size
     assert start == target.shape[1]
@@ -223,16 +245,23 @@ def test_cache_is_one_fixed_window_per_causal_step():
 
 # --- generation -----------------------------------------------------------------------------------
 
-SHORT_CASE = Case("slicenet-short", SliceNetForConditionalGeneration, SliceNetModel, SliceNetConfig,
-                  dict(SHORT, num_beams=1))
+SHORT_CASE = Case(
+    "slicenet-short", SliceNetForConditionalGeneration, SliceNetModel, SliceNetConfig, dict(SHORT, num_beams=1)
+)
 
 
 def test_beam_search_with_and_without_cache_beyond_the_receptive_field():
     model = _model(**SHORT)
     assert model.generation_config.num_beams == 4 and sum(model.model.decoder.window_sizes()) == SHORT_REACH
     source = random_tokens(2, 7, seed=3)
-    settings = dict(max_new_tokens=SHORT_REACH + 4, min_new_tokens=SHORT_REACH + 4, num_return_sequences=2,
-                    output_scores=True, return_dict_in_generate=True, pad_token_id=PAD)
+    settings = dict(
+        max_new_tokens=SHORT_REACH + 4,
+        min_new_tokens=SHORT_REACH + 4,
+        num_return_sequences=2,
+        output_scores=True,
+        return_dict_in_generate=True,
+        pad_token_id=PAD,
+    )
     cached = model.generate(input_ids=source, use_cache=True, **settings)
     uncached = model.generate(input_ids=source, use_cache=False, **settings)
     assert torch.equal(cached.sequences, uncached.sequences)
@@ -251,10 +280,15 @@ def test_cache_rows_can_be_repeated_and_selected():
 
 # --- padding --------------------------------------------------------------------------------------
 
+
 def _pad(tokens, count, left):
     pads = torch.full((tokens.shape[0], count), PAD)
-    mask = torch.cat([torch.zeros_like(pads), torch.ones_like(tokens)] if left else
-                     [torch.ones_like(tokens), torch.zeros_like(pads)], dim=1)
+    mask = torch.cat(
+        [torch.zeros_like(pads), torch.ones_like(tokens)]
+        if left
+        else [torch.ones_like(tokens), torch.zeros_like(pads)],
+        dim=1,
+    )
     return (torch.cat([pads, tokens], 1) if left else torch.cat([tokens, pads], 1)), mask
 
 
@@ -271,8 +305,10 @@ def test_source_padding_changes_nothing(option):
             for hidden in outputs.encoder_hidden_states[1:]:  # after each encoder layer
                 assert not hidden[mask == 0].any()
             scrambled = padded.masked_scatter(mask == 0, random_tokens(1, count, seed=9))
-            assert torch.equal(_logits(model, scrambled, target, attention_mask=mask),
-                               _logits(model, padded, target, attention_mask=mask))
+            assert torch.equal(
+                _logits(model, scrambled, target, attention_mask=mask),
+                _logits(model, padded, target, attention_mask=mask),
+            )
 
 
 @pytest.mark.parametrize("option", OPTIONS, ids=list(OPTIONS))
@@ -288,20 +324,26 @@ def test_decoder_left_padding_changes_nothing(option):
     torch.testing.assert_close(logits[:, 5:], _logits(model, source[1:], short), rtol=1e-5, atol=1e-5)
 
     settings = dict(max_new_tokens=10, num_beams=1, do_sample=False, pad_token_id=PAD)
-    batch = model.generate(input_ids=source, decoder_input_ids=torch.cat([target[:1, :12], padded]),
-                           decoder_attention_mask=torch.cat([torch.ones(1, 12, dtype=torch.long), mask]), **settings)
+    batch = model.generate(
+        input_ids=source,
+        decoder_input_ids=torch.cat([target[:1, :12], padded]),
+        decoder_attention_mask=torch.cat([torch.ones(1, 12, dtype=torch.long), mask]),
+        **settings,
+    )
     alone = model.generate(input_ids=source[1:], decoder_input_ids=short, **settings)
     assert torch.equal(batch[1:, 5:], alone)
 
 
 # --- attention, dropout, options ------------------------------------------------------------------
 
+
 def test_attention_rows_are_distributions_over_the_real_source():
     model = _model()
     source, mask = _pad(random_tokens(2, 6), 3, left=False)
     mask[1, :2] = 0  # the second row also left-padded
-    outputs = model(input_ids=source, attention_mask=mask, decoder_input_ids=random_tokens(2, 5, seed=2),
-                    output_attentions=True)
+    outputs = model(
+        input_ids=source, attention_mask=mask, decoder_input_ids=random_tokens(2, 5, seed=2), output_attentions=True
+    )
     weights = outputs.cross_attentions
     assert len(weights) == model.config.decoder_layers + 1  # the IO mixer's, then each layer's
     for block in weights:
@@ -318,8 +360,11 @@ def _dropouts_that_drop(model, source, target) -> list[str]:
         if ((output == 0) & (inputs[0] != 0)).any():
             fired.append(name)
 
-    hooks = [module.register_forward_hook(lambda m, i, o, name=name: record(m, i, o, name))
-             for name, module in model.named_modules() if isinstance(module, torch.nn.Dropout)]
+    hooks = [
+        module.register_forward_hook(lambda m, i, o, name=name: record(m, i, o, name))
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Dropout)
+    ]
     model.train()(input_ids=source, labels=target)
     for hook in hooks:
         hook.remove()

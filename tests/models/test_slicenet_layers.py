@@ -17,13 +17,13 @@ SEPARABILITIES = [0, 1, 4, 16, -1, -2, -3]
 def _taps_conv(x, kernel, dilation):
     """A "VALID" convolution written as a sum over taps: x (B, L, c_in), kernel (k, c_in, c_out)."""
     length = x.shape[1] - (kernel.shape[0] - 1) * dilation
-    return sum(x[:, j * dilation: j * dilation + length] @ kernel[j] for j in range(kernel.shape[0]))
+    return sum(x[:, j * dilation : j * dilation + length] @ kernel[j] for j in range(kernel.shape[0]))
 
 
 def _taps_separable(x, depthwise, pointwise, dilation):
     """TF's ``separable_conv2d``: depthwise (k, c_in) per channel, then pointwise (c_in, c_out)."""
     length = x.shape[1] - (depthwise.shape[0] - 1) * dilation
-    spatial = sum(x[:, j * dilation: j * dilation + length] * depthwise[j] for j in range(depthwise.shape[0]))
+    spatial = sum(x[:, j * dilation : j * dilation + length] * depthwise[j] for j in range(depthwise.shape[0]))
     return spatial @ pointwise
 
 
@@ -68,7 +68,7 @@ def test_slice_conv_is_t2t_subseparable_conv(separability, channels):
     expected = t2t_subseparable_conv(conv, x)
     torch.testing.assert_close(conv(x), expected, rtol=1e-10, atol=1e-10)
     # A single position (a decoding step) takes the O(k C) path and gives the same output.
-    torch.testing.assert_close(conv(x[:, -conv.window - 1:]), expected[:, -1:], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(conv(x[:, -conv.window - 1 :]), expected[:, -1:], rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("separability", [0, 1, 2, -2])
@@ -151,7 +151,7 @@ def test_causal_step_with_a_cache_equals_the_full_step():
     step.cache_index = 0
     x = torch.randn(2, 40, 6)  # longer than the window (12)
     cache = ConvCache([step.window])
-    chunks = [step(x[:, :3], cache=cache)] + [step(x[:, t:t + 1], cache=cache) for t in range(3, 20)]
+    chunks = [step(x[:, :3], cache=cache)] + [step(x[:, t : t + 1], cache=cache) for t in range(3, 20)]
     chunks.append(step(x[:, 20:], cache=cache))
     torch.testing.assert_close(torch.cat(chunks, dim=1), step(x), rtol=1e-5, atol=1e-5)
 

@@ -25,13 +25,28 @@ def _lm_rows(count=8):
 
 def _seq2seq_rows(count=8):
     sources, targets = random_tokens(count, 7, seed=12), random_tokens(count, 5, seed=13)
-    return _Rows([{"input_ids": s, "attention_mask": torch.ones_like(s), "labels": t} for s, t in zip(sources, targets, strict=True)])
+    return _Rows(
+        [
+            {"input_ids": s, "attention_mask": torch.ones_like(s), "labels": t}
+            for s, t in zip(sources, targets, strict=True)
+        ]
+    )
 
 
 def _arguments(cls, tmp_path, **extra):
-    return cls(output_dir=str(tmp_path), per_device_train_batch_size=4, per_device_eval_batch_size=4, max_steps=3,
-               learning_rate=1e-2, logging_steps=1, save_strategy="no", report_to=[], use_cpu=True,
-               gradient_accumulation_steps=2, **extra)
+    return cls(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        per_device_eval_batch_size=4,
+        max_steps=3,
+        learning_rate=1e-2,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        gradient_accumulation_steps=2,
+        **extra,
+    )
 
 
 LM_CASES = [case for case in CASES if case.name in ("talk-lm", "dynamic-lm", "toy-lm")]

@@ -60,8 +60,13 @@ def make_toy_core(config, layer_idx: int, causal: bool) -> DepthwiseConvCore:
     return DepthwiseConvCore(config.conv_dim, kernel_width, causal, config.kernel_dropout)
 
 
-TOY = talk_hf.MixerFamily(make_core=make_toy_core, sizes_name="kernel_widths", size_minimum=1, size_schedule=(3, 7),
-                          dropout_field="kernel_dropout")
+TOY = talk_hf.MixerFamily(
+    make_core=make_toy_core,
+    sizes_name="kernel_widths",
+    size_minimum=1,
+    size_schedule=(3, 7),
+    dropout_field="kernel_dropout",
+)
 
 
 class ToyConfig(ConvSeq2SeqConfigBase):

@@ -31,8 +31,10 @@ def fake_loader(monkeypatch, tmp_path):
 
 def test_a_second_build_is_reported_as_reused(fake_loader, capsys, tmp_path):
     assert build.main(["--cpu"]) == 0 and build.main(["--cpu"]) == 0
-    assert capsys.readouterr().out.splitlines() == [f"cpu: built in {tmp_path / 'cpu'}",
-                                                    f"cpu: reused in {tmp_path / 'cpu'}"]
+    assert capsys.readouterr().out.splitlines() == [
+        f"cpu: built in {tmp_path / 'cpu'}",
+        f"cpu: reused in {tmp_path / 'cpu'}",
+    ]
 
 
 def test_a_named_backend_that_cannot_build_fails_with_the_reason(fake_loader, capsys):
@@ -47,4 +49,3 @@ def test_arch_sets_the_cuda_architectures(fake_loader, monkeypatch):
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "7.5")  # recorded, so the test's value is undone after it
     build.main(["--cpu", "--arch", "8.0", "9.0"])
     assert os.environ["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0"
-

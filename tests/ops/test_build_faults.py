@@ -40,8 +40,13 @@ CHECK_AN_OP = """
 
 def run(arguments: list[str], build_root: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run ``python <arguments>`` in a fresh process with ``$TALK_HF_BUILD_DIR=build_root``."""
-    return subprocess.run([sys.executable, *arguments], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, _extension.BUILD_DIR_ENV: str(build_root)})
+    return subprocess.run(
+        [sys.executable, *arguments],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, _extension.BUILD_DIR_ENV: str(build_root)},
+    )
 
 
 def outcome(result: subprocess.CompletedProcess) -> str:
@@ -78,13 +83,16 @@ def test_importing_a_library_cut_short_kills_the_process(private_cpu_build):
     assert result.returncode < 0, outcome(result)
 
 
-@pytest.mark.parametrize("how,entry", [
-    ("cut short while linking", "first use"),
-    ("cut short while linking", "build command"),
-    ("cut short later", "first use"),
-    ("garbage", "build command"),
-    ("zeros", "first use"),
-])
+@pytest.mark.parametrize(
+    "how,entry",
+    [
+        ("cut short while linking", "first use"),
+        ("cut short while linking", "build command"),
+        ("cut short later", "first use"),
+        ("garbage", "build command"),
+        ("zeros", "first use"),
+    ],
+)
 def test_a_damaged_library_is_announced_and_built_again(how, entry, private_cpu_build):
     library = _extension._library("cpu", private_cpu_build)
     damage(library, how)
@@ -109,10 +117,13 @@ def test_processes_finding_a_damaged_library_at_once_build_it_once(private_cpu_b
     damage(_extension._library("cpu", private_cpu_build), "cut short while linking")
     command = [sys.executable, "-c", textwrap.dedent(CHECK_AN_OP)]
     environment = {**os.environ, _extension.BUILD_DIR_ENV: str(private_cpu_build.parent)}
-    processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
-                 for _ in range(3)]
-    results = [subprocess.CompletedProcess(command, process.wait(timeout=300), *process.communicate())
-               for process in processes]
+    processes = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
+        for _ in range(3)
+    ]
+    results = [
+        subprocess.CompletedProcess(command, process.wait(timeout=300), *process.communicate()) for process in processes
+    ]
     for result in results:
         assert result.returncode == 0 and "matches the PyTorch path" in result.stdout, outcome(result)
     said = "".join(result.stderr for result in results)
@@ -196,14 +207,16 @@ def test_a_named_backend_is_an_error_naming_the_folder_and_variable(unusable_roo
     assert capsys.readouterr().err.startswith(f"cpu: FAILED: {caught.value}")
 
 
-def test_a_read_only_folder_with_a_private_cpu_build_is_used(private_cpu_build, fresh_loader, read_only, monkeypatch,
-                                                          capsys):
+def test_a_read_only_folder_with_a_private_cpu_build_is_used(
+    private_cpu_build, fresh_loader, read_only, monkeypatch, capsys
+):
     """Loading a finished build takes no lock and writes nothing."""
     read_only(private_cpu_build.parent)
     monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: pytest.fail("built again"))
     x, offsets = torch.randn(2, 9, 4), 2 * torch.rand(2, 9, 2)
-    torch.testing.assert_close(talk_conv(x, offsets, offsets, 2, 2, backend="cpu"),
-                               talk_conv(x, offsets, offsets, 2, 2, backend="torch"))
+    torch.testing.assert_close(
+        talk_conv(x, offsets, offsets, 2, 2, backend="cpu"), talk_conv(x, offsets, offsets, 2, 2, backend="torch")
+    )
     assert build.main(["--cpu"]) == 0
     assert capsys.readouterr().out == f"cpu: reused in {private_cpu_build}\n"
 
@@ -211,6 +224,9 @@ def test_a_read_only_folder_with_a_private_cpu_build_is_used(private_cpu_build, 
 def test_a_read_only_folder_with_a_damaged_build_says_both(private_cpu_build, fresh_loader, read_only):
     damage(_extension._library("cpu", private_cpu_build), "garbage")
     read_only(private_cpu_build.parent)
-    with pytest.raises(ExtensionUnavailable, match="cannot be created or written .*, and a build is needed there: "
-                                                   "the library does not match its completion record"):
+    with pytest.raises(
+        ExtensionUnavailable,
+        match="cannot be created or written .*, and a build is needed there: "
+        "the library does not match its completion record",
+    ):
         _extension.load("cpu")

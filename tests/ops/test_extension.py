@@ -49,7 +49,9 @@ def test_forcing_cuda_without_cuda_raises_why(through, monkeypatch):
     backend = "cuda" if through == "argument" else None
     if through == "environment":
         monkeypatch.setenv("TALK_HF_BACKEND", "cuda")
-    with pytest.raises(ExtensionUnavailable, match="cuda extension is unavailable: .*(CPU-only build|no CUDA GPU).*Fix:"):
+    with pytest.raises(
+        ExtensionUnavailable, match="cuda extension is unavailable: .*(CPU-only build|no CUDA GPU).*Fix:"
+    ):
         talk_conv(x, offsets, offsets, 2, 2, backend=backend)
     with pytest.raises(ExtensionUnavailable, match="cuda extension is unavailable"):
         dynamic_conv(x, torch.rand(1, 6, 2, 3), 1, backend=backend)
@@ -169,7 +171,9 @@ def failing_build(fresh_loader, monkeypatch, tmp_path):
     """A CPU build (in an empty $TALK_HF_BUILD_DIR) whose compiler fails with "error: boom"."""
 
     def failing_load(**kwargs):
-        raise RuntimeError("Error building extension 'talk_hf_cpu':\ncpu_ops.cpp:7:1: error: boom\nninja: build stopped")
+        raise RuntimeError(
+            "Error building extension 'talk_hf_cpu':\ncpu_ops.cpp:7:1: error: boom\nninja: build stopped"
+        )
 
     monkeypatch.setenv(_extension.BUILD_DIR_ENV, str(tmp_path))
     monkeypatch.setattr(cpp_extension, "load", failing_load)
@@ -211,12 +215,17 @@ def test_build_directory_names_versions_architecture_and_sources(monkeypatch):
     name = _extension.build_directory("cpu").name
     torch_version = torch.__version__.replace("+", "_")
     digest = _extension.source_digest("cpu")
-    assert len(digest) == 12 and name == f"talk_hf-{__version__}_torch-{torch_version}_cpu_{platform.machine()}_{digest}"
+    assert (
+        len(digest) == 12 and name == f"talk_hf-{__version__}_torch-{torch_version}_cpu_{platform.machine()}_{digest}"
+    )
     monkeypatch.setattr(torch.version, "cuda", "12.8")
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
     cuda_digest = _extension.source_digest("cuda")
     assert cuda_digest != digest
-    assert _extension.build_directory("cuda").name == f"talk_hf-{__version__}_torch-{torch_version}_cu12.8_sm_90_{cuda_digest}"
+    assert (
+        _extension.build_directory("cuda").name
+        == f"talk_hf-{__version__}_torch-{torch_version}_cu12.8_sm_90_{cuda_digest}"
+    )
 
 
 @pytest.mark.skipif(platform.system() != "Linux", reason="-march=native builds are Linux-only")
@@ -250,6 +259,7 @@ def test_clones_with_the_same_sources_share_a_build_and_an_edit_gets_its_own(tmp
 
 def test_a_built_library_is_imported_without_ninja(private_cpu_build, fresh_loader, monkeypatch, caplog):
     """A clone at another path finds the shared build and imports it; nothing is compiled or said."""
+
     def no_build(**kwargs):
         raise AssertionError("cpp_extension.load must not run for a folder that holds the library")
 
@@ -264,6 +274,7 @@ def test_a_built_library_is_imported_without_ninja(private_cpu_build, fresh_load
 def fake_compile(compiled: list):
     """A stand-in for ``cpp_extension.load`` that writes a library, notes its folder in
     ``compiled`` and returns a module-like object (this test module)."""
+
     def load(**kwargs):
         compiled.append(kwargs["build_directory"])
         _extension._library("cpu", Path(kwargs["build_directory"])).write_bytes(b"\x7fELF a whole library")
@@ -291,7 +302,11 @@ def test_a_library_that_does_not_match_its_record_is_built_again(record, fresh_l
     assert not _extension.is_built("cpu")
     with caplog.at_level("WARNING", logger=_extension.__name__):
         assert _extension.load("cpu") is sys.modules[__name__] and compiled == [str(directory)]
-    fault = "has no completion record" if record == "none" else "does not match its completion record (8 bytes, 20 when built)"
+    fault = (
+        "has no completion record"
+        if record == "none"
+        else "does not match its completion record (8 bytes, 20 when built)"
+    )
     assert caplog.messages[0].startswith(f"talk_hf: not loading {library}, which {fault}")
     assert caplog.messages[0].endswith("; building it again")
     assert _extension.is_built("cpu")  # the new library has its record
@@ -356,11 +371,14 @@ def test_a_missing_ninja_and_a_bad_lock_timeout_are_named(fresh_loader, monkeypa
 def test_preflight_without_kernel_sources(tmp_path, monkeypatch):
     """A remote-code copy of the ops has no csrc/ folder: it must say so, not try a build, and
     never run nvcc."""
+
     def no_nvcc():
         raise AssertionError("nvcc must not run without kernel sources")
 
     monkeypatch.setattr(_extension, "CSRC", tmp_path)
-    with pytest.raises(ExtensionUnavailable, match=r"the kernel sources \['cpu_ops.cpp', 'cpu_linear.cpp'\] are not in"):
+    with pytest.raises(
+        ExtensionUnavailable, match=r"the kernel sources \['cpu_ops.cpp', 'cpu_linear.cpp'\] are not in"
+    ):
         _extension.preflight("cpu")
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -373,7 +391,10 @@ def test_preflight_without_kernel_sources(tmp_path, monkeypatch):
 def test_build_entry_point(private_cpu_build):
     result = subprocess.run(
         [sys.executable, "-m", "talk_hf.ops.build", "--cpu"],
-        capture_output=True, text=True, timeout=180, env=dict(os.environ),  # the copy's $TALK_HF_BUILD_DIR
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=dict(os.environ),  # the copy's $TALK_HF_BUILD_DIR
     )
     assert result.returncode == 0, result.stderr
     assert f"cpu: reused in {private_cpu_build}" in result.stdout
@@ -385,7 +406,10 @@ def test_build_entry_point(private_cpu_build):
         # Without flags: what this machine can build, and what it skipped and why, exit 0
         everything = subprocess.run(
             [sys.executable, "-m", "talk_hf.ops.build"],
-            capture_output=True, text=True, timeout=180, env=dict(os.environ),  # the copy's $TALK_HF_BUILD_DIR
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env=dict(os.environ),  # the copy's $TALK_HF_BUILD_DIR
         )
         assert everything.returncode == 0, everything.stderr
         assert f"cpu: reused in {private_cpu_build}" in everything.stdout

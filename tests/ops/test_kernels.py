@@ -102,7 +102,9 @@ def outputs_and_gradients(op, inputs, backend, dtype):
 @pytest.mark.parametrize("max_right", [0, 31])
 def test_cpu_talk_kernels_match_reference_at_model_sizes(dtype, head_size, max_right):
     x = torch.randn(2, 300, 3 * head_size, dtype=torch.float64)
-    inputs = [x, offsets_off_the_grid((2, 300, 3), 31)] + ([offsets_off_the_grid((2, 300, 3), max_right)] if max_right else [])
+    inputs = [x, offsets_off_the_grid((2, 300, 3), 31)] + (
+        [offsets_off_the_grid((2, 300, 3), max_right)] if max_right else []
+    )
 
     def op(x, left, right=None, backend=None):
         return talk_conv(x, left, right, 31, max_right, backend=backend)
@@ -137,7 +139,11 @@ def test_cpu_talk_kernels_split_the_heads_of_windows_that_reach_far():
     """Windows spanning most of the sequence: the forward sums the heads' prefixes in groups
     (a tile's buffer would otherwise hold T rows of every channel); results stay exact."""
     x = torch.randn(1, 1100, 4 * 64, dtype=torch.float64)
-    inputs = [x, 0.5 + 0.5 * torch.rand(1, 1100, 4, dtype=torch.float64), 0.5 + 0.5 * torch.rand(1, 1100, 4, dtype=torch.float64)]
+    inputs = [
+        x,
+        0.5 + 0.5 * torch.rand(1, 1100, 4, dtype=torch.float64),
+        0.5 + 0.5 * torch.rand(1, 1100, 4, dtype=torch.float64),
+    ]
 
     def op(x, left, right, backend=None):
         return talk_conv(x, left, right, 1000, 1000, backend=backend)
@@ -316,11 +322,20 @@ def test_cuda_non_contiguous_inputs():
 def test_cuda_any_offset_value_is_safe_and_matches_the_cpu_kernel(values):
     x = torch.randn(2, 500, 40, dtype=torch.float64)
     offsets = torch.randn(2, 500, 4, dtype=torch.float64) * 3
-    offsets = {"negative": -offsets.abs(), "huge": offsets.abs() * 1e4, "nan": offsets.where(offsets > 0, float("nan"))}[values]
+    offsets = {
+        "negative": -offsets.abs(),
+        "huge": offsets.abs() * 1e4,
+        "nan": offsets.where(offsets > 0, float("nan")),
+    }[values]
     for offset_right, max_right in ((offsets.flip(1), 5), (None, 0)):
         on_cpu = talk_conv(x, offsets, offset_right, 7, max_right, backend="cpu")
         on_gpu = talk_conv(
-            x.cuda(), offsets.cuda(), None if offset_right is None else offset_right.cuda(), 7, max_right, backend="cuda"
+            x.cuda(),
+            offsets.cuda(),
+            None if offset_right is None else offset_right.cuda(),
+            7,
+            max_right,
+            backend="cuda",
         )
         torch.testing.assert_close(on_gpu.cpu(), on_cpu)
 
@@ -333,7 +348,10 @@ def test_cuda_talk_conv_gradcheck_float64(max_left, max_right):
     if max_right:
         inputs.append(offsets_off_the_grid((2, 11, 3), max_right).cuda().requires_grad_())
     assert torch.autograd.gradcheck(
-        lambda x, left, right=None: talk_conv(x, left, right, max_left, max_right, backend="cuda"), inputs, eps=1e-6, atol=1e-7
+        lambda x, left, right=None: talk_conv(x, left, right, max_left, max_right, backend="cuda"),
+        inputs,
+        eps=1e-6,
+        atol=1e-7,
     )
 
 

@@ -79,10 +79,23 @@ def test_eligible_calls_reach_the_kernel(kernel_spy):
         linear(torch.randn(1, 1, 8), torch.randn(4, 8), torch.randn(4))
 
 
-@pytest.mark.parametrize("case", [
-    "too many rows", "grad", "non-contiguous weight", "mixed dtypes", "integer", "autocast", "torch backend",
-    "cuda backend", "empty input", "wrong width", "wrong bias length", "bias on another device",
-])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "too many rows",
+        "grad",
+        "non-contiguous weight",
+        "mixed dtypes",
+        "integer",
+        "autocast",
+        "torch backend",
+        "cuda backend",
+        "empty input",
+        "wrong width",
+        "wrong bias length",
+        "bias on another device",
+    ],
+)
 def test_other_calls_go_to_F_linear(case, kernel_spy, monkeypatch):
     x, weight, bias = torch.randn(2, 8), torch.randn(4, 8), torch.randn(4)
     if case == "too many rows":
@@ -148,14 +161,39 @@ def test_linear_module_is_an_nn_linear_with_its_state_dict():
     assert set(layer.state_dict()) == {"weight", "bias"}
 
 
-@pytest.mark.parametrize("head, config", [
-    (talk_hf.TaLKForCausalLM, talk_hf.TaLKLMConfig(vocab_size=50, d_model=32, decoder_layers=2, decoder_ffn_dim=64,
-                                                   decoder_conv_heads=4, decoder_max_offsets=[2, 5])),
-    (talk_hf.TaLKForConditionalGeneration, talk_hf.TaLKConfig(
-        vocab_size=50, d_model=32, encoder_layers=2, decoder_layers=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
-        encoder_conv_heads=4, decoder_conv_heads=4, decoder_attention_heads=4, encoder_max_offsets=[2, 5],
-        decoder_max_offsets=[2, 5], decoder_start_token_id=2)),
-])
+@pytest.mark.parametrize(
+    "head, config",
+    [
+        (
+            talk_hf.TaLKForCausalLM,
+            talk_hf.TaLKLMConfig(
+                vocab_size=50,
+                d_model=32,
+                decoder_layers=2,
+                decoder_ffn_dim=64,
+                decoder_conv_heads=4,
+                decoder_max_offsets=[2, 5],
+            ),
+        ),
+        (
+            talk_hf.TaLKForConditionalGeneration,
+            talk_hf.TaLKConfig(
+                vocab_size=50,
+                d_model=32,
+                encoder_layers=2,
+                decoder_layers=2,
+                encoder_ffn_dim=64,
+                decoder_ffn_dim=64,
+                encoder_conv_heads=4,
+                decoder_conv_heads=4,
+                decoder_attention_heads=4,
+                encoder_max_offsets=[2, 5],
+                decoder_max_offsets=[2, 5],
+                decoder_start_token_id=2,
+            ),
+        ),
+    ],
+)
 def test_generation_with_the_kernel_gives_the_tokens_and_scores_of_F_linear(head, config, monkeypatch):
     torch.manual_seed(0)
     model = head(config).eval()

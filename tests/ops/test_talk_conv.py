@@ -202,7 +202,9 @@ def test_property_random_shapes(batch, length, heads, head_size, max_left, max_r
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, length, heads * head_size, generator=generator, dtype=torch.float64)
     offset_left = 1.2 * torch.rand(batch, length, heads, generator=generator, dtype=torch.float64)
-    offset_right = 1.2 * torch.rand(batch, length, heads, generator=generator, dtype=torch.float64) if max_right else None
+    offset_right = (
+        1.2 * torch.rand(batch, length, heads, generator=generator, dtype=torch.float64) if max_right else None
+    )
     cast = [t if t is None else t.to(dtype) for t in (x, offset_left, offset_right)]
     out = talk_conv(*cast, max_left, max_right)
     expected = naive_talk_conv(*[t if t is None else t.double() for t in cast], max_left, max_right)

@@ -18,8 +18,14 @@ def make_dynamic_conv_core(config, layer_idx: int, causal: bool) -> DynamicConvC
 
 # Default kernel sizes 3, 7, 15, 31, 31, ...
 DYNAMIC_CONV = with_paper_presets(
-    MixerFamily(make_core=make_dynamic_conv_core, sizes_name="kernel_sizes", size_minimum=1, size_schedule=(3, 31),
-                dropout_field="weight_dropout"),
-    iwslt_encoder_sizes=[3, 7, 15, 31, 31, 31, 31], iwslt_decoder_sizes=[3, 7, 15, 31, 31, 31],
+    MixerFamily(
+        make_core=make_dynamic_conv_core,
+        sizes_name="kernel_sizes",
+        size_minimum=1,
+        size_schedule=(3, 31),
+        dropout_field="weight_dropout",
+    ),
+    iwslt_encoder_sizes=[3, 7, 15, 31, 31, 31, 31],
+    iwslt_decoder_sizes=[3, 7, 15, 31, 31, 31],
     small_sizes=[3, 7, 15],
 )

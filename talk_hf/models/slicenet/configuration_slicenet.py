@@ -80,8 +80,10 @@ def _check_groups(d_model: int, field: str, separability: int, step_separability
     """Require d_model divisible by the channel groups of a step (grouped convolutions split it evenly)."""
     groups = conv_groups(step_separability)
     if d_model % groups:
-        raise ValueError(f"d_model={d_model} must be divisible by {groups}: {field}={separability} gives a "
-                         f"convolution step {groups} channel groups")
+        raise ValueError(
+            f"d_model={d_model} must be divisible by {groups}: {field}={separability} gives a "
+            f"convolution step {groups} channel groups"
+        )
 
 
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
@@ -237,8 +239,9 @@ class SliceNetConfig(PretrainedConfig):
         _check_odd_kernels("kernel_sizes", self.kernel_sizes, 3)
         _check_dilations("dilations", self.dilations, "kernel_sizes", self.kernel_sizes)
         _check_odd_kernels("attention_kernel_sizes", self.attention_kernel_sizes, 1)
-        _check_dilations("attention_dilations", self.attention_dilations, "attention_kernel_sizes",
-                         self.attention_kernel_sizes)
+        _check_dilations(
+            "attention_dilations", self.attention_dilations, "attention_kernel_sizes", self.attention_kernel_sizes
+        )
         _check_odd("io_mixer_kernel_size", self.io_mixer_kernel_size)
         check_int("separability", self.separability, -self.d_model)
         check_int("io_mixer_separability", self.io_mixer_separability, -self.d_model)
@@ -248,8 +251,10 @@ class SliceNetConfig(PretrainedConfig):
         if self.timing_num_timescales is not None:
             check_int("timing_num_timescales", self.timing_num_timescales, 1)
             if 2 * self.timing_num_timescales > self.d_model:
-                raise ValueError(f"timing_num_timescales={self.timing_num_timescales} needs 2 * timing_num_timescales "
-                                 f"<= d_model={self.d_model} channels")
+                raise ValueError(
+                    f"timing_num_timescales={self.timing_num_timescales} needs 2 * timing_num_timescales "
+                    f"<= d_model={self.d_model} channels"
+                )
         for name in ("timing_min_timescale", "timing_max_timescale", "layer_norm_eps", "initializer_gain", "init_std"):
             _check_positive(name, getattr(self, name))
         check_probability("dropout", self.dropout)

@@ -46,8 +46,9 @@ class _SliceNetStack(nn.Module):
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         self.token_dropout = config.token_dropout
         self.pad_token_id = config.pad_token_id
-        self.timing = TimingSignal(config.d_model, config.timing_num_timescales, config.timing_min_timescale,
-                                   config.timing_max_timescale)
+        self.timing = TimingSignal(
+            config.d_model, config.timing_num_timescales, config.timing_min_timescale, config.timing_max_timescale
+        )
 
     def embed(self, input_ids, inputs_embeds, attention_mask, past_length: int) -> torch.Tensor:
         """(B, T) ids or (B, T, d) embeddings -> (B, T, d) scaled embeddings.
@@ -55,8 +56,9 @@ class _SliceNetStack(nn.Module):
         attention_mask: (B, past_length + T) with 1 at real tokens, or None; every input is checked.
         In training, ``token_dropout`` of the ids become the pad id (t2t's symbol dropout).
         """
-        check_stack_inputs(self.names, input_ids, inputs_embeds, attention_mask, past_length,
-                           self.embed_tokens.embedding_dim)
+        check_stack_inputs(
+            self.names, input_ids, inputs_embeds, attention_mask, past_length, self.embed_tokens.embedding_dim
+        )
         if inputs_embeds is None:
             check_token_ids(self.names.ids, input_ids, self.embed_tokens.num_embeddings)
             if self.training and self.token_dropout > 0:
@@ -79,9 +81,16 @@ class SliceNetEncoder(_SliceNetStack):
         module_dropout = config.dropout if config.dropout_placement == "module" else 0.0
         self.layers = nn.ModuleList(
             SliceNetEncoderLayer(
-                ConvModule(config.d_model, config.kernel_sizes, config.dilations, config.module_separabilities(),
-                           causal=False, residual=config.module_residual, eps=config.layer_norm_eps,
-                           conv_init=conv_init(config)),
+                ConvModule(
+                    config.d_model,
+                    config.kernel_sizes,
+                    config.dilations,
+                    config.module_separabilities(),
+                    causal=False,
+                    residual=config.module_residual,
+                    eps=config.layer_norm_eps,
+                    conv_init=conv_init(config),
+                ),
                 module_dropout,
             )
             for _ in range(config.encoder_layers)
@@ -89,8 +98,9 @@ class SliceNetEncoder(_SliceNetStack):
         self.dropout = nn.Dropout(config.dropout if config.dropout_placement == "stack" else 0.0)
 
     @reads_backend_once
-    def forward(self, input_ids=None, *, attention_mask=None, inputs_embeds=None, output_hidden_states=False,
-                **kwargs) -> BaseModelOutput:
+    def forward(
+        self, input_ids=None, *, attention_mask=None, inputs_embeds=None, output_hidden_states=False, **kwargs
+    ) -> BaseModelOutput:
         """input_ids (B, S) or inputs_embeds (B, S, d); attention_mask (B, S) with 1 at real tokens.
 
         ``hidden_states``: the input of each layer, then the (dropped out) output.
@@ -104,8 +114,9 @@ class SliceNetEncoder(_SliceNetStack):
             hidden = layer(hidden, padding_mask)
         hidden = self.dropout(hidden)
         all_hidden.append(hidden)
-        return BaseModelOutput(last_hidden_state=hidden,
-                               hidden_states=tuple(all_hidden) if output_hidden_states else None)
+        return BaseModelOutput(
+            last_hidden_state=hidden, hidden_states=tuple(all_hidden) if output_hidden_states else None
+        )
 
 
 class SliceNetDecoder(_SliceNetStack):
@@ -120,20 +131,45 @@ class SliceNetDecoder(_SliceNetStack):
         d_model, eps, init_of_convs = config.d_model, config.layer_norm_eps, conv_init(config)
 
         def attention_block() -> SliceAttention:
-            return SliceAttention(d_model, config.attention_kernel_sizes, config.attention_dilations,
-                                  config.attention_separabilities(), config.attention_residual, eps, init_of_convs)
+            return SliceAttention(
+                d_model,
+                config.attention_kernel_sizes,
+                config.attention_dilations,
+                config.attention_separabilities(),
+                config.attention_residual,
+                eps,
+                init_of_convs,
+            )
 
         self.io_mixer = SliceNetIOMixer(
             attention_block(),
-            ConvStep(2 * d_model, d_model, config.io_mixer_kernel_size, 1, config.io_mixer_separability, causal=True,
-                     eps=eps, conv_init=init_of_convs),
+            ConvStep(
+                2 * d_model,
+                d_model,
+                config.io_mixer_kernel_size,
+                1,
+                config.io_mixer_separability,
+                causal=True,
+                eps=eps,
+                conv_init=init_of_convs,
+            ),
         )
         module_dropout = config.dropout if config.dropout_placement == "module" else 0.0
         self.layers = nn.ModuleList(
             SliceNetDecoderLayer(
-                ConvModule(d_model, config.kernel_sizes, config.dilations, config.module_separabilities(),
-                           causal=True, residual=config.module_residual, eps=eps, conv_init=init_of_convs),
-                attention_block(), config.attention_residual, module_dropout,
+                ConvModule(
+                    d_model,
+                    config.kernel_sizes,
+                    config.dilations,
+                    config.module_separabilities(),
+                    causal=True,
+                    residual=config.module_residual,
+                    eps=eps,
+                    conv_init=init_of_convs,
+                ),
+                attention_block(),
+                config.attention_residual,
+                module_dropout,
             )
             for _ in range(config.decoder_layers)
         )
@@ -152,9 +188,18 @@ class SliceNetDecoder(_SliceNetStack):
         return [step.window for step in self.causal_steps()]
 
     @reads_backend_once
-    def forward(self, input_ids=None, *, attention_mask=None, inputs_embeds=None, encoder_hidden_states=None,
-                encoder_attention_mask=None, past_key_values=None, output_attentions=False,
-                output_hidden_states=False) -> BaseModelOutputWithCrossAttentions:
+    def forward(
+        self,
+        input_ids=None,
+        *,
+        attention_mask=None,
+        inputs_embeds=None,
+        encoder_hidden_states=None,
+        encoder_attention_mask=None,
+        past_key_values=None,
+        output_attentions=False,
+        output_hidden_states=False,
+    ) -> BaseModelOutputWithCrossAttentions:
         """
         Args:
             input_ids: (B, T) new target tokens (or inputs_embeds (B, T, d)).
@@ -172,12 +217,16 @@ class SliceNetDecoder(_SliceNetStack):
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         embedded = self.embed(input_ids, inputs_embeds, attention_mask, past_length)
         if encoder_hidden_states.shape[0] != embedded.shape[0]:
-            raise ValueError(f"the encoder's output has batch size {encoder_hidden_states.shape[0]} but "
-                             f"{self.names.ids} has {embedded.shape[0]}")
+            raise ValueError(
+                f"the encoder's output has batch size {encoder_hidden_states.shape[0]} but "
+                f"{self.names.ids} has {embedded.shape[0]}"
+            )
         timing = self.timing_signal(attention_mask, embedded.shape[1], past_length, embedded)
-        padding_mask = None if attention_mask is None else attention_mask[:, -embedded.shape[1]:].bool()
+        padding_mask = None if attention_mask is None else attention_mask[:, -embedded.shape[1] :].bool()
         source_mask = None if encoder_attention_mask is None else encoder_attention_mask.bool()
-        hidden, weights = self.io_mixer(embedded, timing, encoder_hidden_states, source_mask, padding_mask, past_key_values)
+        hidden, weights = self.io_mixer(
+            embedded, timing, encoder_hidden_states, source_mask, padding_mask, past_key_values
+        )
         all_hidden, all_weights = [], [weights]
         for layer in self.layers:
             all_hidden.append(hidden)

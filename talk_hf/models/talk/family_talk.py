@@ -15,7 +15,14 @@ def make_talk_core(config, layer_idx: int, causal: bool) -> TaLKCore:
 
 # Default maximum offsets 1, 3, 7, 15, 15, ...
 TALK = with_paper_presets(
-    MixerFamily(make_core=make_talk_core, sizes_name="max_offsets", size_minimum=0, size_schedule=(1, 15),
-                dropout_field="offset_dropout"),
-    iwslt_encoder_sizes=[1, 3, 7, 15, 15, 15, 15], iwslt_decoder_sizes=[1, 3, 7, 15, 15, 15], small_sizes=[1, 3, 7],
+    MixerFamily(
+        make_core=make_talk_core,
+        sizes_name="max_offsets",
+        size_minimum=0,
+        size_schedule=(1, 15),
+        dropout_field="offset_dropout",
+    ),
+    iwslt_encoder_sizes=[1, 3, 7, 15, 15, 15, 15],
+    iwslt_decoder_sizes=[1, 3, 7, 15, 15, 15],
+    small_sizes=[1, 3, 7],
 )
