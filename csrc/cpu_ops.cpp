@@ -24,12 +24,12 @@
 namespace talk_hf {
 namespace {
 
-// Time steps per task: long enough that a TaLK tile's halo (the rows its windows reach beyond the
+// Time steps per task: long enough that a TaLK tile's halo (the rows its offsets reach beyond the
 // tile) is a small part of what it reads, short enough that its buffers stay in a core's L2 cache.
 constexpr int64_t kTile = 128;
-// How many rows of x a TaLK backward task prefetches ahead of the rows its windows read next.
+// How many rows of x a TaLK backward task prefetches ahead of the rows its offsets read next.
 constexpr int64_t kEdgeLookahead = 8;
-// The most elements of a TaLK forward prefix-sum buffer (1 MiB of float).  Where windows reach
+// The most elements of a TaLK forward prefix-sum buffer (1 MiB of float).  Where offsets reach
 // far (large offsets), a tile's heads are summed in groups small enough to stay under it.
 constexpr int64_t kPrefixElements = 1 << 18;
 
@@ -155,15 +155,15 @@ void tap_gradients_by_dots(const scalar_t* x_batch, const scalar_t* grad_batch, 
 
 // The largest reach of any token's window (see Reach), over all batch rows, in parallel.
 template <typename scalar_t, typename acc_t>
-Reach window_reach(const TalkWindows<scalar_t, acc_t>& windows, int64_t batch) {
-  const int64_t length = windows.length, heads = windows.heads;
+Reach offset_reach(const TalkOffsets<scalar_t, acc_t>& offsets, int64_t batch) {
+  const int64_t length = offsets.length, heads = offsets.heads;
   const auto widest = [](const Reach& a, const Reach& b) {
     return Reach{std::max(a.before, b.before), std::max(a.after, b.after)};
   };
   return at::parallel_reduce(0, batch * length, kTile, Reach{0, 0}, [&](int64_t begin, int64_t end, Reach reach) {
     for (int64_t token = begin; token < end; ++token) {
       const int64_t b = token / length, t = token % length;
-      for (int64_t h = 0; h < heads; ++h) widen_reach(reach, t, windows.left(b, t, h), windows.right(b, t, h));
+      for (int64_t h = 0; h < heads; ++h) widen_reach(reach, t, offsets.left(b, t, h), offsets.right(b, t, h));
     }
     return reach;
   }, widest);
@@ -181,7 +181,7 @@ at::Tensor talk_forward(const at::Tensor& x_in, const at::Tensor& offset_left_in
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "talk_forward_cpu", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    const auto windows = talk_windows<scalar_t, acc_t>(offset_left, offset_right, max_left, max_right);
+    const auto offsets = talk_offsets<scalar_t, acc_t>(offset_left, offset_right, max_left, max_right);
     const scalar_t* x_data = x.const_data_ptr<scalar_t>();
     scalar_t* out_data = out.mutable_data_ptr<scalar_t>();
     const acc_t inverse_normalizer = acc_t(1) / window_normalizer<acc_t>(max_left, max_right);
@@ -194,7 +194,7 @@ at::Tensor talk_forward(const at::Tensor& x_in, const at::Tensor& offset_left_in
       std::vector<int64_t> lowest(heads, length), highest(heads, 0);
       for (int64_t t = first; t < end; ++t) {
         for (int64_t h = 0; h < heads; ++h) {
-          const Edge<acc_t> left = windows.left(b, t, h), right = windows.right(b, t, h);
+          const Edge<acc_t> left = offsets.left(b, t, h), right = offsets.right(b, t, h);
           lefts[(t - first) * heads + h] = left;
           rights[(t - first) * heads + h] = right;
           lowest[h] = std::min({lowest[h], left.index, right.index});
@@ -258,7 +258,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward(const at::Tensor& g
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "talk_backward_cpu", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    const auto windows = talk_windows<scalar_t, acc_t>(offset_left, offset_right, max_left, max_right);
+    const auto offsets = talk_offsets<scalar_t, acc_t>(offset_left, offset_right, max_left, max_right);
     const scalar_t* x_data = x.const_data_ptr<scalar_t>();
     const scalar_t* grad_data = grad_out.const_data_ptr<scalar_t>();
     scalar_t* grad_x_data = grad_x.mutable_data_ptr<scalar_t>();
@@ -268,7 +268,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward(const at::Tensor& g
     const acc_t inverse_normalizer = acc_t(1) / normalizer;
     const std::vector<scalar_t> zeros(head_size, scalar_t(0));  // x[T], the row past the end
     // How far any window reaches decides which tokens contribute to a tile of grad_x.
-    const Reach reach = window_reach(windows, batch);
+    const Reach reach = offset_reach(offsets, batch);
 
     for_each_tile(batch, length, [&](int64_t b, int64_t first, int64_t end) {
       // grad_x rows [first, end) = cumsum over rows of the contributions of every token (all heads
@@ -281,7 +281,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward(const at::Tensor& g
       // The offset gradients below read x at the window edges of the tile's tokens, head by head
       // in no order a hardware prefetcher follows: x is prefetched row by row instead, kEdgeLookahead
       // rows past the farthest right edge of the token at hand (the rows from the farthest left edge
-      // on stay in the cache meanwhile), and the rows of the tile's first windows at its start.
+      // on stay in the cache meanwhile), and the rows of the tile's first offsets at its start.
       const int64_t prefetch_ahead = reach.after + kEdgeLookahead;
       for (int64_t row = std::max<int64_t>(0, first - reach.before); row < std::min(length, first + prefetch_ahead); ++row) {
         prefetch_row(x_batch + row * channels, channels);
@@ -291,7 +291,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward(const at::Tensor& g
         const bool in_tile = t >= first && t < end;
         if (in_tile && t + prefetch_ahead < length) prefetch_row(x_batch + (t + prefetch_ahead) * channels, channels);
         for (int64_t h = 0; h < heads; ++h) {
-          const Edge<acc_t> left = windows.left(b, t, h), right = windows.right(b, t, h);
+          const Edge<acc_t> left = offsets.left(b, t, h), right = offsets.right(b, t, h);
           const scalar_t* grad_head = grad_row + h * head_size;
           for (int which = 0; which < 4; ++which) {
             const ScatterEntry<acc_t> entry = scatter_entry(left, right, which);

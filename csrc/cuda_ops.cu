@@ -6,7 +6,7 @@
 // channels (threadIdx.x = channel, so every row access of a warp is coalesced); threadIdx.y
 // splits the tile's rows.  Indices are 64-bit.  Accumulation is float32 (float64 for float64).
 //
-// talk_conv forward: one pass over the rows the tile's windows reach, kept in shared memory as a
+// talk_conv forward: one pass over the rows the tile's offsets reach, kept in shared memory as a
 // local prefix sum (in chunks, so any reach works), then the interpolation at both edges.
 // talk_conv backward: grad_x of a tile as the running sum of a difference array in shared memory
 // (one private copy per threadIdx.y, reduced without atomics), fed by every token whose window
@@ -100,7 +100,7 @@ __device__ void scan_columns(acc_t (*prefix)[kChannels], acc_t (*totals)[kChanne
 
 template <typename scalar_t, typename acc_t>
 __global__ void __launch_bounds__(kChannels* kRows)
-    talk_forward_kernel(TalkWindows<scalar_t, acc_t> windows, Layout layout, const scalar_t* __restrict__ x,
+    talk_forward_kernel(TalkOffsets<scalar_t, acc_t> offsets, Layout layout, const scalar_t* __restrict__ x,
                         scalar_t* __restrict__ out) {
   constexpr int kPerThread = kTile / kRows;
   constexpr int kPrefixRows = prefix_rows<acc_t>() - kRows;  // leave room for the segment totals
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kChannels* kRows)
   __shared__ unsigned long long lowest_row, highest_row;
 
   const TileCoordinates tile(layout, kTile);
-  const acc_t normalizer = window_normalizer<acc_t>(windows.max_left, windows.max_right);
+  const acc_t normalizer = window_normalizer<acc_t>(offsets.max_left, offsets.max_right);
   if (threadIdx.x == 0 && threadIdx.y == 0) {
     lowest_row = static_cast<unsigned long long>(layout.length);
     highest_row = 0;
@@ -117,11 +117,11 @@ __global__ void __launch_bounds__(kChannels* kRows)
   if (threadIdx.y == 0) prefix[0][threadIdx.x] = 0;
   __syncthreads();
 
-  // The rows [lowest, highest] of the prefix sum that the tile's windows need.
+  // The rows [lowest, highest] of the prefix sum that the tile's offsets need.
   for (int i = 0; i < kPerThread; ++i) {
     const int64_t t = tile.first + threadIdx.y + kRows * i;
     if (!tile.active || t >= tile.end) continue;
-    const Edge<acc_t> left = windows.left(tile.b, t, tile.head), right = windows.right(tile.b, t, tile.head);
+    const Edge<acc_t> left = offsets.left(tile.b, t, tile.head), right = offsets.right(tile.b, t, tile.head);
     atomicMin(&lowest_row, static_cast<unsigned long long>(left.index < right.index ? left.index : right.index));
     atomicMax(&highest_row, static_cast<unsigned long long>(left.index > right.index ? left.index : right.index));
   }
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(kChannels* kRows)
     for (int i = 0; i < kPerThread; ++i) {
       const int64_t t = tile.first + threadIdx.y + kRows * i;
       if (!tile.active || t >= tile.end) continue;
-      const Edge<acc_t> edges[2] = {windows.left(tile.b, t, tile.head), windows.right(tile.b, t, tile.head)};
+      const Edge<acc_t> edges[2] = {offsets.left(tile.b, t, tile.head), offsets.right(tile.b, t, tile.head)};
       for (int side = 0; side < 2; ++side) {
         const Edge<acc_t>& edge = edges[side];
         if (edge.index < row0 || (edge.index >= row0 + rows && !last_chunk)) continue;
@@ -165,14 +165,14 @@ __global__ void __launch_bounds__(kChannels* kRows)
 
 // Per-block maxima of the reach over (b, t, h); the caller reduces the (blocks, 2) partials.
 template <typename scalar_t, typename acc_t>
-__global__ void talk_reach_kernel(TalkWindows<scalar_t, acc_t> windows, int64_t count, int64_t* partials) {
+__global__ void talk_reach_kernel(TalkOffsets<scalar_t, acc_t> offsets, int64_t count, int64_t* partials) {
   __shared__ int64_t before[256], after[256];
   Reach reach{0, 0};
   for (int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; index < count;
        index += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t h = index % windows.heads, t = (index / windows.heads) % windows.length;
-    const int64_t b = index / (windows.heads * windows.length);
-    widen_reach(reach, t, windows.left(b, t, h), windows.right(b, t, h));
+    const int64_t h = index % offsets.heads, t = (index / offsets.heads) % offsets.length;
+    const int64_t b = index / (offsets.heads * offsets.length);
+    widen_reach(reach, t, offsets.left(b, t, h), offsets.right(b, t, h));
   }
   before[threadIdx.x] = reach.before;
   after[threadIdx.x] = reach.after;
@@ -193,12 +193,12 @@ __global__ void talk_reach_kernel(TalkWindows<scalar_t, acc_t> windows, int64_t 
 
 template <typename scalar_t, typename acc_t>
 __global__ void __launch_bounds__(kChannels* backward_rows<acc_t>())
-    talk_grad_x_kernel(TalkWindows<scalar_t, acc_t> windows, Layout layout, const scalar_t* __restrict__ grad_out,
+    talk_grad_x_kernel(TalkOffsets<scalar_t, acc_t> offsets, Layout layout, const scalar_t* __restrict__ grad_out,
                        const int64_t* __restrict__ reach, scalar_t* __restrict__ grad_x) {
   constexpr int kCopies = backward_rows<acc_t>();
   __shared__ acc_t difference[kCopies][kBackwardTile + 1][kChannels];
   const TileCoordinates tile(layout, kBackwardTile);
-  const acc_t normalizer = window_normalizer<acc_t>(windows.max_left, windows.max_right);
+  const acc_t normalizer = window_normalizer<acc_t>(offsets.max_left, offsets.max_right);
   for (int k = 0; k <= kBackwardTile; ++k) difference[threadIdx.y][k][threadIdx.x] = 0;
 
   // Every token whose window reaches the tile adds its four difference-array entries; entries
@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(kChannels* backward_rows<acc_t>())
   const int64_t last_contributor = tile.end - 1 + reach[0] < layout.length - 1 ? tile.end - 1 + reach[0] : layout.length - 1;
   if (tile.active) {
     for (int64_t t = first_contributor + threadIdx.y; t <= last_contributor; t += kCopies) {
-      const Edge<acc_t> left = windows.left(tile.b, t, tile.head), right = windows.right(tile.b, t, tile.head);
+      const Edge<acc_t> left = offsets.left(tile.b, t, tile.head), right = offsets.right(tile.b, t, tile.head);
       const acc_t grad = static_cast<acc_t>(grad_out[tile.offset(t, layout)]);
       for (int which = 0; which < 4; ++which) {
         const ScatterEntry<acc_t> entry = scatter_entry(left, right, which);
@@ -237,15 +237,15 @@ __global__ void __launch_bounds__(kChannels* backward_rows<acc_t>())
 
 // One warp per (b, t, h): factor * <grad_out[b, t, head h], x[b, edge, head h]> for both edges.
 template <typename scalar_t, typename acc_t>
-__global__ void talk_grad_offsets_kernel(TalkWindows<scalar_t, acc_t> windows, Layout layout, int64_t count,
+__global__ void talk_grad_offsets_kernel(TalkOffsets<scalar_t, acc_t> offsets, Layout layout, int64_t count,
                                          const scalar_t* __restrict__ x, const scalar_t* __restrict__ grad_out,
                                          scalar_t* __restrict__ grad_left, scalar_t* __restrict__ grad_right) {
   const int64_t index = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   if (index >= count) return;
   const int lane = threadIdx.x % 32;
-  const int64_t h = index % windows.heads, t = (index / windows.heads) % layout.length;
-  const int64_t b = index / (windows.heads * layout.length);
-  const Edge<acc_t> left = windows.left(b, t, h), right = windows.right(b, t, h);
+  const int64_t h = index % offsets.heads, t = (index / offsets.heads) % layout.length;
+  const int64_t b = index / (offsets.heads * layout.length);
+  const Edge<acc_t> left = offsets.left(b, t, h), right = offsets.right(b, t, h);
   const bool right_inside = right.index < layout.length;
   const scalar_t* grad_row = grad_out + (b * layout.length + t) * layout.channels + h * layout.head_size;
   const scalar_t* x_left = x + (b * layout.length + left.index) * layout.channels + h * layout.head_size;
@@ -259,10 +259,10 @@ __global__ void talk_grad_offsets_kernel(TalkWindows<scalar_t, acc_t> windows, L
   dot_left = warp_sum(dot_left);
   dot_right = warp_sum(dot_right);
   if (lane != 0) return;
-  const acc_t normalizer = window_normalizer<acc_t>(windows.max_left, windows.max_right);
-  grad_left[index] = static_cast<scalar_t>(offset_gradient_factor(left, windows.max_left, normalizer) * dot_left);
+  const acc_t normalizer = window_normalizer<acc_t>(offsets.max_left, offsets.max_right);
+  grad_left[index] = static_cast<scalar_t>(offset_gradient_factor(left, offsets.max_left, normalizer) * dot_left);
   if (grad_right != nullptr) {
-    grad_right[index] = static_cast<scalar_t>(offset_gradient_factor(right, windows.max_right, normalizer) * dot_right);
+    grad_right[index] = static_cast<scalar_t>(offset_gradient_factor(right, offsets.max_right, normalizer) * dot_right);
   }
 }
 
@@ -330,7 +330,7 @@ at::Tensor talk_forward(const at::Tensor& x_in, const at::Tensor& offset_left_in
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "talk_forward_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     talk_forward_kernel<scalar_t, acc_t><<<tile_grid(x.size(0), layout, kTile), dim3(kChannels, kRows), 0, stream>>>(
-        talk_windows<scalar_t, acc_t>(offset_left, offset_right, max_left, max_right), layout,
+        talk_offsets<scalar_t, acc_t>(offset_left, offset_right, max_left, max_right), layout,
         x.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
@@ -353,20 +353,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward(const at::Tensor& g
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "talk_backward_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    const auto windows = talk_windows<scalar_t, acc_t>(offset_left, offset_right, max_left, max_right);
+    const auto offsets = talk_offsets<scalar_t, acc_t>(offset_left, offset_right, max_left, max_right);
     const unsigned reach_blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(pairs, 256), 1024));
     at::Tensor partials = at::empty({reach_blocks, 2}, x.options().dtype(at::kLong));
-    talk_reach_kernel<scalar_t, acc_t><<<reach_blocks, 256, 0, stream>>>(windows, pairs, partials.mutable_data_ptr<int64_t>());
+    talk_reach_kernel<scalar_t, acc_t><<<reach_blocks, 256, 0, stream>>>(offsets, pairs, partials.mutable_data_ptr<int64_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     const at::Tensor reach = at::amax(partials, 0);  // stays on the device: no host sync
 
     talk_grad_x_kernel<scalar_t, acc_t>
         <<<tile_grid(x.size(0), layout, kBackwardTile), dim3(kChannels, backward_rows<acc_t>()), 0, stream>>>(
-            windows, layout, grad_out.const_data_ptr<scalar_t>(), reach.const_data_ptr<int64_t>(),
+            offsets, layout, grad_out.const_data_ptr<scalar_t>(), reach.const_data_ptr<int64_t>(),
             grad_x.mutable_data_ptr<scalar_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     talk_grad_offsets_kernel<scalar_t, acc_t><<<warp_blocks(pairs), 32 * kWarpsPerBlock, 0, stream>>>(
-        windows, layout, pairs, x.const_data_ptr<scalar_t>(), grad_out.const_data_ptr<scalar_t>(),
+        offsets, layout, pairs, x.const_data_ptr<scalar_t>(), grad_out.const_data_ptr<scalar_t>(),
         grad_left.mutable_data_ptr<scalar_t>(),
         offset_right.defined() ? grad_right.mutable_data_ptr<scalar_t>() : nullptr);
     C10_CUDA_KERNEL_LAUNCH_CHECK();

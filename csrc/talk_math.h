@@ -114,7 +114,7 @@ TALK_HD ScatterEntry<acc_t> scatter_entry(const Edge<acc_t>& left, const Edge<ac
 
 // Reads the window edges of token (b, t) of head h from contiguous (B, T, H) offsets.
 template <typename scalar_t, typename acc_t>
-struct TalkWindows {
+struct TalkOffsets {
   const scalar_t* offset_left;
   const scalar_t* offset_right;  // nullptr in the causal form
   int64_t length, heads, max_left, max_right;

@@ -38,9 +38,9 @@ struct TalkInputs {
   }
 };
 
-// The window reader of contiguous (B, T, H) offsets; offset_right may be undefined (causal).
+// The window-edge reader of contiguous (B, T, H) offsets; offset_right may be undefined (causal).
 template <typename scalar_t, typename acc_t>
-TalkWindows<scalar_t, acc_t> talk_windows(const at::Tensor& offset_left, const at::Tensor& offset_right,
+TalkOffsets<scalar_t, acc_t> talk_offsets(const at::Tensor& offset_left, const at::Tensor& offset_right,
                                           int64_t max_left, int64_t max_right) {
   return {offset_left.const_data_ptr<scalar_t>(), optional_data<scalar_t>(offset_right), offset_left.size(1),
           offset_left.size(2), max_left, max_right};

@@ -15,7 +15,7 @@ model_type         config                      AutoModel / AutoModelForSeq2SeqLM
 """
 
 from . import ops
-from .cache import ConvCache, ConvEncoderDecoderCache, ConvWindowLayer
+from .cache import ConvCache, ConvEncoderDecoderCache, ConvHistoryLayer
 from .hub import export_for_remote_code
 from .models.dynamic_conv import (
     DynamicConvConfig,
@@ -41,7 +41,7 @@ from .version import __version__
 __all__ = [
     "ConvCache",
     "ConvEncoderDecoderCache",
-    "ConvWindowLayer",
+    "ConvHistoryLayer",
     "DynamicConvConfig",
     "DynamicConvForCausalLM",
     "DynamicConvForConditionalGeneration",

@@ -24,7 +24,7 @@ from transformers.activations import ACT2FN
 
 # Cache base classes (``transformers.cache_utils``).  ``CacheLayerMixin`` is the per-layer state
 # protocol (``lazy_initialization``, ``get_seq_length``, ``reorder_cache``, ``crop``, batch ops,
-# ``is_initialized``) that `ConvWindowLayer` implements; ``Cache`` holds a list of such layers.
+# ``is_initialized``) that `ConvHistoryLayer` implements; ``Cache`` holds a list of such layers.
 # ``EncoderDecoderCache`` pairs a decoder cache with a ``DynamicCache`` of cross-attention keys/values.
 from transformers.cache_utils import Cache, CacheLayerMixin, DynamicCache, EncoderDecoderCache
 
@@ -162,7 +162,7 @@ class FixedStateGenerationMixin:
     def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs):
         if generation_config.cache_implementation is not None and model_kwargs.get(CACHE_NAME) is None:
             logger.warning_once(
-                f"{type(self).__name__} keeps its own fixed-size decoding state (a window of the last inputs of "
+                f"{type(self).__name__} keeps its own fixed-size decoding state (a history of the last inputs of "
                 f"each layer, whatever the length): cache_implementation={generation_config.cache_implementation!r} "
                 "is ignored."
             )

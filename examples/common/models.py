@@ -25,8 +25,8 @@ class _Ours(NamedTuple):
 
 _OURS = {
     "talk": _Ours("talk", "talk_lm", {}),
-    "dynamic_conv": _Ours("dynamic_conv", "dynamic_conv_lm", {"conv_type": "dynamic"}),
-    "lightconv": _Ours("dynamic_conv", "dynamic_conv_lm", {"conv_type": "lightweight"}),
+    "dynamic_conv": _Ours("dynamic_conv", "dynamic_conv_lm", {"conv_type": "dynamic_conv"}),
+    "light_conv": _Ours("dynamic_conv", "dynamic_conv_lm", {"conv_type": "light_conv"}),
     # SliceNet's kernel sizes are per step of every module, not per layer; it has no FFN and one head.
     "slicenet": _Ours("slicenet", None, {}),
 }

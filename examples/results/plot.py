@@ -33,6 +33,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
 import talk_hf  # noqa: F401  (registers the package's models with the Auto classes)
+from talk_hf.models.dynamic_conv.configuration_dynamic_conv import canonical_conv_type
 
 matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt  # noqa: E402
@@ -42,8 +43,8 @@ LABELS = {
     "talk": "TaLK",
     "marian": "Transformer",
     "gpt2": "GPT-2",
-    "dynamic": "DynamicConv",
-    "lightweight": "LightConv",
+    "dynamic_conv": "DynamicConv",
+    "light_conv": "LightConv",
     "slicenet": "SliceNet",
 }
 TASKS = {  # TASK part of the run folders -> (panel title, validation metric, whether higher is better)
@@ -62,7 +63,9 @@ BASELINES = ("Transformer", "GPT-2")  # the attention models that ours are measu
 def model_label(best):
     """The display name of the model saved in the `best` checkpoint folder."""
     config = json.loads((best / "config.json").read_text())
-    return LABELS[config.get("conv_type") or config["model_type"].removesuffix("_lm")]  # talk_lm: TaLK
+    if "conv_type" in config:  # DynamicConv or LightConv, as older configurations spelled it too
+        return LABELS[canonical_conv_type(config["conv_type"])]
+    return LABELS[config["model_type"].removesuffix("_lm")]  # talk_lm: TaLK
 
 
 def parameter_count(best):

@@ -73,7 +73,7 @@ for seed in $SEEDS; do
         case $part in
             translation)
                 for direction in "en de" "de en"; do
-                    for model in talk transformer dynamic_conv lightconv slicenet; do
+                    for model in talk transformer dynamic_conv light_conv slicenet; do
                         jobs+=("translation multi30k-${direction/ /-} $model $direction 12 $seed")
                     done
                 done ;;

@@ -14,7 +14,11 @@ import argparse
 
 from transformers import PretrainedConfig
 
-from ..models.dynamic_conv.configuration_dynamic_conv import DynamicConvConfig, DynamicConvLMConfig
+from ..models.dynamic_conv.configuration_dynamic_conv import (
+    DynamicConvConfig,
+    DynamicConvLMConfig,
+    canonical_conv_type,
+)
 from ..models.talk.configuration_talk import TaLKConfig, TaLKLMConfig
 from .fairseq_checkpoint import FairseqCheckpoint
 from .fairseq_dictionary import BOS_ID, EOS_ID, PAD_ID
@@ -188,7 +192,7 @@ def config_from_fairseq(
         },
     )
     if family == "lightconv":
-        fields["conv_type"] = args.get("decoder_conv_type", "dynamic")
+        fields["conv_type"] = canonical_conv_type(args.get("decoder_conv_type", "dynamic"))
     if not language_model:
         fields.update(
             encoder_layers=args.require("encoder_layers"),

@@ -19,7 +19,7 @@ from .mixer_block import pad_to_context
 
 
 class _ConvCore(nn.Module):
-    """Kernel geometry shared by both cores: size, heads, left padding, cache window."""
+    """Kernel geometry shared by both cores: size, heads, left padding, cache history."""
 
     def __init__(self, heads: int, kernel_size: int, causal: bool, weight_dropout: float):
         super().__init__()
@@ -29,7 +29,7 @@ class _ConvCore(nn.Module):
         self.weight_dropout = weight_dropout
 
     @property
-    def window(self) -> int:
+    def history_size(self) -> int:
         """Past mixer inputs a causal decoding step needs: K - 1."""
         return self.kernel_size - 1
 
@@ -39,9 +39,9 @@ class _ConvCore(nn.Module):
         return dropout(weight, self.weight_dropout, self.training)
 
     def decoding_step(self, context: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
-        """The output of one new token from its whole causal window, in O(K C).
+        """The output of one new token from its K causal inputs, in O(K C).
 
-        Running the op over the K window rows would compute K outputs of K taps each, to keep one.
+        Running the op over the K history rows would compute K outputs of K taps each, to keep one.
 
         Args:
             context: (B, K, C) the K - 1 cached mixer inputs, then the new token's.

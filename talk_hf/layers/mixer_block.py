@@ -4,8 +4,8 @@
              -> zero padded positions -> core -> Linear(conv_dim -> d) -> dropout -> + residual -> [post-LN]
 
 A core (`MixerCore`) maps the zeroed mixer input u (B, T, C) to (B, T, C).  In the decoder it may
-also get ``context``: the last ``core.window`` mixer inputs before u, kept by the generation cache,
-then u itself (B, S + T, C), so a decoding step only sees a bounded window of the past.
+also get ``context``: the last ``core.history_size`` mixer inputs before u, kept by the generation cache,
+then u itself (B, S + T, C), so a decoding step only sees a bounded history.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ def pad_to_context(per_token: torch.Tensor, context: torch.Tensor) -> torch.Tens
 
     Args:
         per_token: (B, T, H, ...) per-token parameters of the T new inputs (offsets or kernels).
-        context: (B, S + T, C) the cached window, then the new inputs.
+        context: (B, S + T, C) the cached history, then the new inputs.
 
     Returns:
-        (B, S + T, H, ...).  The window rows' outputs are not needed (the caller keeps the last T),
+        (B, S + T, H, ...).  The history rows' outputs are not needed (the caller keeps the last T),
         so zeros do for their parameters.
     """
     past_length = context.shape[1] - per_token.shape[1]
@@ -57,11 +57,11 @@ class MixerCore(Protocol):
     """What a mixer block needs of its core (TaLK, DynamicConv, LightConv, or a new family's)."""
 
     @property
-    def window(self) -> int:
+    def history_size(self) -> int:
         """Past mixer inputs S that a causal step needs (the generation cache keeps that many)."""
 
     def __call__(self, u: torch.Tensor, context: torch.Tensor | None = None) -> torch.Tensor:
-        """u: (B, T, C) mixer input, zero at padding; context: (B, window + T, C), the cached window
+        """u: (B, T, C) mixer input, zero at padding; context: (B, history_size + T, C), the cached history
         then u (causal decoding with a cache), or None.  Returns (B, T, C)."""
 
 
@@ -92,7 +92,7 @@ class MixerBlock(nn.Module):
             hidden: (B, T, d) block input.
             real_tokens: (B, T, 1) of hidden's dtype, 1 at real tokens and 0 at padding (see
                 `token_multiplier`), or None.
-            state: the layer's `ConvWindowLayer` of the generation cache, or None.
+            state: the layer's `ConvHistoryLayer` of the generation cache, or None.
 
         Returns:
             (B, T, d) block output.

@@ -113,25 +113,25 @@ class SliceConv(InitializesItself):
         self.pointwise_bias = nn.Parameter(torch.empty(out_channels)) if separability > 1 else None
 
     @property
-    def window(self) -> int:
+    def history_size(self) -> int:
         """Input positions before an output's own that it reads: (k - 1) * dilation."""
         return (self.spatial_weight.shape[-1] - 1) * self.dilation
 
     def forward(self, context: torch.Tensor) -> torch.Tensor:
-        """context: (B, window + T, C_in), already padded (or preceded by cached inputs) -> (B, T, C_out)."""
-        out = self._spatial_step(context) if context.shape[1] == self.window + 1 else self._spatial(context)
+        """context: (B, history_size + T, C_in), already padded (or preceded by cached inputs) -> (B, T, C_out)."""
+        out = self._spatial_step(context) if context.shape[1] == self.history_size + 1 else self._spatial(context)
         return out if self.pointwise_weight is None else self._pointwise(out)
 
     def _spatial(self, context: torch.Tensor) -> torch.Tensor:
-        """The k-tap convolution over a sequence: (B, window + T, C_in) -> (B, T, C_spatial)."""
+        """The k-tap convolution over a sequence: (B, history_size + T, C_in) -> (B, T, C_spatial)."""
         out = nn.functional.conv1d(
             context.transpose(1, 2), self.spatial_weight, dilation=self.dilation, groups=self.spatial_groups
         )
         return out.transpose(1, 2)
 
     def _spatial_step(self, context: torch.Tensor) -> torch.Tensor:
-        """The k-tap convolution of one position from its window + 1 inputs, in O(k C_in C_spatial / groups):
-        (B, window + 1, C_in) -> (B, 1, C_spatial).  (A decoding step; ``conv1d``'s per-call cost on
+        """The k-tap convolution of one position from its history_size + 1 inputs, in O(k C_in C_spatial / groups):
+        (B, history_size + 1, C_in) -> (B, 1, C_spatial).  (A decoding step; ``conv1d``'s per-call cost on
         the CPU is far larger than this for a single position.)"""
         groups = self.spatial_groups
         taps = context[:, :: self.dilation].unflatten(-1, (groups, -1))  # (B, k, groups, C_in / groups)
@@ -170,7 +170,7 @@ class ConvStep(nn.Module):
     The paper's ConvStep_{d,s}(W, x) = LN(SepConv_{d,s}(W, ReLU(x))), with t2t's zeroing of padding
     after the ReLU.  An encoder step pads (k-1)*dilation/2 zeros on each side ("SAME").  A causal
     (decoder) step sees (k-1)*dilation inputs to the left: zeros without a cache; with a cache, the
-    step's window in it (index ``cache_index``, set by the decoder), which it also updates.
+    step's history in it (index ``cache_index``, set by the decoder), which it also updates.
 
     Args:
         in_channels / out_channels / kernel_size / dilation / separability: as `SliceConv`.
@@ -197,9 +197,9 @@ class ConvStep(nn.Module):
         self.cache_index: int | None = None
 
     @property
-    def window(self) -> int:
+    def history_size(self) -> int:
         """Past inputs a causal step needs: (k - 1) * dilation."""
-        return self.conv.window
+        return self.conv.history_size
 
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None, cache=None) -> torch.Tensor:
         """
@@ -215,12 +215,12 @@ class ConvStep(nn.Module):
         if padding_mask is not None:
             u = u * padding_mask.unsqueeze(-1).to(u.dtype)
         if not self.causal:
-            half = self.window // 2
+            half = self.history_size // 2
             context = nn.functional.pad(u, (0, 0, half, half))
         elif cache is not None:
             context = cache.layers[self.cache_index].extend(u)
         else:
-            context = nn.functional.pad(u, (0, 0, self.window, 0))
+            context = nn.functional.pad(u, (0, 0, self.history_size, 0))
         return self.norm(self.conv(context))
 
 

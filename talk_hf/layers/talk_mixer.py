@@ -37,7 +37,7 @@ class TaLKCore(nn.Module):
         self.offset_proj = Linear(conv_dim, heads if causal else 2 * heads)
 
     @property
-    def window(self) -> int:
+    def history_size(self) -> int:
         """Past mixer inputs a causal decoding step needs: the farthest left edge is max_left back."""
         return self.max_left
 

@@ -132,8 +132,8 @@ class DecoderStack(Protocol):
 
     embed_tokens: nn.Embedding  # the target embeddings
 
-    def window_sizes(self) -> list[int]:
-        """The windows of its `ConvCache`, one per cached causal mixer."""
+    def history_sizes(self) -> list[int]:
+        """The history sizes of its `ConvCache`, one per cached causal mixer."""
 
     def __call__(
         self,
@@ -217,13 +217,13 @@ class ConvDecoder(_ConvStack):
             for index in range(config.decoder_layers)
         )
 
-    def window_sizes(self) -> list[int]:
+    def history_sizes(self) -> list[int]:
         """Per layer, the number of past mixer inputs a causal step needs."""
-        return [layer.mixer.core.window for layer in self.layers]
+        return [layer.mixer.core.history_size for layer in self.layers]
 
     def new_cache(self) -> ConvCache:
         """An empty generation state sized for these layers."""
-        return ConvCache(self.window_sizes())
+        return ConvCache(self.history_sizes())
 
     @reads_backend_once
     def forward(
@@ -363,7 +363,7 @@ class ConvSeq2SeqModel(ConvPreTrainedModel):
             self.encoder.embed_tokens = value
 
     def new_cache(self) -> ConvEncoderDecoderCache:
-        return ConvEncoderDecoderCache(self.decoder.window_sizes())
+        return ConvEncoderDecoderCache(self.decoder.history_sizes())
 
     @can_return_tuple
     def forward(

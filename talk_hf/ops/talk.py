@@ -160,15 +160,15 @@ def talk_conv_torch(
     block = min(length, max(MIN_BLOCK, halo_left + halo_right))
     num_blocks = -(-length // block)
     padded_length = num_blocks * block
-    window = block + halo_left + halo_right
+    span = block + halo_left + halo_right
 
     # The constant normaliser 1/K is applied to x up front, folded into the padding copy.
     x_padded = F.pad(x.to(compute_dtype) / normalizer, (0, 0, halo_left, padded_length - length + halo_right))
-    # (B, nb, W, C) overlapping view: block n covers padded steps n*L .. n*L + W - 1.
-    x_blocks = x_padded.unfold(1, window, block).transpose(2, 3)
+    # (B, nb, span, C) overlapping view: block n covers padded steps n*L .. n*L + span - 1.
+    x_blocks = x_padded.unfold(1, span, block).transpose(2, 3)
     prefix = x_blocks.cumsum(2)  # inclusive: prefix[i] = x_blocks[0] + ... + x_blocks[i]
-    x_blocks = x_blocks.view(batch, num_blocks, window, heads, head_size)
-    prefix = prefix.view(batch, num_blocks, window, heads, head_size)
+    x_blocks = x_blocks.view(batch, num_blocks, span, heads, head_size)
+    prefix = prefix.view(batch, num_blocks, span, heads, head_size)
 
     def extend_to_blocks(values: torch.Tensor) -> torch.Tensor:
         """(B, T, H) -> (B, nb, L, H, 1); steps past T repeat the last real value (then dropped)."""
@@ -179,7 +179,7 @@ def talk_conv_torch(
     expanded_shape = (batch, num_blocks, block, heads, head_size)
 
     def block_index(edge: torch.Tensor, shift: int = 0) -> torch.Tensor:
-        """(B, T, H) global token index -> (B, nb, L, H, R) index into the block's window."""
+        """(B, T, H) global token index -> (B, nb, L, H, R) index into the block's span."""
         local = extend_to_blocks(edge) - block_start + (halo_left + shift)
         return local.expand(expanded_shape)
 

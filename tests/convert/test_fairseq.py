@@ -49,7 +49,7 @@ needs_sacremoses = pytest.mark.skipif(
 EXPECTED_CONFIGS = {
     "lightconv_iwslt_de_en_args": dict(
         model_type="dynamic_conv",
-        conv_type="lightweight",
+        conv_type="light_conv",
         use_glu=False,
         encoder_normalize_before=False,
         decoder_normalize_before=False,
@@ -65,7 +65,7 @@ EXPECTED_CONFIGS = {
     ),
     "dynamicconv_glu_wmt_en_de_cfg": dict(
         model_type="dynamic_conv",
-        conv_type="dynamic",
+        conv_type="dynamic_conv",
         use_glu=True,
         encoder_normalize_before=True,
         decoder_normalize_before=False,
@@ -98,7 +98,7 @@ EXPECTED_CONFIGS = {
     ),
     "lightconv_lm_dynamic_cfg": dict(
         model_type="dynamic_conv_lm",
-        conv_type="dynamic",
+        conv_type="dynamic_conv",
         use_glu=True,
         decoder_normalize_before=True,
         decoder_final_layer_norm=False,

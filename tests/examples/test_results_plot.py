@@ -23,7 +23,7 @@ SEQ2SEQ = dict(
 )
 TALK = talk_hf.TaLKConfig(**SEQ2SEQ, encoder_max_offsets=[2], decoder_max_offsets=[2])
 LIGHTCONV = talk_hf.DynamicConvConfig(
-    **SEQ2SEQ, conv_type="lightweight", encoder_kernel_sizes=[3], decoder_kernel_sizes=[3]
+    **SEQ2SEQ, conv_type="light_conv", encoder_kernel_sizes=[3], decoder_kernel_sizes=[3]
 )
 SLICENET = talk_hf.SliceNetConfig(
     vocab_size=40,
@@ -91,7 +91,7 @@ def test_plot_writes_the_figure_summary_and_table(tmp_path):
         test={"split": "test_2016_flickr", "test_bleu": 11.0},
         environment={"cpu": "AMD EPYC", "cpu_capability": "AVX512", "cpu_caches": {"L2": "1024K"}},
     )
-    make_run(runs / "multi30k-en-de-lightconv", LIGHTCONV, evaluations("bleu", [6.0]))
+    make_run(runs / "multi30k-en-de-light_conv", LIGHTCONV, evaluations("bleu", [6.0]))
     # The baseline: seeds 0 and 2, so TaLK pairs with it on seed 0 only.
     make_run(
         runs / "multi30k-en-de-transformer-s0",

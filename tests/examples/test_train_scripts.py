@@ -25,7 +25,7 @@ from .conftest import (
 )
 
 pytestmark = [requires_data, pytest.mark.slow]  # subprocess runs of the scripts
-LM_MODEL_TYPES = ["talk", "dynamic_conv", "lightconv", "transformer"]
+LM_MODEL_TYPES = ["talk", "dynamic_conv", "light_conv", "transformer"]
 TRANSLATION_MODEL_TYPES = [*LM_MODEL_TYPES, "slicenet"]
 # Two CPU processes on gloo. `accelerate launch --cpu --num_processes 2` would start only one (it
 # needs MPI for CPU); the multi-process launcher plus ACCELERATE_USE_CPU gives gloo processes.
@@ -42,7 +42,7 @@ def test_translation_trains_evaluates_saves_and_reloads(tmp_path, model_type):
     report = model_type == "talk"  # the final test-set report (reload, BLEU, translations), once
     flags = ["--model_type", model_type, "--output_dir", tmp_path, *"--max_steps 2 --eval_every 2".split()]
     flags += ["--save_every", "1", "--test_split", "test" if report else ""]
-    if model_type in ("dynamic_conv", "lightconv"):  # bf16 autocast (CPU here), as GPU runs train
+    if model_type in ("dynamic_conv", "light_conv"):  # bf16 autocast (CPU here), as GPU runs train
         flags += ["--mixed_precision", "bf16"]
     output = run("translation/train.py", *(SLICENET_TRANSLATION if model_type == "slicenet" else TRANSLATION), *flags)
     steps, evaluations = read_log(tmp_path)
@@ -57,7 +57,7 @@ def test_translation_trains_evaluates_saves_and_reloads(tmp_path, model_type):
     for checkpoint in ("best", "last"):
         model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / checkpoint)
         assert model.config.model_type == (
-            "marian" if model_type == "transformer" else model_type.replace("lightconv", "dynamic_conv")
+            "marian" if model_type == "transformer" else model_type.replace("light_conv", "dynamic_conv")
         )
     assert json.loads((tmp_path / "last" / "training_state.json").read_text())["step"] == 2
     settings = json.loads((tmp_path / "args.json").read_text())  # given flags and defaults alike

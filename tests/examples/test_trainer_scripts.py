@@ -56,7 +56,7 @@ def test_run_translation_fine_tunes_and_predicts(tmp_path):
 
 def test_run_clm_fine_tunes_and_reports_perplexity(tmp_path):
     lines = load_columns(WIKITEXT, "train", ["text"], limit=100)["text"]
-    start = tiny_checkpoint(tmp_path / "start", "lightconv", lines, False, kind="word", vocab_size=2000)
+    start = tiny_checkpoint(tmp_path / "start", "light_conv", lines, False, kind="word", vocab_size=2000)
     output = tmp_path / "out"
     flags = "--do_train --do_eval --max_train_samples 100 --block_size 32"
     run(
@@ -73,4 +73,4 @@ def test_run_clm_fine_tunes_and_reports_perplexity(tmp_path):
     assert json.loads((output / "eval_results.json").read_text())["perplexity"] > 1
     for checkpoint in (output, output / "checkpoint-2"):
         model = AutoModelForCausalLM.from_pretrained(checkpoint)
-        assert model.config.model_type == "dynamic_conv_lm" and model.config.conv_type == "lightweight"
+        assert model.config.model_type == "dynamic_conv_lm" and model.config.conv_type == "light_conv"

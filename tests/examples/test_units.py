@@ -451,7 +451,7 @@ def test_the_crash_of_the_resume_tests_is_a_test_hook_not_an_option(monkeypatch)
     [
         ([], 0.0),  # the recipe's: --preset small trains without dropout
         (["--model_type", "transformer"], 0.0),  # the baseline too (it takes TaLK's sizes)
-        (["--model_type", "lightconv"], 0.0),
+        (["--model_type", "light_conv"], 0.0),
         (["--dropout", "0.2"], 0.2),  # a given --dropout wins
         (["--preset", "iwslt14-de-en"], 0.3),  # the preset's own
         (["--model_type", "slicenet"], 0.5),  # SliceNet's `small` keeps its configuration's

@@ -110,7 +110,7 @@ CASES = [
         talk_hf.DynamicConvForCausalLM,
         talk_hf.DynamicConvLMModel,
         talk_hf.DynamicConvLMConfig,
-        dict(SIZES, decoder_kernel_sizes=[2, 5], conv_type="lightweight"),
+        dict(SIZES, decoder_kernel_sizes=[2, 5], conv_type="light_conv"),
     ),
     Case(
         "slicenet",

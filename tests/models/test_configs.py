@@ -100,3 +100,13 @@ def test_a_family_defined_outside_the_package_gets_the_generic_fields_and_checks
     assert family_of("toy_conv").head_class is toy_family.ToyForConditionalGeneration
     assert family_of("toy_conv_lm").head_auto_class == "AutoModelForCausalLM"
     assert toy_family.ToyConfig.presets == {}
+
+
+@pytest.mark.parametrize("config_class", [talk_hf.DynamicConvConfig, talk_hf.DynamicConvLMConfig])
+@pytest.mark.parametrize(("saved", "current"), [("dynamic", "dynamic_conv"), ("lightweight", "light_conv")])
+def test_saved_legacy_conv_type_reads_as_its_op_name(tmp_path, config_class, saved, current):
+    """Configurations saved before conv_type took its ops' names load with the current name."""
+    config_class(conv_type=current).save_pretrained(tmp_path)
+    saved_json = tmp_path / "config.json"
+    saved_json.write_text(saved_json.read_text().replace(f'"conv_type": "{current}"', f'"conv_type": "{saved}"'))
+    assert config_class.from_pretrained(tmp_path).conv_type == current

@@ -21,7 +21,7 @@ LIGHTWEIGHT_SEQ2SEQ = Case(
     talk_hf.DynamicConvForConditionalGeneration,
     talk_hf.DynamicConvModel,
     talk_hf.DynamicConvConfig,
-    dict(SEQ2SEQ_SIZES, encoder_kernel_sizes=[3, 4], decoder_kernel_sizes=[3, 4], conv_type="lightweight"),
+    dict(SEQ2SEQ_SIZES, encoder_kernel_sizes=[3, 4], decoder_kernel_sizes=[3, 4], conv_type="light_conv"),
 )
 ALL_CASES = CASES + [LIGHTWEIGHT_SEQ2SEQ]
 ALL_IDS = CASE_IDS + [LIGHTWEIGHT_SEQ2SEQ.name]

@@ -7,7 +7,7 @@ import transformers
 from packaging.version import Version
 from transformers import GenerationConfig
 
-from talk_hf import ConvCache, ConvWindowLayer
+from talk_hf import ConvCache, ConvHistoryLayer
 
 from .helpers import CACHE_NAME, CASE_IDS, CASES, PAD, generation_prompt, random_tokens, returned_cache
 
@@ -142,7 +142,7 @@ def test_cache_tensors_keep_their_size_from_step_10_to_step_500(case):
     def record(step_outputs, step):
         cache = returned_cache(step_outputs)
         conv = getattr(cache, "self_attention_cache", cache)
-        sizes[step] = [tuple(layer.window.shape) for layer in conv.layers] + [conv.nbytes]
+        sizes[step] = [tuple(layer.history.shape) for layer in conv.layers] + [conv.nbytes]
         if case.is_seq2seq:
             sizes[step] += [tuple(layer.keys.shape) for layer in cache.cross_attention_cache.layers]
 
@@ -159,7 +159,7 @@ def test_cache_tensors_keep_their_size_from_step_10_to_step_500(case):
     assert sizes[10] == sizes[500]
     cache = returned_cache(outputs)
     assert cache.get_seq_length() == 501
-    expected_windows = [layer.mixer.core.window for layer in model.model.decoder.layers]
+    expected_windows = [layer.mixer.core.history_size for layer in model.model.decoder.layers]
     assert [shape[1] for shape in sizes[500][: len(expected_windows)]] == expected_windows
 
 
@@ -190,7 +190,7 @@ def test_cache_rows_can_be_repeated_and_selected(case):
 def test_crop_rolls_a_recorded_window_back_exactly():
     """After activate_past_recording, crop(-n) gives the state of a layer that never saw the last n rows."""
     chunks = torch.randn(2, 9, 3).split([4, 5], dim=1)
-    recorded, reference = ConvWindowLayer(3), ConvWindowLayer(3)
+    recorded, reference = ConvHistoryLayer(3), ConvHistoryLayer(3)
     recorded.activate_past_recording()
     for layer in (recorded, reference):
         layer.extend(chunks[0])
@@ -198,14 +198,14 @@ def test_crop_rolls_a_recorded_window_back_exactly():
     reference.extend(chunks[1][:, :2])
     recorded.crop(-3)
     assert recorded.get_seq_length() == reference.get_seq_length() == 6
-    assert torch.equal(recorded.window, reference.window)
+    assert torch.equal(recorded.history, reference.history)
     assert recorded.context.shape[1] == 3  # back to the fixed size
     step = torch.randn(2, 1, 3)
     assert torch.equal(recorded.extend(step), reference.extend(step))
 
 
 def test_crop_refuses_what_the_window_no_longer_holds():
-    layer = ConvWindowLayer(2)
+    layer = ConvHistoryLayer(2)
     layer.extend(torch.randn(1, 5, 4))
     with pytest.raises(ValueError, match="recorded 0 since its last crop"):
         layer.crop(-1)  # not recording: the rows before the window are gone
@@ -219,14 +219,14 @@ def test_crop_refuses_what_the_window_no_longer_holds():
 
 
 def _count_rollbacks(monkeypatch) -> list[int]:
-    """Record how many tokens each ConvWindowLayer.crop removes."""
-    removed, crop = [], ConvWindowLayer.crop
+    """Record how many tokens each ConvHistoryLayer.crop removes."""
+    removed, crop = [], ConvHistoryLayer.crop
 
     def counting_crop(self, tokens_to_remove):
         removed.append(-tokens_to_remove)
         crop(self, tokens_to_remove)
 
-    monkeypatch.setattr(ConvWindowLayer, "crop", counting_crop)
+    monkeypatch.setattr(ConvHistoryLayer, "crop", counting_crop)
     return removed
 
 
@@ -269,16 +269,16 @@ def test_assisted_decoding_gives_the_greedy_tokens(case, monkeypatch):
 
 
 def test_extend_returns_the_window_then_the_inputs_and_keeps_the_state_small():
-    """extend(u) -> [the window before u, u]; the stored window is window_size rows, and a chunk
+    """extend(u) -> [the window before u, u]; the stored window is history_size rows, and a chunk
     longer than the window is copied out of (its storage is not kept alive)."""
-    layer = ConvWindowLayer(3)
+    layer = ConvHistoryLayer(3)
     prompt = torch.randn(2, 50, 4)
     context = layer.extend(prompt)
     assert torch.equal(context, torch.cat([torch.zeros(2, 3, 4), prompt], dim=1))
     assert layer.context.untyped_storage().nbytes() == layer.context.nbytes  # not a view of the prompt
     step = torch.randn(2, 1, 4)
     assert torch.equal(layer.extend(step), torch.cat([prompt[:, -3:], step], dim=1))
-    assert torch.equal(layer.window, torch.cat([prompt[:, -2:], step], dim=1))
+    assert torch.equal(layer.history, torch.cat([prompt[:, -2:], step], dim=1))
     assert layer.get_seq_length() == 51
     half = layer.extend(torch.randn(2, 1, 4, dtype=torch.float64))  # the caller's dtype comes back
     assert half.dtype == torch.float64 and layer.context.dtype == torch.float32
@@ -287,8 +287,8 @@ def test_extend_returns_the_window_then_the_inputs_and_keeps_the_state_small():
 def test_a_reset_window_layer_starts_over_like_a_new_one():
     """reset() zeroes the window and the count, keeping the state's shape; before any input there is
     no window; mask sizes and the unbounded length follow the count; key/value updates are refused."""
-    layer, fresh = ConvWindowLayer(3), ConvWindowLayer(3)
-    assert layer.window is None and layer.get_max_length() == -1
+    layer, fresh = ConvHistoryLayer(3), ConvHistoryLayer(3)
+    assert layer.history is None and layer.get_max_length() == -1
     layer.extend(torch.randn(2, 5, 4))
     assert layer.get_mask_sizes(1) == (6, 0)
     layer.reset()
@@ -302,11 +302,11 @@ def test_a_reset_window_layer_starts_over_like_a_new_one():
 
 def test_an_offloaded_window_layer_comes_back_unchanged():
     """offload() moves the window to the CPU and prefetch() back to the layer's device, values intact."""
-    layer = ConvWindowLayer(3)
+    layer = ConvHistoryLayer(3)
     layer.offload()  # nothing to move yet
     layer.extend(torch.randn(2, 5, 4))
-    window = layer.window.clone()
+    window = layer.history.clone()
     layer.offload()
     assert layer.context.device.type == "cpu"
     layer.prefetch()
-    assert layer.context.device == layer.device and torch.equal(layer.window, window)
+    assert layer.context.device == layer.device and torch.equal(layer.history, window)

@@ -303,7 +303,7 @@ def test_the_cache_is_accepted_under_its_old_and_new_names(case):
 
 def test_lightweight_seq2seq_forward_and_padding():
     case = CASES[2]
-    model = case.model(conv_type="lightweight")
+    model = case.model(conv_type="light_conv")
     assert isinstance(model.model.encoder.layers[0].mixer.core, talk_hf.layers.LightConvCore)
     source, target = random_tokens(1, 5), random_tokens(1, 4, seed=2)
     logits = model(input_ids=source, decoder_input_ids=target).logits

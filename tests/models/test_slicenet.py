@@ -128,7 +128,7 @@ def test_table2_rows_build_with_the_windows_of_their_schemes(row):
     config = SliceNetConfig.from_table2_row(row, d_model=96 if row < 8 else None)
     with torch.device("meta"):
         model = SliceNetModel(config)
-    windows = model.decoder.window_sizes()
+    windows = model.decoder.history_sizes()
     assert len(windows) == 3 + config.decoder_layers * (len(config.kernel_sizes) + 2)
     assert sum(windows) == _reach_formula(config)
     expected = {1: 222, 2: 222, 3: 278, 4: 302, 5: 310, 6: 222, 7: 310, 8: 558, 9: 310}
@@ -136,7 +136,7 @@ def test_table2_rows_build_with_the_windows_of_their_schemes(row):
 
 
 def test_presets_and_their_width_rules():
-    assert sum(SliceNetModel(SliceNetConfig.from_preset("small")).decoder.window_sizes()) > 0
+    assert sum(SliceNetModel(SliceNetConfig.from_preset("small")).decoder.history_sizes()) > 0
     tiny = SliceNetConfig.from_preset("t2t-slicenet_1tiny")
     assert (tiny.d_model, tiny.encoder_layers, tiny.decoder_layers, tiny.separability) == (128, 3, 2, 0)
     section = SliceNetConfig.from_preset("paper-section-3.1", d_model=128)
@@ -185,7 +185,7 @@ REACH = {"t2t": TINY_REACH, "paper-attention": 22 + 2 * max(12, 20)}
 def test_receptive_field_is_bounded_by_the_sum_of_the_windows(option):
     """A target token reaches exactly the logits of positions p .. p + reach (float64: nothing vanishes)."""
     model = _model(dtype=torch.float64, **OPTIONS[option])
-    assert sum(model.model.decoder.window_sizes()) == TINY_REACH == _reach_formula(model.config)
+    assert sum(model.model.decoder.history_sizes()) == TINY_REACH == _reach_formula(model.config)
     source, target = random_tokens(1, 9), random_tokens(1, TINY_REACH + 30, seed=2)
     logits = _logits(model, source, target)
     position = 10
@@ -218,7 +218,7 @@ def _cached_logits(model, source, target, chunks):
 def test_cached_decoding_equals_the_full_forward_beyond_the_receptive_field(option):
     # t2t's attention windows for the default; the options on shorter windows (fewer steps to run).
     model = _model(**OPTIONS[option]) if option == "t2t" else _model(**{**SHORT, **OPTIONS[option]})
-    length = sum(model.model.decoder.window_sizes()) + 14  # longer than every window and than their sum
+    length = sum(model.model.decoder.history_sizes()) + 14  # longer than every window and than their sum
     source, target = random_tokens(2, 9), random_tokens(2, length, seed=2)
     full = _logits(model, source, target)
     one_by_one, cache = _cached_logits(model, source, target, [5] + [1] * (length - 5))
@@ -233,10 +233,10 @@ def test_cache_is_one_fixed_window_per_causal_step():
     source, target = random_tokens(1, 9), random_tokens(1, 200, seed=2)
     shapes = {}
     _, cache = _cached_logits(model, source, target[:, :10], [10])
-    shapes[10] = [tuple(layer.window.shape) for layer in cache.self_attention_cache.layers]
+    shapes[10] = [tuple(layer.history.shape) for layer in cache.self_attention_cache.layers]
     _, cache = _cached_logits(model, source, target, [10] + [1] * 190)
-    shapes[200] = [tuple(layer.window.shape) for layer in cache.self_attention_cache.layers]
-    windows = model.model.decoder.window_sizes()
+    shapes[200] = [tuple(layer.history.shape) for layer in cache.self_attention_cache.layers]
+    windows = model.model.decoder.history_sizes()
     assert shapes[10] == shapes[200]
     assert [shape[1] for shape in shapes[200]] == windows
     assert [shape[2] for shape in shapes[200]][:3] == [24, 24, 48]  # the IO mixer's step reads 2 d channels
@@ -252,7 +252,7 @@ SHORT_CASE = Case(
 
 def test_beam_search_with_and_without_cache_beyond_the_receptive_field():
     model = _model(**SHORT)
-    assert model.generation_config.num_beams == 4 and sum(model.model.decoder.window_sizes()) == SHORT_REACH
+    assert model.generation_config.num_beams == 4 and sum(model.model.decoder.history_sizes()) == SHORT_REACH
     source = random_tokens(2, 7, seed=3)
     settings = dict(
         max_new_tokens=SHORT_REACH + 4,

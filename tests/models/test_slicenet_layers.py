@@ -64,11 +64,11 @@ def test_slice_conv_is_t2t_subseparable_conv(separability, channels):
     kernel_size = int(torch.randint(1, 4, (), generator=generator)) * 2 + 1
     dilation = int(torch.randint(1, 4, (), generator=generator))
     conv = _random_conv(*channels, kernel_size, dilation, separability)
-    x = torch.randn(2, conv.window + 11, channels[0], dtype=torch.float64, generator=generator)
+    x = torch.randn(2, conv.history_size + 11, channels[0], dtype=torch.float64, generator=generator)
     expected = t2t_subseparable_conv(conv, x)
     torch.testing.assert_close(conv(x), expected, rtol=1e-10, atol=1e-10)
     # A single position (a decoding step) takes the O(k C) path and gives the same output.
-    torch.testing.assert_close(conv(x[:, -conv.window - 1 :]), expected[:, -1:], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(conv(x[:, -conv.history_size - 1 :]), expected[:, -1:], rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("separability", [0, 1, 2, -2])
@@ -134,7 +134,7 @@ def test_causal_step_reads_only_its_window_of_the_past():
         changed = x.clone()
         changed[:, position] += 1.0
         moved = (step(changed) != out).any(-1)[0].nonzero().flatten()
-        assert moved.min() == position and moved.max() == position + step.window  # (k - 1) * dilation = 8
+        assert moved.min() == position and moved.max() == position + step.history_size  # (k - 1) * dilation = 8
 
 
 def test_encoder_step_is_centred():
@@ -150,7 +150,7 @@ def test_causal_step_with_a_cache_equals_the_full_step():
     step = _step(6, 6, 5, 3, -2, causal=True)
     step.cache_index = 0
     x = torch.randn(2, 40, 6)  # longer than the window (12)
-    cache = ConvCache([step.window])
+    cache = ConvCache([step.history_size])
     chunks = [step(x[:, :3], cache=cache)] + [step(x[:, t : t + 1], cache=cache) for t in range(3, 20)]
     chunks.append(step(x[:, 20:], cache=cache))
     torch.testing.assert_close(torch.cat(chunks, dim=1), step(x), rtol=1e-5, atol=1e-5)

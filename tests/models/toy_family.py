@@ -40,7 +40,7 @@ class DepthwiseConvCore(InitializesItself):
         self.weight = nn.Parameter(torch.empty(channels, 1, kernel_width))
 
     @property
-    def window(self) -> int:
+    def history_size(self) -> int:
         """Past mixer inputs a causal step needs: K - 1."""
         return self.left
 
@@ -48,7 +48,7 @@ class DepthwiseConvCore(InitializesItself):
         init.normal_(self.weight, mean=0.0, std=self.weight.shape[-1] ** -0.5)
 
     def forward(self, u: torch.Tensor, context: torch.Tensor | None = None) -> torch.Tensor:
-        """u: (B, T, C) zeroed mixer input; context: (B, K - 1 + T, C), the cached window then u, or None."""
+        """u: (B, T, C) zeroed mixer input; context: (B, K - 1 + T, C), the cached history then u, or None."""
         if context is None:
             context = nn.functional.pad(u, (0, 0, self.left, self.right))
         weight = dropout(self.weight, self.kernel_dropout, self.training)

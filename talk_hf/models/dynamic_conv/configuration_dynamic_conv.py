@@ -9,11 +9,22 @@ from ..conv_configuration import ConvLMConfigBase, ConvSeq2SeqConfigBase
 from ..mixer_family import MixerFamily
 from .family_dynamic_conv import DYNAMIC_CONV
 
-CONV_TYPES = ("dynamic", "lightweight")
+CONV_TYPES = ("dynamic_conv", "light_conv")  # the names of their ops, talk_hf.ops.dynamic_conv / light_conv
+# The values configurations saved before talk_hf named them after their ops (fairseq's spellings).
+LEGACY_CONV_TYPES = {"dynamic": "dynamic_conv", "lightweight": "light_conv"}
+
+
+def canonical_conv_type(conv_type: str) -> str:
+    """``conv_type`` as configurations name it now (a saved legacy value becomes its current name)."""
+    return LEGACY_CONV_TYPES.get(conv_type, conv_type)
 
 
 class _ConvTypeMixin:
-    """The ``conv_type`` check both DynamicConv configurations share."""
+    """The ``conv_type`` default and check both DynamicConv configurations share."""
+
+    def fill_defaults(self) -> None:
+        super().fill_defaults()
+        self.conv_type = canonical_conv_type(self.conv_type)
 
     def validate_fields(self) -> None:
         super().validate_fields()
@@ -27,8 +38,9 @@ class DynamicConvConfig(_ConvTypeMixin, ConvSeq2SeqConfigBase):
     All fields of [`ConvSeq2SeqConfigBase`] and [`ConvLMConfigBase`], plus:
 
     Args:
-        conv_type (`str`, *optional*, defaults to `"dynamic"`): `"dynamic"` (a kernel predicted per token)
-            or `"lightweight"` (LightConv: one learned kernel per head and layer).
+        conv_type (`str`, *optional*, defaults to `"dynamic_conv"`): `"dynamic_conv"` (a kernel predicted
+            per token) or `"light_conv"` (LightConv: one learned kernel per head and layer). Saved
+            configurations' `"dynamic"` and `"lightweight"` (fairseq's names) read as these.
         encoder_kernel_sizes (`list[int]`, *optional*, defaults to 3, 7, 15, 31, 31, ... (one per encoder
             layer)): per encoder layer, the kernel size K >= 1 (centred: K // 2 taps to the left).
         decoder_kernel_sizes (`list[int]`, *optional*, defaults to 3, 7, 15, 31, 31, ... (one per decoder
@@ -43,7 +55,7 @@ class DynamicConvConfig(_ConvTypeMixin, ConvSeq2SeqConfigBase):
     model_type = "dynamic_conv"
     family: ClassVar[MixerFamily] = DYNAMIC_CONV
 
-    conv_type: str = "dynamic"
+    conv_type: str = "dynamic_conv"
     encoder_kernel_sizes: list[int] | None = None
     decoder_kernel_sizes: list[int] | None = None
     weight_dropout: float = 0.0
@@ -55,7 +67,8 @@ class DynamicConvLMConfig(_ConvTypeMixin, ConvLMConfigBase):
     All fields of [`ConvLMConfigBase`], plus:
 
     Args:
-        conv_type (`str`, *optional*, defaults to `"dynamic"`): `"dynamic"` or `"lightweight"`.
+        conv_type (`str`, *optional*, defaults to `"dynamic_conv"`): `"dynamic_conv"` or `"light_conv"`, as in
+            [`DynamicConvConfig`].
         decoder_normalize_before (`bool`, *optional*, defaults to `True`): pre-norm blocks.
         decoder_kernel_sizes (`list[int]`, *optional*, defaults to 3, 7, 15, 31, 31, ... (one per layer)):
             per layer, the causal kernel size K >= 1.
@@ -69,7 +82,7 @@ class DynamicConvLMConfig(_ConvTypeMixin, ConvLMConfigBase):
     model_type = "dynamic_conv_lm"
     family: ClassVar[MixerFamily] = DYNAMIC_CONV
 
-    conv_type: str = "dynamic"
+    conv_type: str = "dynamic_conv"
     decoder_normalize_before: bool = True
     decoder_kernel_sizes: list[int] | None = None
     weight_dropout: float = 0.0

@@ -1,6 +1,6 @@
 """The DynamicConv / LightConv family (Wu et al., ICLR 2019): a convolution core sized per layer by its
-kernel size, a kernel predicted per token (``conv_type="dynamic"``) or learned per layer
-(``"lightweight"``)."""
+kernel size, a kernel predicted per token (``conv_type="dynamic_conv"``) or learned per layer
+(``"light_conv"``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from ..mixer_family import MixerFamily
 
 def make_dynamic_conv_core(config, layer_idx: int, causal: bool) -> DynamicConvCore | LightConvCore:
     """The DynamicConv or LightConv core of encoder (``causal=False``) or decoder layer ``layer_idx``."""
-    core_class = DynamicConvCore if config.conv_type == "dynamic" else LightConvCore
+    core_class = DynamicConvCore if config.conv_type == "dynamic_conv" else LightConvCore
     heads, kernel_size = config.mixer_shape(layer_idx, causal)
     return core_class(config.conv_dim, heads, kernel_size, causal, config.weight_dropout)
 

@@ -8,8 +8,8 @@ Data flow, as tensor2tensor's paper-era code (``attention_type="simple"``):
         -> [dropout] -> LM head (tied to the embeddings, no bias)
 
 The decoder's only sequence mixers are causal convolutions (the attention reads the source), so a
-new token depends on a bounded window of the past: the generation cache keeps, per causal
-ConvStep, its last (k-1)*dilation inputs (`SliceNetDecoder.window_sizes`), and nothing grows.
+new token depends on a bounded history: the generation cache keeps, per causal
+ConvStep, its last (k-1)*dilation inputs (`SliceNetDecoder.history_sizes`), and nothing grows.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ class SliceNetEncoder(_SliceNetStack):
 class SliceNetDecoder(_SliceNetStack):
     """Decoder(IOMixer(enc, e)) with causal convolutions; keeps its state in a `ConvCache`.
 
-    Every causal `ConvStep` owns one window of the cache: ``cache_index`` numbers them in the order
+    Every causal `ConvStep` owns one history of the cache: ``cache_index`` numbers them in the order
     of `causal_steps` (IO mixer's attention, its mixing step, then each layer's module and attention).
     """
 
@@ -178,14 +178,14 @@ class SliceNetDecoder(_SliceNetStack):
             step.cache_index = index
 
     def causal_steps(self) -> list[ConvStep]:
-        """The decoder's ConvSteps, in registration order (the order of their cache windows)."""
+        """The decoder's ConvSteps, in registration order (the order of their cache histories)."""
         return [module for module in self.modules() if isinstance(module, ConvStep)]
 
-    def window_sizes(self) -> list[int]:
+    def history_sizes(self) -> list[int]:
         """Per causal step, the number of past step inputs a new token needs.  Their sum R bounds the
         receptive field, target token t reaching the logits of positions t .. t + R; with t2t's
         residuals every step lies on one path and the bound is reached."""
-        return [step.window for step in self.causal_steps()]
+        return [step.history_size for step in self.causal_steps()]
 
     @reads_backend_once
     def forward(
