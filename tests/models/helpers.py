@@ -106,7 +106,7 @@ CASES = [
         dict(SIZES, decoder_kernel_sizes=[3, 4]),
     ),
     Case(
-        "lightweight-lm",
+        "light_conv-lm",
         talk_hf.DynamicConvForCausalLM,
         talk_hf.DynamicConvLMModel,
         talk_hf.DynamicConvLMConfig,

@@ -301,7 +301,7 @@ def test_the_cache_is_accepted_under_its_old_and_new_names(case):
         model(**step, cache=cache, past_key_values=cache)
 
 
-def test_lightweight_seq2seq_forward_and_padding():
+def test_light_conv_seq2seq_forward_and_padding():
     case = CASES[2]
     model = case.model(conv_type="light_conv")
     assert isinstance(model.model.encoder.layers[0].mixer.core, talk_hf.layers.LightConvCore)
