@@ -103,7 +103,7 @@ def measure_one(name: str, length: int, rows: int, args) -> dict:
         "peak_memory_bytes": peak,
         "training_memory_bytes": peak - memory_before,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "final_loss": float(loss),
+        "final_loss": loss.item(),
     }
 
 

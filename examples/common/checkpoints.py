@@ -9,11 +9,13 @@ the saved files when a run resumes.
 
 import json
 import shutil
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from accelerate.utils import DistributedType
 from transformers import AutoTokenizer
+from transformers.utils import logging as transformers_logging
 
 from . import run_folder
 from .run_folder import existing_dir, replace_dir
@@ -80,6 +82,20 @@ class Saver:
         save_model(self.accelerator, self.model, self.tokenizer, self.output_dir / "best", metadata)
 
 
+@contextmanager
+def quiet_saves():
+    """No progress bars of transformers and huggingface_hub inside the block (`save_pretrained`'s
+    "Writing model shards" bar, one per save, is noise in a training log); as they were after it."""
+    if not transformers_logging.is_progress_bar_enabled():
+        yield
+        return
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        transformers_logging.enable_progress_bar()
+
+
 def save_model(accelerator, model, tokenizer, directory, metadata):
     """`save_pretrained` model and tokenizer into `directory`, atomically (call on every process).
 
@@ -90,8 +106,9 @@ def save_model(accelerator, model, tokenizer, directory, metadata):
     if accelerator.is_main_process:
         tmp = Path(str(directory) + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        accelerator.unwrap_model(model).save_pretrained(tmp, state_dict=state_dict)
-        tokenizer.save_pretrained(tmp)
+        with quiet_saves():
+            accelerator.unwrap_model(model).save_pretrained(tmp, state_dict=state_dict)
+            tokenizer.save_pretrained(tmp)
         (tmp / "training_state.json").write_text(json.dumps(metadata, indent=1))
         replace_dir(tmp, directory)
     accelerator.wait_for_everyone()
@@ -103,7 +120,8 @@ def save_state(accelerator, directory):
     if accelerator.is_main_process:
         shutil.rmtree(tmp, ignore_errors=True)
     accelerator.wait_for_everyone()
-    accelerator.save_state(tmp, safe_serialization=False)  # tied weights stay tied, no warning
+    with quiet_saves():
+        accelerator.save_state(tmp, safe_serialization=False)  # tied weights stay tied, no warning
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         replace_dir(tmp, directory)

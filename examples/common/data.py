@@ -113,6 +113,22 @@ def _column(record, column):
     raise KeyError(f"record has no column {column!r} (keys: {sorted(record)})")
 
 
+def split_name(location, split, config=None):
+    """The name of the split that `split` finds in `location` (`test` -> `test_2016_flickr`), as
+    `load_columns` reads it."""
+    folder = Path(location)
+    if (folder / "dataset_dict.json").is_file():
+        splits = json.loads((folder / "dataset_dict.json").read_text())["splits"]
+        return match_split(split, splits, folder)
+    if (folder / "dataset_info.json").is_file():  # a single saved split: no names to match
+        return split
+    if folder.is_dir():
+        return match_split(split, _local_splits(folder), folder)
+    import datasets
+
+    return match_split(split, datasets.get_dataset_split_names(str(location), config), location)
+
+
 def load_columns(location, split, columns, config=None, limit=None):
     """Read `columns` (a list of names) of one split as {column: [str, ...]}, aligned by index.
 

@@ -34,7 +34,7 @@ from . import checkpoints, run_folder
 from .averaging import WeightAverage
 from .batching import make_train_loader
 from .checkpoints import Progress
-from .clock import TrainingClock, crossed_multiple
+from .clock import SlowdownDetector, TrainingClock, crossed_multiple
 from .models import is_ours
 from .options import fail
 from .records import TrainingLog, write_environment
@@ -65,13 +65,15 @@ def training_run(args):
         log_with="tensorboard" if importlib.util.find_spec("tensorboard") else None,
         project_dir=args.output_dir,
     )
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     lock = run_folder.open_run(accelerator, args)
     try:
         set_seed(args.seed)
         hparams = {k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool))}
         accelerator.init_trackers("train", config=hparams)
         if accelerator.is_main_process:
-            write_environment(args.output_dir, accelerator.num_processes)
+            write_environment(args.output_dir, accelerator.num_processes, accelerator.device)
         yield accelerator
         accelerator.end_training()
     finally:
@@ -214,8 +216,10 @@ def fit(*, accelerator, model, optimizer, scheduler, train_loader, sampler, loss
         settings.output_dir / "log.jsonl",
         progress=progress,
         max_steps=settings.max_steps,
+        budget_seconds=settings.budget_seconds,
         log_every=settings.log_every,
     )
+    slowdown = SlowdownDetector()
     saver = checkpoints.Saver(accelerator, model, tokenizer, settings.output_dir)
     steps = micro_batches_of_each_step(accelerator, train_loader, sampler, progress)
     model.train()
@@ -231,6 +235,9 @@ def fit(*, accelerator, model, optimizer, scheduler, train_loader, sampler, loss
             seconds_before = progress.train_seconds
             progress.advance(batches=len(group), tokens=tokens, seconds=seconds)
             log.step(progress, loss=loss, lr=scheduler.get_last_lr()[0], tokens=tokens)
+            warning = slowdown.add(seconds)
+            if warning is not None:
+                log.warn(f"step {progress.step}: {warning}")
             done = settings.finished(progress)
             if not done and settings.stop_after_steps is not None and progress.step >= settings.stop_after_steps:
                 accelerator.print(f"stopping after step {progress.step} without saving ({STOP_AFTER_STEPS})")

@@ -46,10 +46,10 @@ def model_types(encoder_decoder):
     return tuple(name for name in MODEL_TYPES if name not in _OURS or _config_class(name, encoder_decoder) is not None)
 
 
-def config_classes(encoder_decoder):
-    """Our configuration classes a script can build (their presets are the `--preset` choices)."""
-    classes = {_config_class(name, encoder_decoder) for name in _OURS} - {None}
-    return sorted(classes, key=lambda config_class: config_class.__name__)
+def presets_of(model_type, encoder_decoder):
+    """The `--preset` names of `model_type` (the baseline takes TaLK's sizes, so TaLK's presets)."""
+    config_class = _config_class("talk" if model_type == "transformer" else model_type, encoder_decoder)
+    return tuple(sorted(config_class.presets))
 
 
 def is_ours(config):

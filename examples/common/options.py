@@ -6,7 +6,7 @@ import math
 import os
 from pathlib import Path
 
-from .models import build_config, config_classes, model_types
+from .models import build_config, model_types, presets_of
 from .tokenizer import KINDS, SPECIAL_TOKENS
 
 # The settings a resume may change without --allow_changed_args: when training stops, how often it
@@ -27,6 +27,7 @@ MAY_CHANGE_ON_RESUME = frozenset(
         "prompt",
         "push_to_hub",
         "hub_model_id",
+        "threads",
     }
 )
 # The flags that say how to start, not what to train: never compared with args.json.
@@ -78,9 +79,11 @@ def add_model_options(parser, encoder_decoder):
     group.add_argument(
         "--model_type", choices=model_types(encoder_decoder), default="talk", help="transformer: the same-size baseline"
     )
-    presets = sorted(set().union(*(config.presets for config in config_classes(encoder_decoder))))
     group.add_argument(
-        "--preset", default="small", choices=presets, help="a named configuration of our models (XConfig.from_preset)"
+        "--preset",
+        default="small",
+        metavar="NAME",
+        help="a named configuration of the model type (XConfig.from_preset); " + describe_presets(encoder_decoder),
     )
     group.add_argument("--d_model", type=int)
     group.add_argument("--ffn_dim", type=int)
@@ -94,6 +97,14 @@ def add_model_options(parser, encoder_decoder):
         help=f"(default: {RECIPE_DROPOUT} with --preset small, the recipe for runs of minutes on a CPU "
         "(examples/results/recipe-search), except for slicenet; otherwise the preset's own)",
     )
+
+
+def describe_presets(encoder_decoder):
+    """`talk, ...: small, wmt-big; slicenet: ...`: which presets apply to which --model_type."""
+    groups = {}  # the presets, as a tuple, -> the model types that offer them
+    for model_type in model_types(encoder_decoder):
+        groups.setdefault(presets_of(model_type, encoder_decoder), []).append(model_type)
+    return "; ".join(f"{', '.join(types)}: {', '.join(presets)}" for presets, types in groups.items())
 
 
 def model_sizes(args):
@@ -112,7 +123,7 @@ def recipe_dropout(args):
     return None
 
 
-def add_training_options(parser, lr, max_tokens, schedule, warmup_steps, label_smoothing, metric):
+def add_training_options(parser, lr, max_tokens, schedule, warmup_steps, label_smoothing, metric, lr_help=None):
     group = parser.add_argument_group("training")
     group.add_argument(
         "--output_dir", required=True, help="the run's folder (checkpoints, logs): one run at a time in it"
@@ -145,14 +156,25 @@ def add_training_options(parser, lr, max_tokens, schedule, warmup_steps, label_s
         type=float,
         help="also stop after this much training time (evaluation and saving excluded): a fixed budget",
     )
-    group.add_argument("--lr", type=float, default=lr)
+    group.add_argument("--lr", type=float, default=lr, help=lr_help)
     group.add_argument("--weight_decay", type=float, default=0.0)
     group.add_argument("--schedule", choices=("inverse_sqrt", "cosine"), default=schedule)
     group.add_argument("--warmup_steps", type=int, default=warmup_steps)
     group.add_argument("--clip_norm", type=float, default=1.0, help="0 disables gradient clipping")
     group.add_argument("--label_smoothing", type=float, default=label_smoothing)
-    group.add_argument("--mixed_precision", choices=("no", "fp16", "bf16"), help="default: accelerate config")
+    group.add_argument(
+        "--mixed_precision",
+        choices=("no", "fp16", "bf16"),
+        help="(default: what `accelerate config` saved, else no; `accelerate launch --mixed_precision` sets it too)",
+    )
     group.add_argument("--seed", type=int, default=0)
+    group.add_argument(
+        "--threads",
+        type=int,
+        help="torch's CPU threads per process (torch.set_num_threads). On a machine shared with other "
+        "work, fewer threads than cores (e.g. 1) keep a step from waiting on a thread that another "
+        "process holds off its core (default: torch's own, one per core)",
+    )
     group.add_argument("--eval_every", type=int, default=500, help=f"optimizer steps between evaluations ({metric})")
     group.add_argument(
         "--eval_every_minutes",
@@ -185,7 +207,7 @@ def check_args(args):
     if args.push_to_hub and not args.hub_model_id:
         fail("--push_to_hub needs --hub_model_id")
     check_at_least(args, 1, "max_tokens", "gradient_accumulation_steps", "eval_every", "save_every", "log_every")
-    check_at_least(args, 1, "eval_batch_size", "max_steps", "max_train_samples", "max_eval_samples")
+    check_at_least(args, 1, "eval_batch_size", "max_steps", "max_train_samples", "max_eval_samples", "threads")
     check_at_least(args, 1, "min_frequency", "d_model", "ffn_dim", "encoder_layers", "decoder_layers", "heads")
     check_at_least(args, 0, "warmup_steps")
     if args.vocab_size <= len(SPECIAL_TOKENS):
@@ -247,6 +269,11 @@ def check_model_flags(args):
     """Fail when the model flags make no valid configuration (e.g. --d_model not a multiple of
     --heads, or a flag the model type does not have), with the configuration's own rules."""
     encoder_decoder = hasattr(args, "encoder_layers")  # add_model_options adds it for encoder-decoders only
+    presets = presets_of(args.model_type, encoder_decoder)
+    if args.preset not in presets:
+        fail(
+            f"--preset {args.preset} is not a preset of --model_type {args.model_type}: give one of {', '.join(presets)}"
+        )
     try:
         build_config(args.model_type, _TokenIdsOnly(), encoder_decoder, args.preset, **model_sizes(args))
     except ValueError as error:

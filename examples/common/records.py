@@ -7,6 +7,7 @@ import math
 import os
 import platform
 import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -28,10 +29,11 @@ class TrainingLog:
     its progress bar; a `with` block closes the bar.
 
     A step record every `log_every` steps, and one per evaluation (`evaluation`). On a resume the
-    records after the resumed step are dropped first: that part of the run is trained again.
+    records after the resumed step are dropped first: that part of the run is trained again. The bar
+    counts steps, or minutes of training time when the run has a time budget (`budget_seconds`).
     """
 
-    def __init__(self, accelerator, path, *, progress, max_steps, log_every):
+    def __init__(self, accelerator, path, *, progress, max_steps, log_every, budget_seconds=math.inf):
         self.accelerator = accelerator
         self.path = Path(path)
         self.log_every = log_every
@@ -41,7 +43,8 @@ class TrainingLog:
             if self.path.exists():
                 kept = [r for r in run_folder.read_log(self.path) if r["step"] <= progress.step]
                 run_folder.write_log(self.path, kept)
-        self.bar = tqdm(total=max_steps, initial=progress.step, disable=not accelerator.is_main_process, desc="train")
+        self.bar = progress_bar(progress, max_steps, budget_seconds, disable=not accelerator.is_main_process)
+        self.in_minutes = math.isfinite(budget_seconds)
 
     def __enter__(self):
         return self
@@ -51,8 +54,12 @@ class TrainingLog:
 
     def step(self, progress, *, loss, lr, tokens):
         """The step `progress` just finished: mean `loss` per target token, learning rate, target tokens."""
-        self.bar.update(1)
-        self.bar.set_postfix(loss=f"{loss:.3f}", epoch=progress.epoch)
+        if self.in_minutes:
+            self.bar.update(min(progress.train_seconds / 60, self.bar.total) - self.bar.n)
+            self.bar.set_postfix(step=progress.step, loss=f"{loss:.3f}", epoch=progress.epoch)
+        else:
+            self.bar.update(1)
+            self.bar.set_postfix(loss=f"{loss:.3f}", epoch=progress.epoch)
         if progress.step % self.log_every == 0:
             self._write(
                 {
@@ -81,6 +88,11 @@ class TrainingLog:
         if self.accelerator.is_main_process:
             self.bar.write(f"step {progress.step}{' ' + describe(about) if about else ''}: {describe(metrics)}")
 
+    def warn(self, message):
+        """`warning: message` on the main process, above the progress bar."""
+        if self.accelerator.is_main_process:
+            self.bar.write(f"warning: {message}", file=sys.stderr)
+
     def _write(self, record):
         self.accelerator.log({k: v for k, v in record.items() if k != "step"}, step=record["step"])
         if self.accelerator.is_main_process:
@@ -88,9 +100,24 @@ class TrainingLog:
                 f.write(json.dumps(record) + "\n")
 
 
-def write_environment(output_dir, processes):
+def progress_bar(progress, max_steps, budget_seconds, disable):
+    """The training bar: steps of `max_steps`, or minutes of the time budget when there is one (a
+    10-minute run then shows 10 minutes, not the thousands of steps its epochs would take)."""
+    if not math.isfinite(budget_seconds):
+        return tqdm(total=max_steps, initial=progress.step, disable=disable, desc="train")
+    total = budget_seconds / 60
+    return tqdm(
+        total=total,
+        initial=min(progress.train_seconds / 60, total),
+        disable=disable,
+        desc="train (minutes of training time)",
+        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} min{postfix}",
+    )
+
+
+def write_environment(output_dir, processes, device=None):
     """`output_dir/environment.json`: where the run trains (`describe_environment`), of its latest start."""
-    write_json(Path(output_dir) / "environment.json", describe_environment(processes))
+    write_json(Path(output_dir) / "environment.json", {**describe_environment(processes), "device": str(device)})
 
 
 def describe_environment(processes: int) -> dict:
@@ -150,13 +177,15 @@ def describe_package_source() -> dict | None:
     return {"commit": git("rev-parse", "HEAD"), "modified": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
-def report_test(accelerator, args, best, metrics):
+def report_test(accelerator, args, best, metrics, split):
     """Print the test metrics of checkpoint `best` and write them to `output_dir/test_results.json`.
 
     `metrics` are an `evaluate` result; the file names them test_loss, test_ppl (and test_bleu).
+    `split` is the name of the split they were computed on, as the data spells it (`--test_split`
+    test finds test_2016_flickr: `data.split_name`).
     """
     named = {"test_" + name.removeprefix("valid_"): value for name, value in metrics.items()}
-    accelerator.print(f"test ({args.test_split}) with {best}: {describe(named)}")
+    accelerator.print(f"test ({split}) with {best}: {describe(named)}")
     if accelerator.is_main_process:
-        record = {"split": args.test_split, "checkpoint": str(best), **named}
+        record = {"split": split, "checkpoint": str(best), **named}
         write_json(Path(args.output_dir) / "test_results.json", record)

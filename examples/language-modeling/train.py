@@ -5,7 +5,8 @@
 runs the whole job: a tokenizer trained on the training text (word-level by default, the classic
 WikiText setup; `--tokenizer_kind bpe` for raw text), the text cut into blocks of `--block_size`
 tokens (`line.split() + [eos]` per line, as in the standard WikiText token counts), training with
-`--max_tokens` tokens per micro-batch, validation perplexity every `--eval_every` steps, `best/`
+`--max_tokens` tokens per micro-batch, validation perplexity every `--eval_every` steps (with a
+time budget, `--max_train_minutes`, every `--eval_every_minutes` of training time), `best/`
 and `last/` checkpoints, and at the end the best checkpoint reloaded through
 `AutoModelForCausalLM` for test perplexity and a sampled continuation. The same line under
 `accelerate launch` trains on several processes; `--resume` continues exactly. Without
@@ -13,6 +14,7 @@ and `last/` checkpoints, and at the end the best checkpoint reloaded through
 `--model_type transformer` trains the same-size GPT-2 baseline.
 """
 
+import math
 import sys
 from pathlib import Path
 
@@ -21,12 +23,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for `
 import torch  # noqa: E402
 from common import checkpoints, hub, loop, options, records, run_folder, signals  # noqa: E402
 from common.batching import collate_lm, lm_blocks  # noqa: E402
-from common.data import load_columns  # noqa: E402
+from common.data import load_columns, split_name  # noqa: E402
 from common.losses import LossMeter, sequence_nll, token_loss  # noqa: E402
 from common.models import build_model  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 import talk_hf  # noqa: E402,F401  (registers our models with the Auto classes)
+
+# The learning rate the search chose at each block size it searched (examples/results/recipe-search:
+# rounds lm and lm-long), shared by our models and GPT-2.
+SEARCHED_LR = {256: 1e-3, 2048: 2e-3}
+
+
+def default_lr(block_size):
+    """The default ``--lr`` for ``block_size`` tokens per block: the rate searched at the nearest
+    searched block size, distances taken on a log scale (256 to 724 -> 1e-3; 725 and longer -> 2e-3)."""
+    nearest = min(SEARCHED_LR, key=lambda size: abs(math.log(block_size / size)))
+    return SEARCHED_LR[nearest]
 
 
 def parse_args(argv=None):
@@ -39,7 +52,10 @@ def parse_args(argv=None):
     # The recipe chosen on WikiText-2 validation perplexity for CPU budgets (examples/results/recipe-search).
     options.add_training_options(
         parser,
-        lr=1e-3,
+        lr=None,
+        lr_help="(default: the searched rate of the nearer searched block size on a log scale: "
+        + ", ".join(f"{rate:g} at {size:,}" for size, rate in SEARCHED_LR.items())
+        + " tokens per block)",
         max_tokens=1024,
         schedule="inverse_sqrt",
         warmup_steps=50,
@@ -48,6 +64,8 @@ def parse_args(argv=None):
     )
     args = options.parse_args(parser, argv)
     options.check_at_least(args, 1, "block_size")
+    if args.lr is None:  # resolved here, so args.json records the rate that ran
+        args.lr = default_lr(args.block_size)
     if args.max_tokens < args.block_size:
         options.fail(f"--max_tokens {args.max_tokens} holds no block of --block_size {args.block_size}")
     return args
@@ -131,7 +149,8 @@ def report(accelerator, args):
     if args.test_split:
         with torch.no_grad():
             metrics = make_evaluate(accelerator, load_blocks(args, tokenizer, args.test_split), args)(model)
-        records.report_test(accelerator, args, best, metrics)
+        split = split_name(args.data_dir or args.dataset_name, args.test_split, args.dataset_config)
+        records.report_test(accelerator, args, best, metrics, split)
     prompt = tokenizer(args.prompt, return_tensors="pt").to(accelerator.device)
     with torch.no_grad():
         sample = model.generate(

@@ -42,17 +42,20 @@ def test_translation_trains_evaluates_saves_and_reloads(tmp_path, model_type):
     report = model_type == "talk"  # the final test-set report (reload, BLEU, translations), once
     flags = ["--model_type", model_type, "--output_dir", tmp_path, *"--max_steps 2 --eval_every 2".split()]
     flags += ["--save_every", "1", "--test_split", "test" if report else ""]
+    flags += ["--threads", "1"] if report else []
     if model_type in ("dynamic_conv", "light_conv"):  # bf16 autocast (CPU here), as GPU runs train
         flags += ["--mixed_precision", "bf16"]
     output = run("translation/train.py", *(SLICENET_TRANSLATION if model_type == "slicenet" else TRANSLATION), *flags)
     steps, evaluations = read_log(tmp_path)
     assert [r["step"] for r in steps] == [1, 2] and all(r["tokens"] > 0 for r in steps)
     assert [r["step"] for r in evaluations] == [2] and 0 <= evaluations[0]["bleu"] <= 100
-    assert ("test (test) with" in output and "->" in output) == report
+    # The test line names the split as the data spells it: `--test_split test` finds test_2016_flickr.
+    assert ("test (test_2016_flickr) with" in output and "->" in output) == report
+    assert "Writing model shards" not in output  # no progress bar per save in the training log
     if report:
         test_results = json.loads((tmp_path / "test_results.json").read_text())
-        assert test_results["split"] == "test" and 0 <= test_results["test_bleu"] <= 100
-        report_line = next(line for line in output.splitlines() if line.startswith("test (test) with"))
+        assert test_results["split"] == "test_2016_flickr" and 0 <= test_results["test_bleu"] <= 100
+        report_line = next(line for line in output.splitlines() if line.startswith("test (test_2016_flickr) with"))
         assert "test_loss" in report_line and "test_bleu" in report_line and "valid" not in report_line
     for checkpoint in ("best", "last"):
         model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / checkpoint)
@@ -65,6 +68,9 @@ def test_translation_trains_evaluates_saves_and_reloads(tmp_path, model_type):
     environment = json.loads((tmp_path / "environment.json").read_text())  # where it trained
     assert environment["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert environment["processes"] == 1 and environment["versions"]["torch"] == torch.__version__
+    assert environment["device"].startswith("cuda" if torch.cuda.is_available() else "cpu")  # Accelerate picks
+    if report:  # --threads 1
+        assert environment["torch_threads"] == 1
     assert environment["talk_hf_source"] == describe_package_source()  # the code it ran
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "best")
     batch = tokenizer(["Ein Hund läuft."], return_tensors="pt")
@@ -99,8 +105,11 @@ def test_a_time_budget_stops_training_and_paces_the_evaluations(tmp_path):
     """
     budget, interval = 0.9, 0.3
     flags = ["--max_steps", 100000, "--max_train_minutes", budget / 60, "--eval_every_minutes", interval / 60]
-    run("language-modeling/train.py", *LANGUAGE_MODELING, *flags, "--test_split", "", "--output_dir", tmp_path)
+    output = run("language-modeling/train.py", *LANGUAGE_MODELING, *flags, "--test_split", "", "--output_dir", tmp_path)
     steps, evaluations = read_log(tmp_path)
+    # The bar shows the budget (minutes of training time), not the 100,000 steps of --max_steps.
+    assert "train (minutes of training time)" in output and f"/{budget / 60:.1f} min" in output
+    assert "/100000" not in output
     seconds = [r["seconds"] for r in steps]  # rounded to 0.01 s in the log
     assert [r["step"] for r in steps] == list(range(1, len(steps) + 1)) and len(steps) < 100000
     assert seconds[-1] >= budget - 0.01 and (len(steps) == 1 or seconds[-2] < budget + 0.01)
@@ -165,6 +174,17 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     for name, tensor in AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "one" / "last").state_dict().items():
         other = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "two" / "last").state_dict()[name]
         torch.testing.assert_close(other, tensor, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_the_plain_command_trains_on_a_visible_gpu(tmp_path):
+    """Without `accelerate launch` the script trains on the GPU when one is visible (Accelerate picks
+    it), and says so in environment.json."""
+    flags = ["--model_type", "talk", "--output_dir", tmp_path, *"--max_steps 2 --eval_every 2".split()]
+    run("translation/train.py", *TRANSLATION, *flags, "--test_split", "")
+    environment = json.loads((tmp_path / "environment.json").read_text())
+    assert environment["device"].startswith("cuda") and environment["gpus"]
+    assert [r["step"] for r in read_log(tmp_path)[0]] == [1, 2]
 
 
 @pytest.mark.gpu

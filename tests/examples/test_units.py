@@ -2,6 +2,7 @@
 pacing by training time and the Hub upload."""
 
 import json
+import math
 import re
 import shutil
 import signal
@@ -16,15 +17,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator
-from common import hub, loop, options, records, signals
+from common import checkpoints, hub, loop, options, records, signals
 from common.averaging import WeightAverage
 from common.batching import TokenBatchSampler, TranslationCollator, collate_lm, lm_blocks
-from common.clock import TrainingClock, crossed_multiple
+from common.checkpoints import Progress
+from common.clock import SlowdownDetector, TrainingClock, crossed_multiple
+from common.data import split_name
 from common.losses import token_loss
 from common.models import build_config, build_model, our_config
 from common.run_folder import existing_dir, replace_dir
 from common.tokenizer import get_tokenizer, train_tokenizer
 from transformers import AutoTokenizer
+from transformers.utils import logging as transformers_logging
 
 import talk_hf
 
@@ -409,7 +413,7 @@ def test_help_shows_every_default_and_the_presets(script, capsys):
         name = block.split()[0]
         if name not in ("-h,", "--output_dir"):  # --output_dir is required
             assert "(default" in " ".join(block.split()), block
-    assert "--preset {" in text and "small" in text
+    assert "--preset NAME" in text and "small" in text
 
 
 class _Vocabulary(SimpleNamespace):
@@ -463,3 +467,156 @@ def test_the_recipe_trains_the_small_preset_without_dropout(flags, dropout):
     config = build_config(args.model_type, tokenizer, True, args.preset, **options.model_sizes(args))
     assert getattr(config, "dropout", None) == dropout
     assert args.dropout == (dropout if "--dropout" in flags else None)  # args.json records what was given
+
+
+def _help(script, capsys):
+    with pytest.raises(SystemExit):
+        load_script(script).parse_args(["--help"])
+    return capsys.readouterr().out
+
+
+def _option_help(text, name):
+    """The help of option `name` in `--help` output, on one line."""
+    block = re.split(r"\n  (?=-)", text.split("\noptions:", 1)[1])
+    return " ".join(next(b for b in block if b.split() and b.split()[0].rstrip(",") == name).split())
+
+
+@pytest.mark.parametrize("script", ["translation/train.py", "language-modeling/train.py"])
+def test_help_says_what_the_defaults_mean(script, capsys):
+    text = _help(script, capsys)
+    assert "the run's folder" in _option_help(text, "--output_dir")
+    mixed = _option_help(text, "--mixed_precision")
+    assert "accelerate config" in mixed and "(default: None)" not in mixed
+    threads = _option_help(text, "--threads")
+    assert "torch.set_num_threads" in threads and "(default: torch's own" in threads
+
+
+def test_the_help_describes_the_main_job_paced_by_minutes(capsys):
+    text = _help("translation/train.py", capsys)
+    description = " ".join(text.split("\noptions:", 1)[0].split())
+    assert "--max_train_minutes 10 --eval_every_minutes 5" in description
+    assert "after every 5 minutes" in description and "bentrevett/multi30k" in description
+
+
+@pytest.mark.parametrize(
+    "script, encoder_decoder", [("translation/train.py", True), ("language-modeling/train.py", False)]
+)
+def test_preset_offers_each_model_type_its_own_presets(script, encoder_decoder, capsys):
+    preset = _option_help(_help(script, capsys), "--preset")
+    talk = "talk, dynamic_conv, light_conv, transformer: "
+    if encoder_decoder:
+        assert talk + "cnn-dm, cnn-dm-deep, iwslt14-de-en, small, wmt-big;" in preset
+        assert "slicenet: paper-section-3.1, small, t2t-slicenet_1," in preset
+    else:
+        assert talk + "small, wikitext-103 (default: small)" in preset and "slicenet" not in preset
+    module = load_script(script)
+    with pytest.raises(SystemExit, match="--preset t2t-slicenet_1 is not a preset of --model_type talk: give one of"):
+        module.parse_args(["--output_dir", "x", "--preset", "t2t-slicenet_1"])
+    if encoder_decoder:
+        assert module.parse_args(["--output_dir", "x", "--model_type", "slicenet", "--preset", "t2t-slicenet_1tiny"])
+        with pytest.raises(SystemExit, match="not a preset of --model_type slicenet"):
+            module.parse_args(["--output_dir", "x", "--model_type", "slicenet", "--preset", "wmt-big"])
+
+
+def test_threads_must_be_positive():
+    module = load_script("translation/train.py")
+    assert module.parse_args(["--output_dir", "x", "--threads", "1"]).threads == 1
+    with pytest.raises(SystemExit, match="--threads must be >= 1, not 0"):
+        module.parse_args(["--output_dir", "x", "--threads", "0"])
+    assert "threads" in options.MAY_CHANGE_ON_RESUME  # how fast, not what, a run trains
+
+
+def test_slowdown_detector_warns_once_when_steps_suddenly_slow_down():
+    """Synthetic step times: 0.15 s steps with noise, then 13x slower (another process on the CPU)."""
+    detector = SlowdownDetector(factor=4.0, window=10, warmup=20)
+    usual = [0.15 * (1 + 0.3 * ((i * 7) % 5 - 2) / 2) for i in range(100)]  # 0.105 .. 0.195 s
+    assert [detector.add(s) for s in usual] == [None] * 100
+    assert all(detector.add(s) is None for s in [0.6] * 4)  # a few slow steps: the window's median holds
+    warnings = [detector.add(s) for s in [2.0] * 30]
+    assert sum(w is not None for w in warnings) == 1  # once, not at every slow step
+    message = next(w for w in warnings if w is not None)
+    assert "this run's usual 0.15 s" in message and "--threads 1" in message
+    assert all(detector.add(s) is None for s in usual[:30])  # back to normal: quiet, and armed again
+    assert sum(detector.add(s) is not None for s in [2.0] * 30) == 1
+
+
+def test_slowdown_detector_stays_quiet_for_slow_starts_and_steady_runs():
+    detector = SlowdownDetector(factor=4.0, window=10, warmup=20)
+    assert all(detector.add(s) is None for s in [5.0] * 5 + [0.2] * 200)  # slow first steps (warm-up)
+    steady = SlowdownDetector()
+    assert all(steady.add(1.0 + 0.5 * (i % 2)) is None for i in range(1000))  # alternating 1.0 / 1.5 s
+
+
+def test_progress_bar_counts_the_budget_in_minutes():
+    progress = Progress(step=0, train_seconds=0.0)
+    bar = records.progress_bar(progress, max_steps=9150, budget_seconds=600, disable=False)
+    assert bar.total == 10 and "0.0/10.0 min" in str(bar) and "9150" not in str(bar)
+    bar.close()
+    steps = records.progress_bar(progress, max_steps=9150, budget_seconds=math.inf, disable=False)
+    assert steps.total == 9150
+    steps.close()
+
+
+def test_training_log_moves_the_minute_bar_by_training_time(tmp_path):
+    accelerator = SimpleNamespace(is_main_process=True, log=lambda *a, **k: None)
+    progress = Progress()
+    with records.TrainingLog(
+        accelerator, tmp_path / "log.jsonl", progress=progress, max_steps=9150, log_every=1000, budget_seconds=600
+    ) as log:
+        for _ in range(3):
+            progress.advance(batches=1, tokens=10, seconds=90.0)
+            log.step(progress, loss=1.0, lr=1e-3, tokens=10)
+        assert log.bar.n == pytest.approx(4.5) and "4.5/10.0 min" in str(log.bar) and "step=3" in str(log.bar)
+        progress.advance(batches=1, tokens=10, seconds=700.0)  # the last step ends past the budget
+        log.step(progress, loss=1.0, lr=1e-3, tokens=10)
+        assert log.bar.n == 10
+
+
+def test_saves_write_no_progress_bars(tmp_path, capfd):
+    tokenizer = train_tokenizer(["ein hund", "a dog"], kind="word", vocab_size=20, min_frequency=1)
+    model = build_model("talk", tokenizer, True, d_model=16, ffn_dim=32, heads=2, encoder_layers=1, decoder_layers=1)
+    accelerator = Accelerator(cpu=True)
+    capfd.readouterr()
+    checkpoints.save_model(accelerator, model, tokenizer, tmp_path / "best", {"step": 1})
+    assert "Writing model shards" not in capfd.readouterr().err
+    assert transformers_logging.is_progress_bar_enabled()  # as it was: only the saves are quiet
+    model.save_pretrained(tmp_path / "plain")  # what the loop used to print at every save
+    assert "Writing model shards" in capfd.readouterr().err
+
+
+def test_split_name_is_the_split_as_the_data_spells_it(tmp_path):
+    for name in ("train.de", "train.en", "val.de", "val.en", "test_2016_flickr.de", "test_2016_flickr.en"):
+        (tmp_path / name).write_text("x\n")
+    assert split_name(tmp_path, "test") == "test_2016_flickr"
+    assert split_name(tmp_path, "validation") == "val"
+    assert split_name(tmp_path, "train") == "train"
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "dataset_dict.json").write_text(json.dumps({"splits": ["train", "validation", "test"]}))
+    assert split_name(saved, "valid") == "validation"
+
+
+@pytest.mark.parametrize(
+    ("flags", "lr"),
+    [
+        ([], 1e-3),  # blocks of 256: the rate searched there
+        (["--block_size", "512"], 1e-3),
+        (["--block_size", "724"], 1e-3),  # just nearer 256 than 2,048 on a log scale
+        (["--block_size", "725"], 2e-3),
+        (["--block_size", "2048"], 2e-3),  # the rate searched at blocks of 2,048
+        (["--block_size", "16384"], 2e-3),
+        (["--block_size", "2048", "--lr", "5e-4"], 5e-4),  # a given rate wins
+    ],
+)
+def test_language_model_learning_rate_follows_the_block_size(tmp_path, flags, lr):
+    """The LM script's default --lr is the searched rate of the nearer searched block size, resolved
+    before the run starts so that args.json records the rate that ran."""
+    script = load_script("language-modeling/train.py")
+    args = script.parse_args(["--output_dir", str(tmp_path / "run"), "--max_tokens", "16384", *flags])
+    assert args.lr == lr
+
+
+def test_language_model_help_states_the_learning_rate_rule(capsys):
+    with pytest.raises(SystemExit):
+        load_script("language-modeling/train.py").parse_args(["--help"])
+    assert "0.001 at 256, 0.002 at 2,048 tokens per block" in " ".join(capsys.readouterr().out.split())
