@@ -4,13 +4,16 @@ Times each op and SDPA on the same (B, T, C, H) for T = 256 .. 16,384, forward a
 forward+backward, in one run, and reports the ratios SDPA time / op time, the growth of each op's
 time with T (log-log slope: 1.0 is linear) and the peak extra memory of one forward pass.
 ``--backends`` times the ops on several backends (``torch``, ``cpu``, ``cuda``, ``auto``; see
-talk_hf.ops._backend).  Each op's achieved memory bandwidth is reported as a fraction of a
+talk_hf.ops._backend), and ``cuda-stream``: the CUDA backend with its streaming kernels
+(``$TALK_HF_UNVERIFIED_CUDA``, csrc/cuda_*_stream.cu), whose rows carry ``tiled_over_stream_*``: the
+time of the same case on ``cuda`` (the tiled kernels) over its own, measured in the same run.  Each op's achieved memory bandwidth is reported as a fraction of a
 same-run device-to-device copy (bytes of each input and output counted once; the backward pass
 as forward+backward minus forward); the same run also measures ``clone()`` (a copy into a new
 tensor, whose fresh pages cost first-touch faults on the CPU unless THP_MEM_ALLOC_ENABLE=1) and a
 matrix product, the flop ceiling the convolutions are held against (``flops`` fractions).  ``--table6`` is the TaLK paper's Table 6 setting: B=10,
 d=1024, H=16, fp32, T = 10 .. 10,000, iterations/s of talk_conv and dynamic_conv (k=3, k=31) on
-the compiled backend and the PyTorch path, against SDPA (flash in bf16, and fp32).
+the compiled backend (on a GPU: both kernel sets) and the PyTorch path, against SDPA (flash in bf16,
+and fp32).
 Results are printed and saved as JSON under benchmarks/results/.
 
     python benchmarks/bench_ops.py                       # CPU or the visible GPU
@@ -25,6 +28,7 @@ Results are printed and saved as JSON under benchmarks/results/.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -87,6 +91,10 @@ def build_case(name: str, batch: int, length: int, channels: int, heads: int, de
     raise ValueError(f"unknown case {name!r}")
 
 
+# The benchmark backend that runs the "cuda" backend with the streaming kernels of these ops.
+STREAM_BACKEND = "cuda-stream"
+STREAM_OPS = "talk_conv,dynamic_conv,light_conv"
+UNVERIFIED_CUDA_ENV = "TALK_HF_UNVERIFIED_CUDA"
 CASES = ["talk_bidirectional", "talk_causal", "dynamic_conv_k3", "dynamic_conv_k31", "light_conv_k31", "sdpa"]
 ATTENTION = ("sdpa", "sdpa_flash_bf16")
 TABLE6 = {
@@ -97,6 +105,21 @@ TABLE6 = {
     "lengths": [10, 100, 1000, 10000],
     "cases": ["talk_bidirectional", "dynamic_conv_k3", "dynamic_conv_k31", "sdpa_flash_bf16", "sdpa"],
 }
+
+
+@contextlib.contextmanager
+def kernel_set(backend: str | None):
+    """The ops' backend for a benchmark backend name; inside, ``$TALK_HF_UNVERIFIED_CUDA`` names the
+    streaming ops for ``cuda-stream`` and nothing otherwise (the ops read it at each call)."""
+    saved = os.environ.get(UNVERIFIED_CUDA_ENV)
+    os.environ[UNVERIFIED_CUDA_ENV] = STREAM_OPS if backend == STREAM_BACKEND else ""
+    try:
+        yield "cuda" if backend == STREAM_BACKEND else backend
+    finally:
+        if saved is None:
+            del os.environ[UNVERIFIED_CUDA_ENV]
+        else:
+            os.environ[UNVERIFIED_CUDA_ENV] = saved
 
 
 def bytes_moved(name, batch, length, channels, heads, dtype):
@@ -281,7 +304,7 @@ def main() -> None:
         "--backends",
         nargs="+",
         default=["auto"],
-        choices=["auto", "torch", "cpu", "cuda"],
+        choices=["auto", "torch", "cpu", "cuda", STREAM_BACKEND],
         help="backends of the talk_hf ops (SDPA runs once)",
     )
     parser.add_argument(
@@ -305,7 +328,7 @@ def main() -> None:
     if args.table6:
         for key, value in TABLE6.items():
             setattr(args, key, value)
-        args.backends = [device.type, "torch"]
+        args.backends = [device.type, STREAM_BACKEND, "torch"] if device.type == "cuda" else [device.type, "torch"]
     dtype = getattr(torch, args.dtype)
     shape = {"batch": args.batch, "channels": args.channels, "heads": args.heads, "dtype": args.dtype}
     largest_x = args.batch * max(args.lengths) * args.channels * torch.finfo(dtype).bits // 8
@@ -343,14 +366,22 @@ def main() -> None:
     for length in args.lengths:
         for name in args.cases:
             for backend in ["-"] if name in ATTENTION else args.backends:
-                op_backend = None if name in ATTENTION else backend
                 try:
-                    forward, forward_backward = time_case(
-                        name, args.batch, length, args.channels, args.heads, device, dtype, args.min_seconds, op_backend
-                    )
+                    with kernel_set(None if name in ATTENTION else backend) as op_backend:
+                        forward, forward_backward = time_case(
+                            name,
+                            args.batch,
+                            length,
+                            args.channels,
+                            args.heads,
+                            device,
+                            dtype,
+                            args.min_seconds,
+                            op_backend,
+                        )
                 except torch.cuda.OutOfMemoryError:  # like self-attention at T = 10,000 in the paper
                     torch.cuda.empty_cache()
-                    print(f"T={length:6d} {name:20s} {backend:5s} out of memory")
+                    print(f"T={length:6d} {name:20s} {backend:11s} out of memory")
                     rows.append({"case": name, "backend": backend, "length": length, "error": "out of memory"})
                     continue
                 row = {
@@ -362,9 +393,10 @@ def main() -> None:
                     "iterations_per_s": 1 / forward,
                 }
                 if not args.skip_peak:
-                    row["forward_peak_bytes"] = peak_forward_bytes(
-                        name, args.batch, length, args.channels, args.heads, device, dtype, op_backend or "auto"
-                    )
+                    with kernel_set(None if name in ATTENTION else backend) as op_backend:
+                        row["forward_peak_bytes"] = peak_forward_bytes(
+                            name, args.batch, length, args.channels, args.heads, device, dtype, op_backend or "auto"
+                        )
                 if name not in ATTENTION:
                     forward_bytes, backward_bytes = bytes_moved(
                         name, args.batch, length, args.channels, args.heads, dtype
@@ -380,6 +412,7 @@ def main() -> None:
                 rows.append(row)
         measured = [r for r in rows if "error" not in r]
         baselines = {r["case"]: r for r in measured if r["case"] in ATTENTION and r["length"] == length}
+        tiled = {r["case"]: r for r in measured if r["backend"] == "cuda" and r["length"] == length}
         for row in measured:
             if row["length"] != length:
                 continue
@@ -389,8 +422,11 @@ def main() -> None:
                     row[f"{label}_over_op_forward_backward"] = (
                         baselines[attention]["forward_backward_s"] / row["forward_backward_s"]
                     )
+            if row["backend"] == STREAM_BACKEND and row["case"] in tiled:
+                for phase in ("forward", "forward_backward"):
+                    row[f"tiled_over_stream_{phase}"] = tiled[row["case"]][f"{phase}_s"] / row[f"{phase}_s"]
             print(
-                f"T={length:6d} {row['case']:20s} {row['backend']:5s} fwd {row['forward_s'] * 1e3:9.3f} ms"
+                f"T={length:6d} {row['case']:20s} {row['backend']:11s} fwd {row['forward_s'] * 1e3:9.3f} ms"
                 f"  fwd+bwd {row['forward_backward_s'] * 1e3:9.3f} ms  {row['iterations_per_s']:9.1f} it/s"
                 + (f"  peak {row['forward_peak_bytes'] / 2**20:8.1f} MiB" if "forward_peak_bytes" in row else "")
                 + (
@@ -411,6 +447,12 @@ def main() -> None:
                 + (
                     f"  flops fwd {row['forward_flops_fraction']:5.0%} bwd {row['backward_flops_fraction']:5.0%}"
                     if "forward_flops_fraction" in row
+                    else ""
+                )
+                + (
+                    f"  tiled/stream fwd {row['tiled_over_stream_forward']:5.2f}x"
+                    f" fwd+bwd {row['tiled_over_stream_forward_backward']:5.2f}x"
+                    if "tiled_over_stream_forward" in row
                     else ""
                 )
             )

@@ -11,9 +11,12 @@
 #   test-all  the whole test suite on the GPU machine
 #   sanitize  compute-sanitizer memcheck and racecheck over benchmarks/sanitize_kernels.py
 #                                                                    -> sanitize-*.log
-#   bench     bench_ops.py: the TaLK paper's Table 6 setting, then the default lengths
-#                                                                    -> table6_cuda.json, ops_cuda.json
-#   profile   Nsight Compute over each kernel at the Table 6 shape   -> ncu-table6.txt
+#   bench     bench_ops.py: the TaLK paper's Table 6 setting, then the default lengths in float32 and
+#             bfloat16; every case on both CUDA kernel sets, the tiled (cuda) and the streaming
+#             (cuda-stream, $TALK_HF_UNVERIFIED_CUDA) ones, with their ratio from the same run
+#                                   -> table6_cuda.json, ops_cuda.json, ops_cuda_bf16.json
+#   profile   Nsight Compute over each kernel of both sets at the Table 6 shape, float32 and bfloat16
+#                                                           -> ncu-table6.txt, ncu-table6-bf16.txt
 #   generate  bench_generate.py on the GPU                           -> bench_generate_cuda.json
 #   trainspeed  bench_train.py on the GPU: training tokens/s and peak memory against GPT-2 and
 #             Marian at long sequences                               -> train_cuda.json
@@ -79,19 +82,28 @@ stage_sanitize() {
 }
 
 stage_bench() {
+    local sets=(--backends cuda cuda-stream)
     "$PYTHON" benchmarks/bench_ops.py --table6 --out "$RESULTS/table6_cuda.json" &&
-        "$PYTHON" benchmarks/bench_ops.py --lengths 256 1024 4096 16384 --out "$RESULTS/ops_cuda.json"
+        "$PYTHON" benchmarks/bench_ops.py --lengths 256 1024 4096 16384 "${sets[@]}" --out "$RESULTS/ops_cuda.json" &&
+        "$PYTHON" benchmarks/bench_ops.py --lengths 256 1024 4096 16384 "${sets[@]}" --dtype bfloat16 \
+            --cases talk_bidirectional talk_causal dynamic_conv_k3 dynamic_conv_k31 light_conv_k31 sdpa_flash_bf16 \
+            --out "$RESULTS/ops_cuda_bf16.json"
 }
 
 stage_profile() {
-    # Nsight Compute over one forward and backward of each op at the Table 6 shape
+    # Nsight Compute over one forward and backward of each op at the Table 6 shape, on the tiled and
+    # the streaming kernels (profile_kernels.py runs both sets; each launch is named on its stdout)
     local ncu=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -n 1)}
-    "${ncu:?no ncu found: set NCU}" --profile-from-start off --clock-control none --section SpeedOfLight --section Occupancy \
-        --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis -k 'regex:talk|conv' \
-        "$PYTHON" benchmarks/profile_kernels.py >"$RESULTS/ncu-table6.txt" 2>&1
-    local status=$?
-    grep -E '^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per' \
-        "$RESULTS/ncu-table6.txt" | head -n 150
+    local status=0 dtype report
+    for dtype in float32 bfloat16; do
+        report="$RESULTS/ncu-table6$([ "$dtype" = float32 ] || echo "-bf16").txt"
+        "${ncu:?no ncu found: set NCU}" --profile-from-start off --clock-control none --section SpeedOfLight --section Occupancy \
+            --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis -k 'regex:talk|conv' \
+            "$PYTHON" benchmarks/profile_kernels.py --dtype "$dtype" >"$report" 2>&1
+        status=$((status | $?))
+        grep -E '^profiled|^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per' \
+            "$report" | head -n 300
+    done
     return "$status"
 }
 

@@ -1,38 +1,48 @@
-"""One forward and backward of each op at the TaLK paper's Table 6 shape, for Nsight Compute.
+"""One forward and backward of each op at the TaLK paper's Table 6 shape, for Nsight Compute, on both
+CUDA kernel sets: the tiled kernels (csrc/cuda_ops.cu) and the streaming ones (csrc/cuda_*_stream.cu,
+turned on per case through $TALK_HF_UNVERIFIED_CUDA), so one report holds old and new.
 
     ncu --profile-from-start off --clock-control none --section SpeedOfLight --section Occupancy \
         --section LaunchStats --section WarpStateStats -k regex:'talk|conv' \
         python benchmarks/profile_kernels.py [--length 10000]
 
 Each op runs once before profiling starts (build, cache warm-up); the profiled region holds exactly
-one forward and one backward per case, so every kernel launch in the report belongs to one case,
-in the order printed on stdout.  `benchmarks/gpu_suite.sh profile` runs it and saves the report.
+one forward and one backward per case and kernel set, so every kernel launch in the report belongs
+to one of them, in the order printed on stdout.  ``--dtype bfloat16`` profiles the half-precision loads.  `benchmarks/gpu_suite.sh profile` runs it and saves the report.
 """
 
 import argparse
 
 import torch
-from bench_ops import TABLE6, build_case
+from bench_ops import STREAM_BACKEND, TABLE6, build_case, kernel_set
 
 CASES = ("talk_bidirectional", "talk_causal", "dynamic_conv_k3", "dynamic_conv_k31", "light_conv_k31")
+KERNEL_SETS = {"tiled": "cuda", "stream": STREAM_BACKEND}  # name -> benchmark backend (bench_ops.kernel_set)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--length", type=int, default=10_000)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--sets", nargs="+", default=list(KERNEL_SETS), choices=list(KERNEL_SETS))
     args = parser.parse_args()
     shape = dict(batch=TABLE6["batch"], length=args.length, channels=TABLE6["channels"], heads=TABLE6["heads"])
+    dtype = getattr(torch, args.dtype)
     steps = []
-    for name in CASES:
-        run, _ = build_case(name, **shape, device="cuda", dtype=torch.float32, backend="cuda")
-        run().backward(torch.ones(shape["batch"], args.length, shape["channels"], device="cuda"))
-        steps.append((name, run))
+    for kernels in args.sets:
+        for name in CASES:
+            with kernel_set(KERNEL_SETS[kernels]) as backend:
+                run, _ = build_case(name, **shape, device="cuda", dtype=dtype, backend=backend)
+                out = run()
+                out.backward(torch.ones_like(out))
+            steps.append((kernels, name, run))
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()
-    for name, run in steps:
-        print(f"profiled: {name} forward + backward, {shape}", flush=True)
-        out = run()
-        out.backward(torch.ones_like(out))
+    for kernels, name, run in steps:
+        print(f"profiled: {name} [{kernels}] forward + backward, {shape}, {args.dtype}", flush=True)
+        with kernel_set(KERNEL_SETS[kernels]):
+            out = run()
+            out.backward(torch.ones_like(out))
         torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStop()
 

@@ -7,9 +7,15 @@
 Covered, forward and backward, in float32/float16/bfloat16/float64: causal and bidirectional
 talk_conv, a partial block of channels (C = 33), windows wider than one shared-memory pass, huge
 (clamped), negative (reversed) and NaN offsets, zero channels; dynamic_conv and light_conv with
-odd, even and K > T kernels.  `benchmarks/gpu_suite.sh sanitize` runs it with the caching
+odd, even and K > T kernels.  Every case runs on both CUDA kernel sets: the tiled kernels
+(csrc/cuda_ops.cu) and the streaming ones (csrc/cuda_*_stream.cu, through $TALK_HF_UNVERIFIED_CUDA),
+plus the streaming kernels' own edges: T = 1, a head of 6 channels (one channel a thread), x and the
+output gradient one element past a 16-byte boundary (misaligned: one channel a thread), offsets up to
+3 (window edges outside the prefix ring).  `benchmarks/gpu_suite.sh sanitize` runs it with the caching
 allocator off, so that reads past an allocation are not hidden inside a pooled block.
 """
+
+import os
 
 import torch
 
@@ -25,7 +31,17 @@ TALK_SHAPES = (
     (90, 6, 3, 5, 4, -1.0),
     (7, 0, 2, 2, 2, 1.0),
 )
-CONV_SHAPES = ((3, 1, 200), (4, 3, 200), (31, 15, 200), (300, 150, 40))  # (K, padding_l, T)
+CONV_SHAPES = ((3, 1, 200), (4, 3, 200), (31, 15, 200), (300, 150, 40), (31, 30, 1), (1, 0, 130))  # (K, padding_l, T)
+# $TALK_HF_UNVERIFIED_CUDA of each kernel set
+KERNEL_SETS = {"tiled": "", "stream": "talk_conv,dynamic_conv,light_conv"}
+# (T, C, H, max_left, max_right, offset scale) of the streaming kernels' edges
+STREAM_TALK_SHAPES = ((1, 16, 2, 3, 3, 1.0), (90, 18, 3, 4, 4, 1.0), (300, 64, 4, 7, 9, 3.0), (200, 64, 4, 15, 0, 1.0))
+
+
+def misaligned(tensor):
+    """A contiguous copy of ``tensor`` that starts one element past a 16-byte boundary."""
+    flat = torch.empty(tensor.numel() + 1, dtype=tensor.dtype, device=tensor.device)
+    return flat[1:].view(tensor.shape).copy_(tensor)
 
 
 def leaf(tensor):
@@ -34,22 +50,35 @@ def leaf(tensor):
 
 def main():
     torch.manual_seed(0)
+    for kernels, variable in KERNEL_SETS.items():
+        os.environ["TALK_HF_UNVERIFIED_CUDA"] = variable
+        run_every_kernel()
+        print(f"sanitize_kernels: the {kernels} kernels ran", flush=True)
+    torch.cuda.synchronize()
+    print("sanitize_kernels: every kernel ran")
+
+
+def run_every_kernel():
+    """Forward and backward of every op over the shapes above, in every dtype, aligned and misaligned."""
     for dtype in DTYPES:
-        for length, channels, heads, max_left, max_right, scale in TALK_SHAPES:
+        for length, channels, heads, max_left, max_right, scale in TALK_SHAPES + STREAM_TALK_SHAPES:
             x = leaf(torch.randn(2, length, channels, device="cuda", dtype=dtype))
             left = torch.rand(2, length, heads, device="cuda", dtype=dtype) * scale
             left[0, length // 2] = float("nan")  # one NaN offset: its edge falls back to row 0
             right = leaf(torch.rand(2, length, heads, device="cuda", dtype=dtype) * scale) if max_right else None
             out = talk_conv(x, leaf(left), right, max_left, max_right, backend="cuda")
             out.backward(torch.randn_like(out))
+            out = talk_conv(leaf(misaligned(x)), leaf(left), right, max_left, max_right, backend="cuda")
+            out.backward(misaligned(torch.randn_like(out)))
         for kernel_size, padding_l, length in CONV_SHAPES:
-            x = leaf(torch.randn(2, length, 33, device="cuda", dtype=dtype))
-            weight = leaf(torch.softmax(torch.randn(2, length, 3, kernel_size, device="cuda"), -1).to(dtype))
-            dynamic_conv(x, weight, padding_l, backend="cuda").sum().backward()
-            weight = leaf(torch.softmax(torch.randn(3, kernel_size, device="cuda"), -1).to(dtype))
-            light_conv(x, weight, padding_l, backend="cuda").sum().backward()
-    torch.cuda.synchronize()
-    print("sanitize_kernels: every kernel ran")
+            for channels, heads in ((33, 3), (64, 4)):
+                x = leaf(torch.randn(2, length, channels, device="cuda", dtype=dtype))
+                weight = leaf(torch.softmax(torch.randn(2, length, heads, kernel_size, device="cuda"), -1).to(dtype))
+                dynamic_conv(x, weight, padding_l, backend="cuda").sum().backward()
+                out = dynamic_conv(leaf(misaligned(x)), weight, padding_l, backend="cuda")
+                out.backward(misaligned(torch.randn_like(out)))
+                weight = leaf(torch.softmax(torch.randn(heads, kernel_size, device="cuda"), -1).to(dtype))
+                light_conv(x, weight, padding_l, backend="cuda").sum().backward()
 
 
 if __name__ == "__main__":

@@ -31,6 +31,10 @@ constexpr int kRows = 8;       // blockDim.y of the forward kernels
 constexpr int kTile = 128;     // time steps per block of the forward kernels
 constexpr int kBackwardTile = 32;
 constexpr int kSharedBytes = 40 * 1024;  // stays under the 48 KiB default
+constexpr int kWarpSize = 32;
+constexpr unsigned kFullWarp = 0xffffffffu;  // every lane of a warp takes part in a shuffle
+constexpr int kReachThreads = 256;           // threads per block of talk_reach_kernel
+constexpr int kReachBlocks = 1024;           // most blocks of talk_reach_kernel (it strides over the rest)
 
 // Rows of the forward's shared prefix sum: row 0 carries the sum of the previous chunk.
 template <typename acc_t>
@@ -74,7 +78,7 @@ dim3 tile_grid(int64_t batch, const Layout& layout, int64_t tile) {
 
 template <typename acc_t>
 __device__ acc_t warp_sum(acc_t value) {
-  for (int lanes = 16; lanes > 0; lanes /= 2) value += __shfl_down_sync(0xffffffffu, value, lanes);
+  for (int lanes = kWarpSize / 2; lanes > 0; lanes /= 2) value += __shfl_down_sync(kFullWarp, value, lanes);
   return value;
 }
 
@@ -166,7 +170,7 @@ __global__ void __launch_bounds__(kChannels* kRows)
 // Per-block maxima of the reach over (b, t, h); the caller reduces the (blocks, 2) partials.
 template <typename scalar_t, typename acc_t>
 __global__ void talk_reach_kernel(TalkOffsets<scalar_t, acc_t> offsets, int64_t count, int64_t* partials) {
-  __shared__ int64_t before[256], after[256];
+  __shared__ int64_t before[kReachThreads], after[kReachThreads];
   Reach reach{0, 0};
   for (int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; index < count;
        index += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -240,9 +244,9 @@ template <typename scalar_t, typename acc_t>
 __global__ void talk_grad_offsets_kernel(TalkOffsets<scalar_t, acc_t> offsets, Layout layout, int64_t count,
                                          const scalar_t* __restrict__ x, const scalar_t* __restrict__ grad_out,
                                          scalar_t* __restrict__ grad_left, scalar_t* __restrict__ grad_right) {
-  const int64_t index = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t index = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpSize;
   if (index >= count) return;
-  const int lane = threadIdx.x % 32;
+  const int lane = threadIdx.x % kWarpSize;
   const int64_t h = index % offsets.heads, t = (index / offsets.heads) % layout.length;
   const int64_t b = index / (offsets.heads * layout.length);
   const Edge<acc_t> left = offsets.left(b, t, h), right = offsets.right(b, t, h);
@@ -251,7 +255,7 @@ __global__ void talk_grad_offsets_kernel(TalkOffsets<scalar_t, acc_t> offsets, L
   const scalar_t* x_left = x + (b * layout.length + left.index) * layout.channels + h * layout.head_size;
   const scalar_t* x_right = x + (b * layout.length + (right_inside ? right.index : 0)) * layout.channels + h * layout.head_size;
   acc_t dot_left = 0, dot_right = 0;
-  for (int64_t c = lane; c < layout.head_size; c += 32) {
+  for (int64_t c = lane; c < layout.head_size; c += kWarpSize) {
     const acc_t grad = static_cast<acc_t>(grad_row[c]);
     dot_left += grad * static_cast<acc_t>(x_left[c]);
     if (right_inside) dot_right += grad * static_cast<acc_t>(x_right[c]);
@@ -291,9 +295,9 @@ template <typename scalar_t, typename acc_t>
 __global__ void conv_grad_weight_kernel(Layout layout, int64_t heads, int64_t taps, int64_t padding_l, int64_t count,
                                         const scalar_t* __restrict__ x, const scalar_t* __restrict__ grad_out,
                                         acc_t* __restrict__ grad_weight) {
-  const int64_t index = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t index = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpSize;
   if (index >= count) return;
-  const int lane = threadIdx.x % 32;
+  const int lane = threadIdx.x % kWarpSize;
   const int64_t h = index % heads, t = (index / heads) % layout.length, b = index / (heads * layout.length);
   const scalar_t* grad_row = grad_out + (b * layout.length + t) * layout.channels + h * layout.head_size;
   for (int64_t k = 0; k < taps; ++k) {
@@ -301,7 +305,7 @@ __global__ void conv_grad_weight_kernel(Layout layout, int64_t heads, int64_t ta
     acc_t dot = 0;
     if (in_sequence(source, layout.length)) {
       const scalar_t* x_row = x + (b * layout.length + source) * layout.channels + h * layout.head_size;
-      for (int64_t c = lane; c < layout.head_size; c += 32) dot += static_cast<acc_t>(grad_row[c]) * static_cast<acc_t>(x_row[c]);
+      for (int64_t c = lane; c < layout.head_size; c += kWarpSize) dot += static_cast<acc_t>(grad_row[c]) * static_cast<acc_t>(x_row[c]);
     }
     dot = warp_sum(dot);
     if (lane == 0) grad_weight[index * taps + k] = dot;
@@ -354,9 +358,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward(const at::Tensor& g
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "talk_backward_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     const auto offsets = talk_offsets<scalar_t, acc_t>(offset_left, offset_right, max_left, max_right);
-    const unsigned reach_blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(pairs, 256), 1024));
+    const unsigned reach_blocks =
+        static_cast<unsigned>(std::min<int64_t>(ceil_div(pairs, kReachThreads), kReachBlocks));
     at::Tensor partials = at::empty({reach_blocks, 2}, x.options().dtype(at::kLong));
-    talk_reach_kernel<scalar_t, acc_t><<<reach_blocks, 256, 0, stream>>>(offsets, pairs, partials.mutable_data_ptr<int64_t>());
+    talk_reach_kernel<scalar_t, acc_t>
+        <<<reach_blocks, kReachThreads, 0, stream>>>(offsets, pairs, partials.mutable_data_ptr<int64_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     const at::Tensor reach = at::amax(partials, 0);  // stays on the device: no host sync
 
@@ -365,7 +371,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward(const at::Tensor& g
             offsets, layout, grad_out.const_data_ptr<scalar_t>(), reach.const_data_ptr<int64_t>(),
             grad_x.mutable_data_ptr<scalar_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    talk_grad_offsets_kernel<scalar_t, acc_t><<<warp_blocks(pairs), 32 * kWarpsPerBlock, 0, stream>>>(
+    talk_grad_offsets_kernel<scalar_t, acc_t><<<warp_blocks(pairs), kWarpSize * kWarpsPerBlock, 0, stream>>>(
         offsets, layout, pairs, x.const_data_ptr<scalar_t>(), grad_out.const_data_ptr<scalar_t>(),
         grad_left.mutable_data_ptr<scalar_t>(),
         offset_right.defined() ? grad_right.mutable_data_ptr<scalar_t>() : nullptr);
@@ -415,7 +421,7 @@ std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out_in, 
         strided_weight<scalar_t>(weight), layout, taps, padding_l, grad_out.const_data_ptr<scalar_t>(),
         grad_x.mutable_data_ptr<scalar_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    conv_grad_weight_kernel<scalar_t, acc_t><<<warp_blocks(pairs), 32 * kWarpsPerBlock, 0, stream>>>(
+    conv_grad_weight_kernel<scalar_t, acc_t><<<warp_blocks(pairs), kWarpSize * kWarpsPerBlock, 0, stream>>>(
         layout, heads, taps, padding_l, pairs, x.const_data_ptr<scalar_t>(), grad_out.const_data_ptr<scalar_t>(),
         grad_weight.mutable_data_ptr<acc_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();

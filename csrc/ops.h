@@ -1,4 +1,4 @@
-// The four entry points every compiled backend (cpu_ops.cpp, cuda_ops.cu) implements.
+// The entry points every compiled backend (cpu_ops.cpp, cuda_ops.cu) implements.
 // Shapes: x, grad_out, out (B, T, C); offsets (B, T, H); weight (B, T, H, K) with any strides
 // (LightConv passes its (H, K) kernel expanded with zero batch and time strides).
 // Inputs are checked by talk_hf.ops._validation before they get here.
@@ -31,5 +31,14 @@ at::Tensor conv_forward(const at::Tensor& x, const at::Tensor& weight, int64_t p
 // (H, K), rounded to the weight's dtype by the caller.
 std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out, const at::Tensor& x,
                                                  const at::Tensor& weight, int64_t padding_l, bool sum_weight_gradient);
+
+// Depthwise convolution (cpu_depthwise.cpp, cuda_depthwise.cu), weight (C, K) static per channel:
+// out[b, t, c] = sum_k weight[c, k] * x[b, t + k * dilation - left, c], zero outside [0, T).
+at::Tensor depthwise_forward(const at::Tensor& x, const at::Tensor& weight, int64_t dilation, int64_t left);
+
+// Its backward: the gradient for x (x's dtype) and for the weight, (C, K) summed over batch and
+// time in the accumulation dtype (float32, float64 for float64), rounded to the weight's dtype by the caller.
+std::tuple<at::Tensor, at::Tensor> depthwise_backward(const at::Tensor& grad_out, const at::Tensor& x,
+                                                      const at::Tensor& weight, int64_t dilation, int64_t left);
 
 }  // namespace talk_hf

@@ -37,15 +37,16 @@ def markdown_files(root=ROOT):
         return sorted(p for p in root.rglob("*.md") if not skip & set(p.relative_to(root).parts[:-1]))
 
 
-def prose_lines(text):
-    """(line number, line) outside fenced code blocks, with inline code spans blanked out."""
+def prose_lines(text, keep_code_spans=False):
+    """(line number, line) outside fenced code blocks, with inline code spans blanked out unless
+    `keep_code_spans` (headings keep their `code` in their anchors)."""
     inside = False
     for number, line in enumerate(text.splitlines(), 1):
         if FENCE.match(line.lstrip()):
             inside = not inside
             continue
         if not inside:
-            yield number, re.sub(r"`[^`]*`", "``", line)
+            yield number, line if keep_code_spans else re.sub(r"`[^`]*`", "``", line)
 
 
 def code_blocks(text, language):
@@ -77,7 +78,7 @@ def anchors(path):
     """Every #anchor that `path` (a Markdown file) offers: its headings' (numbered -1, -2, ... when
     repeated, as GitHub does) and explicit `<a name=...>` / `id=...` ones."""
     found, seen = set(), {}
-    for _, line in prose_lines_raw(path.read_text(encoding="utf-8")):
+    for _, line in prose_lines(path.read_text(encoding="utf-8"), keep_code_spans=True):
         match = re.match(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$", line)
         if match:
             slug = github_anchor(match.group(2))
@@ -86,17 +87,6 @@ def anchors(path):
             found.add(slug if count == 0 else f"{slug}-{count}")
         found.update(HTML_ANCHOR.findall(line))
     return found
-
-
-def prose_lines_raw(text):
-    """Like `prose_lines`, but with code spans kept (headings keep their `code`)."""
-    inside = False
-    for number, line in enumerate(text.splitlines(), 1):
-        if FENCE.match(line.lstrip()):
-            inside = not inside
-            continue
-        if not inside:
-            yield number, line
 
 
 def broken_links(path, root=ROOT):

@@ -1,8 +1,10 @@
 """SliceNet's convolutions: `SliceConv` (t2t's ``subseparable_conv``), `ConvStep` and `ConvModule`.
 
-Layout (B, T, C) everywhere: the k-tap convolutions transpose to (B, C, T) for ``conv1d``, the 1x1
-ones are linear maps over the channels, and the weights keep ``conv1d``'s shapes.  A separability
-s selects the convolution type exactly as tensor2tensor does (paper Table 1, c channels, k taps):
+Layout (B, T, C) everywhere: the depthwise k-tap convolutions (s <= 0) run
+:func:`talk_hf.ops.depthwise_conv` on it directly, the grouped ones transpose to (B, C, T) for
+``conv1d``, the 1x1 ones are linear maps over the channels, and the weights keep ``conv1d``'s
+shapes.  A separability s selects the convolution type exactly as tensor2tensor does (paper Table 1,
+c channels, k taps):
 
     s == 0   depthwise k-tap conv, then 1x1 conv                  k*c + c^2        ("Full")
     s == 1   regular k-tap conv                                   k*c^2            ("None")
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..ops import depthwise_conv
 from ..transformers_internals import init, is_loaded_from_checkpoint
 from .initialization import InitializesItself
 
@@ -70,8 +73,13 @@ def tf_orthogonal_depthwise(channels: int, kernel_size: int, parts: int, gain: f
     return torch.cat(blocks).unsqueeze(1)
 
 
+PADDINGS = ("valid", "causal", "centred")
+
+
 class SliceConv(InitializesItself):
-    """t2t's ``subseparable_conv`` with "VALID" padding: (B, T + (k-1)*dilation, C_in) -> (B, T, C_out).
+    """t2t's ``subseparable_conv``: (B, T + (k-1)*dilation, C_in) -> (B, T, C_out) with "VALID" padding,
+    or (B, T, C_in) -> (B, T, C_out) zero-padded on the left ("causal") or on both sides ("centred",
+    t2t's "SAME" for odd k).
 
     Args:
         in_channels / out_channels: C_in and C_out.
@@ -117,13 +125,34 @@ class SliceConv(InitializesItself):
         """Input positions before an output's own that it reads: (k - 1) * dilation."""
         return (self.spatial_weight.shape[-1] - 1) * self.dilation
 
-    def forward(self, context: torch.Tensor) -> torch.Tensor:
-        """context: (B, history_size + T, C_in), already padded (or preceded by cached inputs) -> (B, T, C_out)."""
-        out = self._spatial_step(context) if context.shape[1] == self.history_size + 1 else self._spatial(context)
+    def forward(self, inputs: torch.Tensor, padding: str = "valid") -> torch.Tensor:
+        """
+        Args:
+            inputs: with ``padding="valid"``, (B, history_size + T, C_in): T positions preceded by
+                their history (zeros or cached inputs); otherwise (B, T, C_in).
+            padding: ``"valid"``, ``"causal"`` or ``"centred"`` (class docstring).
+
+        Returns:
+            (B, T, C_out).
+        """
+        if padding not in PADDINGS:
+            raise ValueError(f"padding must be one of {PADDINGS}, got {padding!r}")
+        if padding == "valid" and inputs.shape[1] == self.history_size + 1:
+            out = self._spatial_step(inputs)
+        else:
+            out = self._spatial(inputs, padding)
         return out if self.pointwise_weight is None else self._pointwise(out)
 
-    def _spatial(self, context: torch.Tensor) -> torch.Tensor:
-        """The k-tap convolution over a sequence: (B, history_size + T, C_in) -> (B, T, C_spatial)."""
+    def _spatial(self, inputs: torch.Tensor, padding: str) -> torch.Tensor:
+        """The k-tap convolution over a sequence: (B, T', C_in) -> (B, T, C_spatial), T = T' -
+        history_size for ``"valid"``, else T'."""
+        if self.separability <= 0:  # depthwise: the compiled kernels (on the CPU; see talk_hf.ops.depthwise_conv)
+            weight = self.spatial_weight.squeeze(1)  # (C_in, k)
+            if padding == "valid":  # the causal outputs after the history are exactly the valid ones
+                return depthwise_conv(inputs, weight, dilation=self.dilation, padding="causal")[:, self.history_size :]
+            return depthwise_conv(inputs, weight, dilation=self.dilation, padding=padding)
+        left = {"valid": 0, "causal": self.history_size, "centred": self.history_size // 2}[padding]
+        context = nn.functional.pad(inputs, (0, 0, left, 0 if padding == "valid" else self.history_size - left))
         out = nn.functional.conv1d(
             context.transpose(1, 2), self.spatial_weight, dilation=self.dilation, groups=self.spatial_groups
         )
@@ -168,9 +197,10 @@ class ConvStep(nn.Module):
     """ReLU, zeroing of padded positions, `SliceConv`, LayerNorm: (B, T, C_in) -> (B, T, C_out).
 
     The paper's ConvStep_{d,s}(W, x) = LN(SepConv_{d,s}(W, ReLU(x))), with t2t's zeroing of padding
-    after the ReLU.  An encoder step pads (k-1)*dilation/2 zeros on each side ("SAME").  A causal
-    (decoder) step sees (k-1)*dilation inputs to the left: zeros without a cache; with a cache, the
-    step's history in it (index ``cache_index``, set by the decoder), which it also updates.
+    after the ReLU.  An encoder step pads (k-1)*dilation/2 zeros on each side ("SAME", the
+    convolution's ``"centred"``).  A causal (decoder) step sees (k-1)*dilation inputs to the left:
+    zeros without a cache (``"causal"``); with a cache, the step's history in it (index
+    ``cache_index``, set by the decoder), which it also updates.
 
     Args:
         in_channels / out_channels / kernel_size / dilation / separability: as `SliceConv`.
@@ -215,13 +245,12 @@ class ConvStep(nn.Module):
         if padding_mask is not None:
             u = u * padding_mask.unsqueeze(-1).to(u.dtype)
         if not self.causal:
-            half = self.history_size // 2
-            context = nn.functional.pad(u, (0, 0, half, half))
+            out = self.conv(u, "centred")
         elif cache is not None:
-            context = cache.layers[self.cache_index].extend(u)
+            out = self.conv(cache.layers[self.cache_index].extend(u), "valid")
         else:
-            context = nn.functional.pad(u, (0, 0, self.history_size, 0))
-        return self.norm(self.conv(context))
+            out = self.conv(u, "causal")
+        return self.norm(out)
 
 
 class ConvModule(nn.Module):

@@ -3,9 +3,11 @@
 Two extensions share the per-element math of ``csrc/talk_math.h``:
 
 * ``"cpu"``: ``csrc/cpu_ops.cpp`` + ``csrc/cpu_linear.cpp`` (the few-row linear layer of
-  decoding), C++ only (-O3, OpenMP, the host's vector instructions unless
+  decoding) + ``csrc/cpu_depthwise.cpp``, C++ only (-O3, OpenMP, the host's vector instructions unless
   ``$TALK_HF_PORTABLE_CPU=1``: see :func:`native_cpu`), for CPU tensors;
-* ``"cuda"``: ``csrc/cuda_ops.cu`` + ``csrc/cuda_bindings.cpp``, for CUDA tensors.
+* ``"cuda"``: ``csrc/cuda_ops.cu`` + ``csrc/cuda_depthwise.cu`` + ``csrc/cuda_bindings.cpp``, for CUDA tensors,
+  and the streaming kernels ``csrc/cuda_talk_stream.cu`` + ``csrc/cuda_conv_stream.cu`` (used where
+  ``$TALK_HF_UNVERIFIED_CUDA`` names their op: :mod:`._unverified`).
 
 Nothing is built at import.  :func:`load` builds an extension on first use with
 ``torch.utils.cpp_extension.load`` (ninja) into :func:`build_directory`, a folder named by the
@@ -72,7 +74,10 @@ def _kernel_sources() -> Path:
 
 
 CSRC = _kernel_sources()
-SOURCES = {"cpu": ("cpu_ops.cpp", "cpu_linear.cpp"), "cuda": ("cuda_ops.cu", "cuda_bindings.cpp")}
+SOURCES = {
+    "cpu": ("cpu_ops.cpp", "cpu_linear.cpp", "cpu_depthwise.cpp"),
+    "cuda": ("cuda_ops.cu", "cuda_bindings.cpp", "cuda_depthwise.cu", "cuda_talk_stream.cu", "cuda_conv_stream.cu"),
+}
 BUILD_DIR_ENV = "TALK_HF_BUILD_DIR"
 LOCK_TIMEOUT_ENV = "TALK_HF_BUILD_LOCK_TIMEOUT"
 PORTABLE_CPU_ENV = "TALK_HF_PORTABLE_CPU"

@@ -3,8 +3,9 @@
 Each function here states its operator the plainest way: ``naive_talk_conv`` integrates the step
 signal over each token's window, token by token; ``naive_dynamic_conv`` sums the kernel taps.  They
 are slow (Python loops over batch, time and heads) and exist to be obviously right: every backend
-of :func:`talk_hf.ops.talk_conv`, :func:`talk_hf.ops.dynamic_conv` and
-:func:`talk_hf.ops.light_conv` (PyTorch, C++, CUDA) is tested against them, forward and backward.
+of :func:`talk_hf.ops.talk_conv`, :func:`talk_hf.ops.dynamic_conv`, :func:`talk_hf.ops.light_conv`
+and :func:`talk_hf.ops.depthwise_conv` (PyTorch, C++, CUDA) is tested against them, forward and
+backward.
 Arguments are those of the fast ops; the result is float64 whatever the input dtype.
 """
 
@@ -45,4 +46,22 @@ def naive_dynamic_conv(x, weight, padding_l):
             source = t + k - padding_l
             if 0 <= source < length:
                 out[:, t] += weight[:, t, :, k] * x[:, source]
+    return out
+
+
+def naive_depthwise_conv(x, weight, dilation, left):
+    """out[b, t, c] = sum_k weight[c, k] * x[b, t + k * dilation - left, c], zero outside [0, T).
+
+    ``left`` is how many steps before t the first tap reads: (K - 1) * dilation for the causal
+    form, (K // 2) * dilation for the centred one.
+    """
+    x = x.double()
+    length = x.shape[1]
+    weight = weight.double()
+    out = torch.zeros_like(x)
+    for t in range(length):
+        for k in range(weight.shape[1]):
+            source = t + k * dilation - left
+            if 0 <= source < length:
+                out[:, t] += weight[:, k] * x[:, source]
     return out

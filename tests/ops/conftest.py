@@ -29,6 +29,18 @@ def each_backend(request, monkeypatch):
     return request.param
 
 
+# The CUDA kernel sets the `gpu` tests verify: "tiled" (csrc/cuda_ops.cu, the default) and "stream"
+# (csrc/cuda_talk_stream.cu, csrc/cuda_conv_stream.cu), chosen by $TALK_HF_UNVERIFIED_CUDA.
+CUDA_KERNEL_SETS = {"tiled": "", "stream": "talk_conv,dynamic_conv,light_conv"}
+
+
+@pytest.fixture(params=sorted(CUDA_KERNEL_SETS))
+def cuda_kernel_set(request, monkeypatch):
+    """Run the test once per CUDA kernel set (the switch is read at each op call)."""
+    monkeypatch.setenv("TALK_HF_UNVERIFIED_CUDA", CUDA_KERNEL_SETS[request.param])
+    return request.param
+
+
 @pytest.fixture
 def fresh_loader(monkeypatch):
     """Forget, for one test, which extensions were loaded and which fallbacks were announced."""

@@ -218,6 +218,7 @@ def test_torch_compile_traces_through_the_kernels():
 
 
 # --- CUDA --------------------------------------------------------------------------------------
+# Every CUDA test runs on both kernel sets (the `cuda_kernel_set` fixture of conftest.py).
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 
@@ -248,6 +249,7 @@ def compare_forward_backward(op_cuda, op_reference, inputs, dtype, grad_scales):
 
 
 @pytest.mark.gpu
+@pytest.mark.usefixtures("cuda_kernel_set")
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
     "batch,length,heads,head_size,max_left,max_right",
@@ -274,6 +276,7 @@ def test_cuda_talk_conv_matches_reference(dtype, batch, length, heads, head_size
 
 
 @pytest.mark.gpu
+@pytest.mark.usefixtures("cuda_kernel_set")
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kind", ["dynamic", "light"])
 @pytest.mark.parametrize(
@@ -306,6 +309,7 @@ def tolerance(dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.usefixtures("cuda_kernel_set")
 def test_cuda_non_contiguous_inputs():
     x = torch.randn(40, 3, 16, device="cuda").transpose(0, 1)  # (3, 40, 16), permuted strides
     both = torch.rand(3, 40, 4, 2, device="cuda")  # offsets as strided slices
@@ -318,6 +322,7 @@ def test_cuda_non_contiguous_inputs():
 
 
 @pytest.mark.gpu
+@pytest.mark.usefixtures("cuda_kernel_set")
 @pytest.mark.parametrize("values", ["negative", "huge", "nan"])
 def test_cuda_any_offset_value_is_safe_and_matches_the_cpu_kernel(values):
     x = torch.randn(2, 500, 40, dtype=torch.float64)
@@ -341,6 +346,7 @@ def test_cuda_any_offset_value_is_safe_and_matches_the_cpu_kernel(values):
 
 
 @pytest.mark.gpu
+@pytest.mark.usefixtures("cuda_kernel_set")
 @pytest.mark.parametrize("max_left,max_right", [(3, 4), (4, 0)])
 def test_cuda_talk_conv_gradcheck_float64(max_left, max_right):
     x = torch.randn(2, 11, 6, dtype=torch.float64, device="cuda", requires_grad=True)
@@ -356,6 +362,7 @@ def test_cuda_talk_conv_gradcheck_float64(max_left, max_right):
 
 
 @pytest.mark.gpu
+@pytest.mark.usefixtures("cuda_kernel_set")
 @pytest.mark.parametrize("kind", ["dynamic", "light"])
 @pytest.mark.parametrize("kernel_size,padding_l", [(3, 1), (4, 3)])
 def test_cuda_conv_gradcheck_float64(kind, kernel_size, padding_l):
@@ -367,6 +374,7 @@ def test_cuda_conv_gradcheck_float64(kind, kernel_size, padding_l):
 
 
 @pytest.mark.gpu
+@pytest.mark.usefixtures("cuda_kernel_set")
 def test_cuda_small_shapes_match_definition():
     x = torch.randn(1, 9, 3, dtype=torch.float64)
     offsets = torch.rand(1, 9, 1, dtype=torch.float64)
@@ -378,6 +386,7 @@ def test_cuda_small_shapes_match_definition():
 
 
 @pytest.mark.gpu
+@pytest.mark.usefixtures("cuda_kernel_set")
 def test_auto_runs_the_cuda_kernels_on_cuda_tensors():
     x = torch.randn(2, 50, 8, device="cuda")
     offsets = torch.rand(2, 50, 2, device="cuda")

@@ -1,0 +1,161 @@
+// CUDA kernels of depthwise_conv (one static kernel per channel), built just in time by
+// talk_hf.ops._extension:
+//   out[b, t, c] = sum_k w[c, k] * x[b, t + k * dilation - left, c],   zero outside [0, T).
+// Not yet run on a GPU: talk_hf.ops.depthwise_conv uses them only where $TALK_HF_UNVERIFIED_CUDA
+// names depthwise_conv (talk_hf/ops/_unverified.py).
+//
+// Layout: a block of kChannels threads covers kChannels consecutive channels of one batch row
+// (threadIdx.x = channel, so a warp reads 32 consecutive elements of a (C,) row: coalesced), and
+// each thread walks a tile of time steps in order.  Its channel's K weights sit in shared memory
+// (K <= kMaxTaps), in the accumulation type; accumulation is float32 (float64 for float64).
+//
+// Backward, without atomics or host synchronisation: the gradient for x is the forward kernel
+// with the taps reversed; the weight gradient is one partial sum per block (its tile of steps), in
+// a (blocks, K, C) tensor that a reduction kernel (at::sum) adds up on the same stream.
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "ops.h"
+#include "talk_math.h"
+
+namespace talk_hf {
+namespace {
+
+constexpr int kChannels = 64;      // threads (channels) per block
+constexpr int kMaxTaps = 63;       // the op's largest kernel (talk_hf.ops.depthwise_conv.MAX_KERNEL_SIZE)
+constexpr int kTile = 64;          // time steps a thread of the correlation kernel walks
+constexpr int kWeightTile = 256;   // time steps a thread of the weight-gradient kernel sums over
+
+struct Geometry {
+  int64_t length, channels;
+  int taps;
+  int64_t dilation, left;
+};
+
+// The weights of the block's channels into shared memory as (K, kChannels) acc_t, taps reversed
+// with `reversed`; zero for channels past C.
+template <typename scalar_t, typename acc_t>
+__device__ void load_weights(acc_t (&shared)[kMaxTaps][kChannels], const scalar_t* __restrict__ weight,
+                             const Geometry& g, int64_t channel, bool reversed) {
+  for (int k = 0; k < g.taps; ++k) {
+    const int tap = reversed ? g.taps - 1 - k : k;
+    shared[k][threadIdx.x] = channel < g.channels ? static_cast<acc_t>(weight[channel * g.taps + tap]) : acc_t(0);
+  }
+  __syncthreads();
+}
+
+// out[b, t, c] = sum_k w_k * in[b, t + k * dilation - left, c] over the taps reading inside [0, T).
+template <typename scalar_t, typename acc_t>
+__global__ void correlate_kernel(const scalar_t* __restrict__ in, const scalar_t* __restrict__ weight,
+                                 scalar_t* __restrict__ out, Geometry g, bool reversed) {
+  __shared__ acc_t taps[kMaxTaps][kChannels];
+  const int64_t channel = static_cast<int64_t>(blockIdx.y) * kChannels + threadIdx.x;
+  load_weights(taps, weight, g, channel, reversed);
+  if (channel >= g.channels) return;
+  const int64_t row_base = static_cast<int64_t>(blockIdx.z) * g.length;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kTile;
+  const int64_t end = first + kTile < g.length ? first + kTile : g.length;
+  for (int64_t t = first; t < end; ++t) {
+    // Taps [tap_first, tap_end) read rows inside [0, T).
+    const int64_t before = g.left - t, inside = g.length + g.left - t;
+    const int tap_first = before <= 0 ? 0 : static_cast<int>(ceil_div(before, g.dilation));
+    const int64_t last = ceil_div(inside, g.dilation);
+    const int tap_end = last < g.taps ? static_cast<int>(last) : g.taps;
+    acc_t sum = 0;
+    for (int k = tap_first; k < tap_end; ++k) {
+      const int64_t row = row_base + t + static_cast<int64_t>(k) * g.dilation - g.left;
+      sum += taps[k][threadIdx.x] * static_cast<acc_t>(in[row * g.channels + channel]);
+    }
+    out[(row_base + t) * g.channels + channel] = static_cast<scalar_t>(sum);
+  }
+}
+
+// partial[block, k, c] = sum over the block's steps t of grad[b, t, c] * x[b, t + k * dilation - left, c].
+template <typename scalar_t, typename acc_t>
+__global__ void weight_gradient_kernel(const scalar_t* __restrict__ grad, const scalar_t* __restrict__ x,
+                                       acc_t* __restrict__ partial, Geometry g) {
+  const int64_t channel = static_cast<int64_t>(blockIdx.y) * kChannels + threadIdx.x;
+  if (channel >= g.channels) return;
+  const int64_t row_base = static_cast<int64_t>(blockIdx.z) * g.length;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kWeightTile;
+  const int64_t end = first + kWeightTile < g.length ? first + kWeightTile : g.length;
+  acc_t* target = partial + (static_cast<int64_t>(blockIdx.z) * gridDim.x + blockIdx.x) * g.taps * g.channels;
+  for (int k = 0; k < g.taps; ++k) {
+    const int64_t shift = static_cast<int64_t>(k) * g.dilation - g.left;  // tap k of step t reads t + shift
+    const int64_t t_first = first > -shift ? first : -shift;
+    const int64_t t_end = end < g.length - shift ? end : g.length - shift;
+    acc_t sum = 0;
+    for (int64_t t = t_first; t < t_end; ++t) {
+      sum += static_cast<acc_t>(grad[(row_base + t) * g.channels + channel]) *
+             static_cast<acc_t>(x[(row_base + t + shift) * g.channels + channel]);
+    }
+    target[static_cast<int64_t>(k) * g.channels + channel] = sum;
+  }
+}
+
+dim3 grid_of(int64_t batch, const Geometry& g, int64_t tile) {
+  TORCH_CHECK(batch <= 65535, "the CUDA depthwise_conv kernels take at most 65535 batch rows, got ", batch);
+  return dim3(static_cast<unsigned>(ceil_div(g.length, tile)), static_cast<unsigned>(ceil_div(g.channels, kChannels)),
+              static_cast<unsigned>(batch));
+}
+
+Geometry geometry_of(const at::Tensor& x, const at::Tensor& weight, int64_t dilation, int64_t left) {
+  TORCH_CHECK(weight.size(1) <= kMaxTaps, "depthwise_conv takes at most ", kMaxTaps, " taps, got ", weight.size(1));
+  return {x.size(1), x.size(2), static_cast<int>(weight.size(1)), dilation, left};
+}
+
+// Launches the correlation kernel: out = in correlated with the weight (reversed taps with `reversed`).
+void correlate(const at::Tensor& in, const at::Tensor& weight, const at::Tensor& out, const Geometry& g,
+               bool reversed) {
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, in.scalar_type(), "depthwise_correlate_cuda", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    correlate_kernel<scalar_t, acc_t><<<grid_of(in.size(0), g, kTile), kChannels, 0, stream>>>(
+        in.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), g,
+        reversed);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+}
+
+}  // namespace
+
+at::Tensor depthwise_forward(const at::Tensor& x_in, const at::Tensor& weight_in, int64_t dilation, int64_t left) {
+  const c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor x = x_in.contiguous(), weight = weight_in.contiguous();
+  at::Tensor out = at::empty(x.sizes(), x.options());
+  if (x.numel() == 0) return out;
+  correlate(x, weight, out, geometry_of(x, weight, dilation, left), false);
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> depthwise_backward(const at::Tensor& grad_out_in, const at::Tensor& x_in,
+                                                      const at::Tensor& weight_in, int64_t dilation, int64_t left) {
+  const c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor grad_out = grad_out_in.contiguous(), x = x_in.contiguous(), weight = weight_in.contiguous();
+  const auto accumulation = x.options().dtype(at::toOpMathType(x.scalar_type()));
+  at::Tensor grad_x = at::empty(x.sizes(), x.options());
+  if (x.numel() == 0) return {grad_x, at::zeros(weight.sizes(), accumulation)};
+  const Geometry g = geometry_of(x, weight, dilation, left);
+  // grad_x[j] = sum_k w[k] grad[j - k * dilation + left]: the forward of grad with the taps
+  // reversed, reading (K - 1) * dilation - left steps back.
+  Geometry reversed = g;
+  reversed.left = static_cast<int64_t>(g.taps - 1) * g.dilation - g.left;
+  correlate(grad_out, weight, grad_x, reversed, true);
+  const dim3 grid = grid_of(x.size(0), g, kWeightTile);
+  at::Tensor partials = at::empty({static_cast<int64_t>(grid.z) * grid.x, g.taps, g.channels}, accumulation);
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "depthwise_weight_gradient_cuda", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    weight_gradient_kernel<scalar_t, acc_t><<<grid, kChannels, 0, stream>>>(
+        grad_out.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), partials.mutable_data_ptr<acc_t>(), g);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return {grad_x, partials.sum(0).t().contiguous()};
+}
+
+}  // namespace talk_hf

@@ -1,0 +1,107 @@
+"""Depthwise convolution with one static kernel per channel (SliceNet's separable steps):
+
+    out[b, t, c] = sum_k weight[c, k] * x[b, t + k * dilation - left, c]
+
+with x taken as zero outside ``[0, T)`` and ``left`` set by the padding:
+
+* ``padding="causal"``: ``left = (K - 1) * dilation``, every tap looks at the past (decoders); any
+  K in [1, 63];
+* ``padding="centred"``: ``left = (K // 2) * dilation``, the taps are centred on t (encoders, t2t's
+  "SAME"); odd K in [1, 63] only (an even kernel has no centre).
+
+Backends as for the other ops (:mod:`._backend`).  The CUDA kernel (``csrc/cuda_depthwise.cu``) has
+not yet run on a GPU: on CUDA tensors ``"auto"`` runs the PyTorch path unless
+``$TALK_HF_UNVERIFIED_CUDA`` names ``depthwise_conv`` (or is ``all``), and ``"cuda"`` without it
+is an error (:mod:`._unverified`).
+
+The loop-form definition every backend is tested against: :func:`talk_hf.ops.naive.naive_depthwise_conv`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import _compiled
+from ._backend import requested_backend, resolve_backend
+from ._precision import accumulation_dtype
+from ._unverified import UNVERIFIED_CUDA_ENV, unverified_cuda_enabled
+from ._validation import check_int, check_same_device_and_dtype, check_tensor
+
+MAX_KERNEL_SIZE = 63
+PADDINGS = ("causal", "centred")
+
+
+def depthwise_conv(
+    x: torch.Tensor, weight: torch.Tensor, *, dilation: int = 1, padding: str = "causal", backend: str | None = None
+) -> torch.Tensor:
+    """Depthwise (one kernel per channel) convolution along time, zero-padded to length T.
+
+    Args:
+        x: (B, T, C) input.
+        weight: (C, K) kernels, one per channel; K in [1, 63], odd for ``"centred"``.
+        dilation: spacing of the taps, >= 1.
+        padding: ``"causal"`` (taps at t - (K-1)*dilation .. t) or ``"centred"`` (taps at
+            t - (K//2)*dilation .. t + (K//2)*dilation).
+        backend: ``"auto"``, ``"torch"``, ``"cpu"`` or ``"cuda"``; ``None`` reads ``$TALK_HF_BACKEND``.
+
+    Returns:
+        (B, T, C) tensor of x's dtype, accumulated in float32 (float64 for float64 input).  The
+        gradients are those of this sum: grad x (B, T, C) and grad weight (C, K), summed over batch
+        and time.
+    """
+    check_tensor("x", x, 3, "(B, T, C)")
+    check_tensor("weight", weight, 2, "(C, K)")
+    left = _check_depthwise(x, weight, dilation, padding)
+    if _depthwise_backend(backend, x.device) == "torch":
+        return depthwise_conv_torch(x, weight, dilation, left)
+    return _compiled.run_depthwise_conv(x, weight, dilation, left)
+
+
+def _check_depthwise(x: torch.Tensor, weight: torch.Tensor, dilation: int, padding: str) -> int:
+    """Check the arguments after their ranks and dtypes; return ``left``, the steps before t that tap 0 reads."""
+    channels, kernel_size = weight.shape
+    if channels != x.shape[2]:
+        raise ValueError(
+            f"weight must have shape (C, K) with C={x.shape[2]} (the channels of x), got shape {tuple(weight.shape)}"
+        )
+    if not 1 <= kernel_size <= MAX_KERNEL_SIZE:
+        raise ValueError(
+            f"weight must have a kernel size K in [1, {MAX_KERNEL_SIZE}] in its last dim, got shape {tuple(weight.shape)}"
+        )
+    check_int("dilation", dilation, 1)
+    if padding not in PADDINGS:
+        raise ValueError(f"padding must be one of {PADDINGS}, got {padding!r}")
+    if padding == "centred" and kernel_size % 2 == 0:
+        raise ValueError(
+            f'padding="centred" needs an odd kernel size K (its taps are centred on t), got K={kernel_size}; '
+            'use padding="causal" for an even K'
+        )
+    check_same_device_and_dtype("x", x, weight=weight)
+    return (kernel_size - 1 if padding == "causal" else kernel_size // 2) * dilation
+
+
+@torch.compiler.assume_constant_result
+def _depthwise_backend(backend: str | None, device: torch.device) -> str:
+    """`resolve_backend`, with the CUDA kernel behind ``$TALK_HF_UNVERIFIED_CUDA`` (module docstring)."""
+    requested = requested_backend(backend)
+    if device.type == "cuda" and requested in ("auto", "cuda") and not unverified_cuda_enabled("depthwise_conv"):
+        if requested == "cuda":
+            raise ValueError(
+                "backend 'cuda' of depthwise_conv runs a CUDA kernel that no GPU has verified yet; set "
+                f"{UNVERIFIED_CUDA_ENV}=depthwise_conv (or all) to run it anyway, or use backend 'auto' or 'torch'"
+            )
+        return "torch"
+    return resolve_backend(backend, device)
+
+
+def depthwise_conv_torch(x: torch.Tensor, weight: torch.Tensor, dilation: int, left: int) -> torch.Tensor:
+    """PyTorch path of :func:`depthwise_conv`: a grouped ``conv1d`` over x padded with ``left`` zeros
+    before and ``(K - 1) * dilation - left`` after; ``left`` as in the module docstring."""
+    if x.numel() == 0:  # conv1d rejects zero channels and inputs shorter than the kernel; the result is empty
+        return x.clone()
+    compute_dtype = accumulation_dtype(x.dtype)
+    reach = (weight.shape[1] - 1) * dilation
+    x_padded = F.pad(x.to(compute_dtype).transpose(1, 2), (left, reach - left))
+    out = F.conv1d(x_padded, weight.to(compute_dtype).unsqueeze(1), dilation=dilation, groups=x.shape[2])
+    return out.transpose(1, 2).to(x.dtype).contiguous()
