@@ -147,7 +147,9 @@ class SliceConv(InitializesItself):
         """The k-tap convolution over a sequence: (B, T', C_in) -> (B, T, C_spatial), T = T' -
         history_size for ``"valid"``, else T'."""
         if self.separability <= 0:  # depthwise: the compiled kernels (on the CPU; see talk_hf.ops.depthwise_conv)
-            weight = self.spatial_weight.squeeze(1)  # (C_in, k)
+            # (C_in, k); the parameter stays float32 under autocast while the inputs are bf16/fp16,
+            # and the op wants one dtype (as conv1d gets under autocast).
+            weight = self.spatial_weight.squeeze(1).to(inputs.dtype)
             if padding == "valid":  # the causal outputs after the history are exactly the valid ones
                 return depthwise_conv(inputs, weight, dilation=self.dilation, padding="causal")[:, self.history_size :]
             return depthwise_conv(inputs, weight, dilation=self.dilation, padding=padding)
