@@ -82,8 +82,15 @@ struct Geometry {
   int64_t tile() const { return std::max(kMinTile, 2 * (taps - 1) * dilation); }
   int64_t tasks() const { return batch * ceil_div(length, tile()); }
 
-  // The taps [first, end) of step t that read rows inside [0, T).
+  // The taps [first, end) of step t that read rows inside [0, T).  Steps whose every tap is inside
+  // (all but the first `left` and the last (K - 1) * dilation - left) skip the divisions, which
+  // cost more than a short kernel's multiply-adds.
   void taps_of_step(int64_t t, int64_t& first, int64_t& end) const {
+    if (t >= left && t + (taps - 1) * dilation - left < length) {
+      first = 0;
+      end = taps;
+      return;
+    }
     first = first_multiple_reaching(left - t, dilation);
     end = std::min(taps, first_multiple_reaching(length + left - t, dilation));
   }

@@ -163,7 +163,9 @@ def build_config(model_type, tokenizer, encoder_decoder, preset="small", max_pos
     return our_config(model_type, tokenizer, encoder_decoder, preset, **sizes)
 
 
-def build_model(model_type, tokenizer, encoder_decoder, preset="small", max_positions=1024, **sizes):
+def build_model(
+    model_type, tokenizer, encoder_decoder, preset="small", max_positions=1024, config_overrides=None, **sizes
+):
     """A randomly initialised model.
 
     Args:
@@ -172,8 +174,14 @@ def build_model(model_type, tokenizer, encoder_decoder, preset="small", max_posi
         encoder_decoder: True for translation (`AutoModelForSeq2SeqLM`), False for a causal LM.
         preset: the name of our configurations' preset that sets the sizes (`small` fits a CPU).
         max_positions: longest sequence of the baseline (its position table); ours have none.
+        config_overrides: ``"field=value,..."`` set on the configuration last (transformers'
+            ``PretrainedConfig.update_from_string``: the fields must exist; values take their type),
+            then checked as a new configuration; None or "" for none.
         sizes: d_model, ffn_dim, encoder_layers, decoder_layers, heads, dropout; None keeps the preset's.
     """
     config = build_config(model_type, tokenizer, encoder_decoder, preset, max_positions, **sizes)
+    if config_overrides:
+        config.update_from_string(config_overrides)
+        config = type(config).from_dict(config.to_dict())  # our configurations check their fields on creation
     auto_class = AutoModelForSeq2SeqLM if encoder_decoder else AutoModelForCausalLM
     return auto_class.from_config(config)

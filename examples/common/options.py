@@ -97,6 +97,12 @@ def add_model_options(parser, encoder_decoder):
         help=f"(default: {RECIPE_DROPOUT} with --preset small, the recipe for runs of minutes on a CPU "
         "(examples/results/recipe-search), except for slicenet; otherwise the preset's own)",
     )
+    group.add_argument(
+        "--config_overrides",
+        metavar="FIELD=VALUE,...",
+        help="configuration fields set after the preset and the flags above, as in transformers' run_clm.py "
+        "(e.g. final_layer_norm=true for slicenet)",
+    )
 
 
 def describe_presets(encoder_decoder):

@@ -121,12 +121,13 @@ def train_model(accelerator, args):
     tokenizer = run_folder.run_tokenizer(accelerator, args, train_lines["text"])
     train = lm_blocks(tokenizer(train_lines["text"])["input_ids"], tokenizer.eos_token_id, args.block_size)
     accelerator.print(f"{len(train)} training blocks of {args.block_size} tokens, vocabulary {len(tokenizer)}")
+    positions, sizes = max(1024, args.block_size), options.model_sizes(args)
     model = build_model(
-        args.model_type, tokenizer, False, args.preset, max(1024, args.block_size), **options.model_sizes(args)
+        args.model_type, tokenizer, False, args.preset, positions, config_overrides=args.config_overrides, **sizes
     )
 
-    def loss_fn(model, batch):
-        return token_loss(model(batch["input_ids"]).logits, batch["labels"], args.label_smoothing)
+    def loss_fn(model, batch):  # no generation cache: our decoders' would cost time in every step
+        return token_loss(model(batch["input_ids"], use_cache=False).logits, batch["labels"], args.label_smoothing)
 
     loop.train(
         accelerator,

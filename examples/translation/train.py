@@ -133,11 +133,13 @@ def train_model(accelerator, args):
     if not train:
         options.fail(f"no training pair is at most --max_length {args.max_length} tokens long: raise it")
     accelerator.print(f"{len(train)} training pairs (of {len(train_pairs['source'])}), vocabulary {len(tokenizer)}")
-    model = build_model(args.model_type, tokenizer, True, args.preset, **options.model_sizes(args))
+    sizes = options.model_sizes(args)
+    model = build_model(args.model_type, tokenizer, True, args.preset, config_overrides=args.config_overrides, **sizes)
     config = model.config
 
-    def loss_fn(model, batch):
-        logits = model(batch["input_ids"], batch["attention_mask"], decoder_input_ids=batch["decoder_input_ids"]).logits
+    def loss_fn(model, batch):  # no generation cache: our decoders' would cost time in every step
+        inputs = dict(decoder_input_ids=batch["decoder_input_ids"], use_cache=False)
+        logits = model(batch["input_ids"], batch["attention_mask"], **inputs).logits
         return token_loss(logits, batch["labels"], args.label_smoothing)
 
     valid_pairs = load_pairs(args, args.validation_split)

@@ -10,7 +10,7 @@ input row.  It sums in a different order than MKL, so results agree to rounding,
 The kernel runs when every one of these holds, and ``F.linear`` otherwise: CPU tensors of one
 floating dtype; at most `MAX_ROWS` input rows; a contiguous (out, in) weight; the ``"auto"`` or
 ``"cpu"`` backend (``$TALK_HF_BACKEND``) with the CPU extension loaded; no autocast; and nothing
-needing autograd or tracing (`_compiled.needs_custom_op`): generation, not training.  The checks
+needing autograd or tracing (`_compiled.needs_autograd`, `_compiled.needs_custom_op`): generation, not training.  The checks
 cost a few microseconds, which a decoding step pays once per linear layer.
 """
 
@@ -64,7 +64,11 @@ def _kernels_for(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     in_features = weight.shape[1]
     if input.dim() == 0 or input.shape[-1] != in_features or not 0 < input.numel() <= MAX_ROWS * in_features:
         return None
-    if torch.is_autocast_enabled("cpu") or _compiled.needs_custom_op(input, weight, bias):
+    if (
+        torch.is_autocast_enabled("cpu")
+        or _compiled.needs_custom_op(input, weight, bias)
+        or _compiled.needs_autograd(input, weight, bias)
+    ):
         return None
     backend = requested_backend(None)  # "torch", or a CUDA-only choice, leaves CPU layers to F.linear
     if backend == "auto":

@@ -438,6 +438,21 @@ def test_slicenet_is_a_translation_model_type_with_its_own_size_flags():
     assert config.vocab_size == 50 and config.decoder_start_token_id == 2
 
 
+def test_config_overrides_set_fields_after_the_preset_and_are_checked():
+    args = load_script("translation/train.py").parse_args(
+        ["--output_dir", "x", "--model_type", "slicenet", "--config_overrides", "final_layer_norm=true,dropout=0.25"]
+    )
+    tokenizer = _Vocabulary(pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    sizes = dict(d_model=48, encoder_layers=1, decoder_layers=1)
+    model = build_model("slicenet", tokenizer, True, config_overrides=args.config_overrides, **sizes)
+    assert model.config.final_layer_norm is True and model.config.dropout == 0.25
+    assert model.model.decoder.final_norm is not None
+    with pytest.raises(ValueError, match="final_layer_nrm"):  # transformers: not a field of the configuration
+        build_model("slicenet", tokenizer, True, config_overrides="final_layer_nrm=true", **sizes)
+    with pytest.raises(ValueError, match="dropout must be a probability"):  # checked as a new configuration
+        build_model("slicenet", tokenizer, True, config_overrides="dropout=1.5", **sizes)
+
+
 def test_the_crash_of_the_resume_tests_is_a_test_hook_not_an_option(monkeypatch):
     """`TALK_HF_TEST_STOP_AFTER_STEPS` (see test_train_scripts.py) is read by the loop; no flag sets it."""
     with pytest.raises(SystemExit):  # argparse: unrecognized arguments

@@ -43,6 +43,7 @@ OPTIONS = {
     "paper-attention": dict(attention_residual="paper"),
     "module-dropout": dict(dropout_placement="module"),
     "paper-timing": dict(timing_num_timescales=None),
+    "final-layer-norm": dict(final_layer_norm=True),
 }
 
 
@@ -81,6 +82,7 @@ def _logits(model, source, target, **kwargs):
         (dict(dropout_placement="layer"), "dropout_placement must be one of"),
         (dict(module_residual="t2t-head"), "module_residual must be one of"),
         (dict(initializer="xavier"), "initializer must be one of"),
+        (dict(final_layer_norm="yes"), "final_layer_norm must be True or False, got 'yes'"),
         (dict(layer_norm_eps=0.0), "layer_norm_eps must be a number > 0"),
         (dict(decoder_start_token_id=None), "decoder_start_token_id must be set"),
         (dict(vocab_size=10, decoder_start_token_id=10), "decoder_start_token_id=10 must be < vocab_size=10"),
@@ -404,6 +406,23 @@ def test_paper_attention_has_no_layer_norm_and_reads_the_layer_input():
     layer = model.model.decoder.layers[0]
     assert layer.attention.norm is None and layer.query_from_input
     assert _model().model.decoder.layers[0].attention.norm is not None
+
+
+def test_final_layer_norm_normalises_the_decoder_output_of_the_papers_design():
+    """The option adds one LayerNorm (the only new weights) on what the decoder returns without it."""
+    source, target = random_tokens(2, 8), random_tokens(2, 10, seed=2)
+    paper, normed = _model(), _model(final_layer_norm=True)
+    new_weights = set(normed.state_dict()) - set(paper.state_dict())
+    assert new_weights == {"model.decoder.final_norm.weight", "model.decoder.final_norm.bias"}
+    assert SliceNetConfig(**TINY).final_layer_norm is False
+    normed.load_state_dict(paper.state_dict(), strict=False)
+    with torch.no_grad():
+        normed.model.decoder.final_norm.weight.normal_()
+        normed.model.decoder.final_norm.bias.normal_()
+        kwargs = dict(input_ids=source, decoder_input_ids=target, use_cache=False)
+        hidden = paper.model(**kwargs).last_hidden_state
+        expected = normed.model.decoder.final_norm(hidden)
+        torch.testing.assert_close(normed.model(**kwargs).last_hidden_state, expected)
 
 
 def test_encoder_outputs_of_another_batch_size_are_rejected():

@@ -42,6 +42,11 @@ lm_pair() {  # name [flags]: the TaLK LM and GPT-2 with the same flags, side by 
     wait
 }
 
+slicenet() {  # name [flags]: SliceNet as the comparison trains it (t2t's slicenet_1 at d_model 384, the
+    # scripts' recipe: 512 tokens, lr 1e-3, 150 warmup steps, dropout 0), with the flags changed
+    run "slicenet-$1" translation slicenet --preset t2t-slicenet_1 --d_model 384 --dropout 0.0 "${@:2}"
+}
+
 # Coordinate search: each round varies one thing around the settings with the best mean validation BLEU
 # of the two model types so far (one recipe for every model type).
 for round in "$@"; do
@@ -77,6 +82,17 @@ for round in "$@"; do
                 lm_pair "long-lr$lr" --block_size 2048 --max_tokens 2048 --lr "$lr" --schedule inverse_sqrt \
                     --warmup_steps 50 --dropout 0.0
             done
+            ;;
+        slicenet-norm)  # SliceNet's own settings (#33), after its kernels: the recipe as it is, and with a
+            # LayerNorm before the tied output layer (t2t's design starts at a loss of about 24 without it)
+            slicenet recipe &
+            slicenet final-norm --config_overrides final_layer_norm=true &
+            wait
+            ;;
+        slicenet-lr)  # the learning rate around the recipe's 1e-3, with the better of round slicenet-norm
+            slicenet lr2e-3 --lr 2e-3 --config_overrides "${NORM:-final_layer_norm=false}" &
+            slicenet lr5e-4 --lr 5e-4 --config_overrides "${NORM:-final_layer_norm=false}" &
+            wait
             ;;
         *) echo "unknown round $round" >&2; exit 2 ;;
     esac

@@ -174,6 +174,7 @@ class SliceNetDecoder(_SliceNetStack):
             for _ in range(config.decoder_layers)
         )
         self.dropout = nn.Dropout(config.dropout if config.dropout_placement == "stack" else 0.0)
+        self.final_norm = nn.LayerNorm(d_model, eps=eps) if config.final_layer_norm else None
         for index, step in enumerate(self.causal_steps()):
             step.cache_index = index
 
@@ -210,7 +211,8 @@ class SliceNetDecoder(_SliceNetStack):
 
         Returns:
             ``last_hidden_state`` (B, T, d); when asked, ``hidden_states``: the IO mixer's output (the
-            first layer's input) and each layer's output (the last one dropped out), and
+            first layer's input) and each layer's output (the last one dropped out, then normalised
+            with ``final_layer_norm``), and
             ``cross_attentions``: (B, 1, T, S) each, from the IO mixer and then each layer.
         """
         past_key_values, _ = split_cache(past_key_values)
@@ -233,6 +235,8 @@ class SliceNetDecoder(_SliceNetStack):
             hidden, weights = layer(hidden, timing, encoder_hidden_states, source_mask, padding_mask, past_key_values)
             all_weights.append(weights)
         hidden = self.dropout(hidden)
+        if self.final_norm is not None:
+            hidden = self.final_norm(hidden)
         all_hidden.append(hidden)
         return BaseModelOutputWithCrossAttentions(
             last_hidden_state=hidden,
