@@ -54,6 +54,8 @@ TASKS = {  # TASK part of the run folders -> (panel title, validation metric, wh
     "wikitext2": ("WikiText-2 (word level)", "valid_ppl", False),
     "wikitext2-long": ("WikiText-2, blocks of 2,048", "valid_ppl", False),
     "wikitext2-long-lr2e-3": ("WikiText-2, blocks of 2,048, lr 2e-3", "valid_ppl", False),
+    "multi30k-en-de-slicenet-pair": ("Multi30k En→De, SliceNet and its Transformer pair", "bleu", True),
+    "multi30k-de-en-slicenet-pair": ("Multi30k De→En, SliceNet and its Transformer pair", "bleu", True),
 }
 SEED_SUFFIX = re.compile(r"-s(\d+)$")
 SUMMED = ("parameters", "steps", "tokens_per_second", "best_valid", "test")  # the fields given as mean ± std

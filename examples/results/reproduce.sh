@@ -6,7 +6,7 @@
 #
 #   bash examples/results/reproduce.sh [DATA] [RUNS] [PARTS]
 #
-# DATA: ../shared/data; RUNS: runs/results (checkpoints, logs); PARTS (default: all five, in this order):
+# DATA: ../shared/data; RUNS: runs/results (checkpoints, logs); PARTS (default: all six, in this order):
 #   translation  Multi30k En→De and De→En, TaLK, the Transformer baseline, DynamicConv, LightConv and
 #                SliceNet, 12 training minutes each; validation BLEU (greedy) every 4 minutes,
 #                test_2016_flickr BLEU with beam 5 at the end
@@ -15,6 +15,11 @@
 #   long         the same with blocks of 2,048 tokens, where attention's cost grows and ours does not
 #   long-lr2e-3  the same at learning rate 2e-3, the best of the search at blocks of 2,048 (round
 #                lm-long of examples/results/recipe-search; the defaults were chosen at 256)
+#   slicenet-pair  SliceNet with its compiled depthwise kernels and the settings its own search chose
+#                (rounds slicenet-* of examples/results/recipe-search), and the Transformer beside
+#                it, both directions, 12 minutes: tasks multi30k-{en-de,de-en}-slicenet-pair, so that
+#                the pair's difference is measured on one machine at one time (the other models'
+#                pairs stay in tasks multi30k-en-de and multi30k-de-en)
 # Run folders are TASK-MODEL_TYPE-sSEED. A finished run's record (log.jsonl, test_results.json,
 # best/config.json: what plot.py reads, a few hundred kB; environment.json: the machine it ran
 # on) is copied to RECORDS (default: examples/results/runs, committed), and a run with a record
@@ -33,7 +38,9 @@
 set -euo pipefail
 DATA=${1:-../shared/data}
 RUNS=${2:-runs/results}
-PARTS=${3:-translation goal lm long long-lr2e-3}
+PARTS=${3:-translation goal lm long long-lr2e-3 slicenet-pair}
+# SliceNet's own settings in part slicenet-pair, from its search (examples/results/recipe-search)
+SLICENET_SEARCHED=(--config_overrides final_layer_norm=false)
 SEEDS=${SEEDS:-0 1 2}
 RECORDS=${RECORDS:-examples/results/runs}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
@@ -57,6 +64,7 @@ translation() {  # task model_type source target minutes seed
     # t2t's slicenet_1 structure at about the others' parameter count (no FFN: width instead), and
     # the recipe's dropout 0, which the scripts give the others' `small` preset by default (t2t's is 0.5)
     [[ $2 == slicenet ]] && flags=(--preset t2t-slicenet_1 --d_model 384 --dropout 0.0)
+    [[ $2 == slicenet && $1 == *-slicenet-pair ]] && flags+=("${SLICENET_SEARCHED[@]}")
     train translation "$1-$2-s$6" --data_dir "$DATA/multi30k" --source_lang "$3" --target_lang "$4" \
         --model_type "$2" --seed "$6" --test_split test_2016_flickr --max_train_minutes "$5" \
         --eval_every_minutes 4 --valid_num_beams 1 --num_beams 5 --eval_batch_size 128 "${flags[@]}"
@@ -75,6 +83,12 @@ for seed in $SEEDS; do
                 for direction in "en de" "de en"; do
                     for model in talk transformer dynamic_conv light_conv slicenet; do
                         jobs+=("translation multi30k-${direction/ /-} $model $direction 12 $seed")
+                    done
+                done ;;
+            slicenet-pair)  # one job of each pair per worker: the two run side by side
+                for direction in "en de" "de en"; do
+                    for model in slicenet transformer; do
+                        jobs+=("translation multi30k-${direction/ /-}-slicenet-pair $model $direction 12 $seed")
                     done
                 done ;;
             goal) for model in talk transformer; do jobs+=("translation multi30k-en-de-25min $model en de 25 $seed"); done ;;

@@ -32,7 +32,8 @@ def make_run(folder, settings, metric, values, averaged=None, done=True):
 def test_summary_lists_every_finished_run_best_first(tmp_path):
     runs, output = tmp_path / "runs", tmp_path / "round" / "lm-long"  # not there yet: summarize.py makes it
     make_run(runs / "talk-a", {"model_type": "talk"}, "bleu", [5.0, 20.0])
-    make_run(runs / "talk-b", {"model_type": "talk", "max_tokens": 512, "average_last": 2}, "bleu", [6.0, 21.0], 21.5)
+    talk_b = {"model_type": "talk", "max_tokens": 512, "average_last": 2, "config_overrides": "heads=2"}
+    make_run(runs / "talk-b", talk_b, "bleu", [6.0, 21.0], 21.5)
     make_run(runs / "talk-c", {"model_type": "talk"}, "bleu", [1.0], done=False)  # still running: left out
     make_run(runs / "lm-talk-a", {"model_type": "talk"}, "valid_ppl", [900.0, 400.0])
     make_run(runs / "lm-talk-b", {"model_type": "talk", "lr": 2e-3}, "valid_ppl", [800.0, 450.0])
@@ -49,5 +50,5 @@ def test_summary_lists_every_finished_run_best_first(tmp_path):
     assert best["steps"] == 20 and best["tokens_per_second"] == 10.0 and best["settings"]["max_tokens"] == 512
     table = (output / "results.md").read_text()
     assert "## translation" in table and "## language model" in table and table in result.stdout
-    assert "| talk | 512 | 0.001 | 150 | 0.1 | 0.1 | 2 | 20 | 10 | 6.0 → 21.0 | 21.5 | **21.5** |" in table
-    assert "| talk | 1024 | 0.002 | 150 | 0.1 | 0.1 | 0 | 20 | 10 | 800.0 → 450.0 | - | **450.0** |" in table
+    assert "| talk | 512 | 0.001 | 150 | 0.1 | 0.1 | 2 | heads=2 | 20 | 10 | 6.0 → 21.0 | 21.5 | **21.5** |" in table
+    assert "| talk | 1024 | 0.002 | 150 | 0.1 | 0.1 | 0 | - | 20 | 10 | 800.0 → 450.0 | - | **450.0** |" in table

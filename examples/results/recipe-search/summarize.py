@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-VARIED = ("max_tokens", "lr", "warmup_steps", "dropout", "label_smoothing", "average_last")
+VARIED = ("max_tokens", "lr", "warmup_steps", "dropout", "label_smoothing", "average_last", "config_overrides")
 METRICS = {"translation": ("bleu", "BLEU", True), "language model": ("valid_ppl", "perplexity", False)}
 
 
