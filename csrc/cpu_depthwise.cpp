@@ -1,6 +1,7 @@
 // C++ CPU kernels of depthwise_conv (one static kernel per channel), built just in time by
 // talk_hf.ops._extension with cpu_ops.cpp (which holds the module's bindings):
-//   out[b, t, c] = sum_k w[c, k] * x[b, t + k * dilation - left, c],   zero outside [0, T).
+//   out[b, t, c] = sum_k w[c, k] * u[b, t + k * dilation - left, c],   zero outside [0, T),
+// u = x, or its gated form relu(x) * scale[b, t] (each part optional).
 //
 // Layout and speed: x is (B, T, C) contiguous, so the C channels of a time step are one
 // contiguous row and every inner loop runs over channels in vector registers (Lanes), with no
@@ -9,6 +10,10 @@
 // one vector load.  Work is cut into tasks of one batch row and a tile of time steps, and each task
 // runs through the channels in blocks of up to eight vector registers (64 float32 channels), all
 // the tile's steps for one block before the next, so the rows a block's taps read stay in L1.
+//
+// An optional input gate (talk_math.h's InputGate: SliceNet's ReLU and padding mask) is applied to
+// each row as it is read, so the gated input is never written out; the backward recomputes it from
+// x, and multiplies the gradient for x by the gate's derivative as it stores it.
 //
 // The backward has no atomics and no per-token weight gradients: the gradient for x is the
 // forward with the taps reversed, and each thread sums the weight gradient of its own contiguous
@@ -26,6 +31,7 @@
 #include "cpu_vector.h"
 #include "ops.h"
 #include "talk_math.h"
+#include "tensors.h"
 
 namespace talk_hf {
 namespace {
@@ -105,13 +111,15 @@ struct Geometry {
 };
 
 // out[b, t] = sum_k w_rows[k] * in[b, t + k * dilation - left] for the steps [first, end) of batch
-// row b, w_rows (K, C) in acc_t: the forward, and with reversed taps the gradient for x.
-template <typename acc_t, typename scalar_t>
-void correlate_tile(const Geometry& g, const scalar_t* in, const acc_t* w_rows, scalar_t* out, int64_t b,
-                    int64_t first, int64_t end) {
-  const int64_t channels = g.channels;
-  const scalar_t* in_batch = in + b * g.length * channels;
-  scalar_t* out_batch = out + b * g.length * channels;
+// row b, w_rows (K, C) in acc_t: the forward, and with reversed taps the gradient for x.  The forward
+// reads the rows through the input gate (`Gate::apply`); the gradient for x leaves through its
+// backward (`Gate::backward`, which reads x at the output's own row).  Rows are numbered b * T + t.
+template <typename Gate, bool kForward, typename acc_t, typename scalar_t>
+void correlate_tile(const Geometry& g, const scalar_t* in, const acc_t* w_rows, scalar_t* out, const scalar_t* x,
+                    const acc_t* scale, int64_t b, int64_t first, int64_t end) {
+  const int64_t channels = g.channels, row_base = b * g.length;
+  const scalar_t* in_batch = in + row_base * channels;
+  scalar_t* out_batch = out + row_base * channels;
   for_channel_blocks<acc_t>(channels, [&](auto block, int64_t c) {
     using Block = decltype(block);
     for (int64_t t = first; t < end; ++t) {
@@ -119,25 +127,35 @@ void correlate_tile(const Geometry& g, const scalar_t* in, const acc_t* w_rows, 
       g.taps_of_step(t, tap_first, tap_end);
       typename Block::Pack sums[Block::count] = {};
       for (int64_t k = tap_first; k < tap_end; ++k) {
-        const scalar_t* source = in_batch + (t + k * g.dilation - g.left) * channels + c;
+        const int64_t source_t = t + k * g.dilation - g.left;
+        const scalar_t* source = in_batch + source_t * channels + c;
         const acc_t* weight = w_rows + k * channels + c;
         for (int v = 0; v < Block::count; ++v) {
-          sums[v] += Block::load(weight + v * Block::width) * Block::load(source + v * Block::width);
+          auto value = Block::load(source + v * Block::width);
+          if constexpr (kForward) value = Gate::apply(value, scale, row_base + source_t);
+          sums[v] += Block::load(weight + v * Block::width) * value;
         }
       }
-      for (int v = 0; v < Block::count; ++v) Block::store(out_batch + t * channels + c + v * Block::width, sums[v]);
+      const int64_t offset = t * channels + c;
+      for (int v = 0; v < Block::count; ++v) {
+        if constexpr (!kForward && Gate::gates) {
+          const auto x_value = Block::load(x + row_base * channels + offset + v * Block::width);
+          sums[v] = Gate::backward(sums[v], x_value, scale, row_base + t);
+        }
+        Block::store(out_batch + offset + v * Block::width, sums[v]);
+      }
     }
   });
 }
 
-// partial[k] += sum over the steps t in [first, end) of grad[b, t] * x[b, t + k * dilation - left]
-// (rows inside [0, T) only), partial (K, C) in acc_t.
-template <typename acc_t, typename scalar_t>
-void weight_gradient_tile(const Geometry& g, const scalar_t* grad, const scalar_t* x, acc_t* partial, int64_t b,
-                          int64_t first, int64_t end) {
-  const int64_t channels = g.channels;
-  const scalar_t* grad_batch = grad + b * g.length * channels;
-  const scalar_t* x_batch = x + b * g.length * channels;
+// partial[k] += sum over the steps t in [first, end) of grad[b, t] * u[b, t + k * dilation - left]
+// (rows inside [0, T) only), u the gated x, partial (K, C) in acc_t.
+template <typename Gate, typename acc_t, typename scalar_t>
+void weight_gradient_tile(const Geometry& g, const scalar_t* grad, const scalar_t* x, const acc_t* scale,
+                          acc_t* partial, int64_t b, int64_t first, int64_t end) {
+  const int64_t channels = g.channels, row_base = b * g.length;
+  const scalar_t* grad_batch = grad + row_base * channels;
+  const scalar_t* x_batch = x + row_base * channels;
   for_channel_blocks<acc_t>(channels, [&](auto block, int64_t c) {
     using Block = decltype(block);
     for (int64_t k = 0; k < g.taps; ++k) {
@@ -149,7 +167,8 @@ void weight_gradient_tile(const Geometry& g, const scalar_t* grad, const scalar_
         const scalar_t* grad_row = grad_batch + t * channels + c;
         const scalar_t* x_row = x_batch + (t + shift) * channels + c;
         for (int v = 0; v < Block::count; ++v) {
-          sums[v] += Block::load(grad_row + v * Block::width) * Block::load(x_row + v * Block::width);
+          const auto u = Gate::apply(Block::load(x_row + v * Block::width), scale, row_base + t + shift);
+          sums[v] += Block::load(grad_row + v * Block::width) * u;
         }
       }
       acc_t* target = partial + k * channels + c;
@@ -172,37 +191,43 @@ at::Tensor weight_rows(const at::Tensor& weight, bool reversed) {
 
 }  // namespace
 
-at::Tensor depthwise_forward(const at::Tensor& x_in, const at::Tensor& weight, int64_t dilation, int64_t left) {
+at::Tensor depthwise_forward(const at::Tensor& x_in, const at::Tensor& weight, int64_t dilation, int64_t left,
+                             const std::optional<at::Tensor>& input_scale, bool relu) {
   const at::Tensor x = x_in.contiguous();
   const Geometry g = geometry_of(x, weight, dilation, left);
-  const at::Tensor w_rows = weight_rows(weight, false);
+  const at::Tensor w_rows = weight_rows(weight, false), scale = gate_scale(input_scale, x);
   at::Tensor out = at::empty(x.sizes(), x.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "depthwise_forward_cpu", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     const scalar_t* x_data = x.const_data_ptr<scalar_t>();
     const acc_t* w_data = w_rows.const_data_ptr<acc_t>();
+    const acc_t* scale_data = optional_data<acc_t>(scale);
     scalar_t* out_data = out.mutable_data_ptr<scalar_t>();
-    at::parallel_for(0, g.tasks(), 1, [&](int64_t begin, int64_t end) {
-      for (int64_t task = begin; task < end; ++task) {
-        int64_t b, first, last;
-        g.task(task, b, first, last);
-        correlate_tile<acc_t>(g, x_data, w_data, out_data, b, first, last);
-      }
+    with_input_gate(relu, scale_data, [&](auto gate) {
+      using Gate = decltype(gate);
+      at::parallel_for(0, g.tasks(), 1, [&](int64_t begin, int64_t end) {
+        for (int64_t task = begin; task < end; ++task) {
+          int64_t b, first, last;
+          g.task(task, b, first, last);
+          correlate_tile<Gate, true>(g, x_data, w_data, out_data, x_data, scale_data, b, first, last);
+        }
+      });
     });
   });
   return out;
 }
 
 std::tuple<at::Tensor, at::Tensor> depthwise_backward(const at::Tensor& grad_out_in, const at::Tensor& x_in,
-                                                      const at::Tensor& weight, int64_t dilation, int64_t left) {
+                                                      const at::Tensor& weight, int64_t dilation, int64_t left,
+                                                      const std::optional<at::Tensor>& input_scale, bool relu) {
   const at::Tensor grad_out = grad_out_in.contiguous();
   const at::Tensor x = x_in.contiguous();
   const Geometry g = geometry_of(x, weight, dilation, left);
-  // grad_x[j] = sum_k w[k] grad[j - k * dilation + left]: the forward of grad with the taps
-  // reversed, reading (K - 1) * dilation - left steps back.
+  // grad_u[j] = sum_k w[k] grad[j - k * dilation + left]: the forward of grad with the taps
+  // reversed, reading (K - 1) * dilation - left steps back; then through the gate's backward.
   Geometry reversed = g;
   reversed.left = (g.taps - 1) * dilation - left;
-  const at::Tensor w_rows = weight_rows(weight, true);
+  const at::Tensor w_rows = weight_rows(weight, true), scale = gate_scale(input_scale, x);
   at::Tensor grad_x = at::empty(x.sizes(), x.options());
   // One private weight-gradient buffer per run of tasks (one run per thread).
   const int64_t tasks = g.tasks();
@@ -213,18 +238,23 @@ std::tuple<at::Tensor, at::Tensor> depthwise_backward(const at::Tensor& grad_out
     const scalar_t* x_data = x.const_data_ptr<scalar_t>();
     const scalar_t* grad_data = grad_out.const_data_ptr<scalar_t>();
     const acc_t* w_data = w_rows.const_data_ptr<acc_t>();
+    const acc_t* scale_data = optional_data<acc_t>(scale);
     scalar_t* grad_x_data = grad_x.mutable_data_ptr<scalar_t>();
     acc_t* partial_data = partials.mutable_data_ptr<acc_t>();
-    at::parallel_for(0, runs, 1, [&](int64_t run_begin, int64_t run_end) {
-      for (int64_t run = run_begin; run < run_end; ++run) {
-        acc_t* partial = partial_data + run * g.taps * g.channels;
-        for (int64_t task = run * tasks / runs; task < (run + 1) * tasks / runs; ++task) {
-          int64_t b, first, last;
-          g.task(task, b, first, last);
-          correlate_tile<acc_t>(reversed, grad_data, w_data, grad_x_data, b, first, last);
-          weight_gradient_tile<acc_t>(g, grad_data, x_data, partial, b, first, last);
+    with_input_gate(relu, scale_data, [&](auto gate) {
+      using Gate = decltype(gate);
+      at::parallel_for(0, runs, 1, [&](int64_t run_begin, int64_t run_end) {
+        for (int64_t run = run_begin; run < run_end; ++run) {
+          acc_t* partial = partial_data + run * g.taps * g.channels;
+          for (int64_t task = run * tasks / runs; task < (run + 1) * tasks / runs; ++task) {
+            int64_t b, first, last;
+            g.task(task, b, first, last);
+            correlate_tile<Gate, false>(reversed, grad_data, w_data, grad_x_data, x_data, scale_data, b, first,
+                                        last);
+            weight_gradient_tile<Gate>(g, grad_data, x_data, scale_data, partial, b, first, last);
+          }
         }
-      }
+      });
     });
   });
   return {grad_x, partials.sum(0).t().contiguous()};

@@ -1,6 +1,7 @@
 // CUDA kernels of depthwise_conv (one static kernel per channel), built just in time by
 // talk_hf.ops._extension:
-//   out[b, t, c] = sum_k w[c, k] * x[b, t + k * dilation - left, c],   zero outside [0, T).
+//   out[b, t, c] = sum_k w[c, k] * u[b, t + k * dilation - left, c],   zero outside [0, T),
+// u = x, or its gated form relu(x) * scale[b, t] (talk_math.h's InputGate; each part optional).
 // Not yet run on a GPU: talk_hf.ops.depthwise_conv uses them only where $TALK_HF_UNVERIFIED_CUDA
 // names depthwise_conv (talk_hf/ops/_unverified.py).
 //
@@ -11,7 +12,9 @@
 //
 // Backward, without atomics or host synchronisation: the gradient for x is the forward kernel
 // with the taps reversed; the weight gradient is one partial sum per block (its tile of steps), in
-// a (blocks, K, C) tensor that a reduction kernel (at::sum) adds up on the same stream.
+// a (blocks, K, C) tensor that a reduction kernel (at::sum) adds up on the same stream.  The input
+// gate is applied to each value as it is read (forward, weight gradient) and its derivative to the
+// gradient for x as it is stored.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/ops/empty.h>
@@ -22,6 +25,7 @@
 
 #include "ops.h"
 #include "talk_math.h"
+#include "tensors.h"
 
 namespace talk_hf {
 namespace {
@@ -49,10 +53,13 @@ __device__ void load_weights(acc_t (&shared)[kMaxTaps][kChannels], const scalar_
   __syncthreads();
 }
 
-// out[b, t, c] = sum_k w_k * in[b, t + k * dilation - left, c] over the taps reading inside [0, T).
-template <typename scalar_t, typename acc_t>
+// out[b, t, c] = sum_k w_k * in[b, t + k * dilation - left, c] over the taps reading inside [0, T):
+// the forward (kForward: `in` read through the gate) and, with reversed taps, the gradient for x
+// (stored through the gate's derivative at x's own row).  Rows are numbered b * T + t.
+template <typename Gate, bool kForward, typename scalar_t, typename acc_t>
 __global__ void correlate_kernel(const scalar_t* __restrict__ in, const scalar_t* __restrict__ weight,
-                                 scalar_t* __restrict__ out, Geometry g, bool reversed) {
+                                 scalar_t* __restrict__ out, const scalar_t* __restrict__ x,
+                                 const acc_t* __restrict__ scale, Geometry g, bool reversed) {
   __shared__ acc_t taps[kMaxTaps][kChannels];
   const int64_t channel = static_cast<int64_t>(blockIdx.y) * kChannels + threadIdx.x;
   load_weights(taps, weight, g, channel, reversed);
@@ -69,16 +76,21 @@ __global__ void correlate_kernel(const scalar_t* __restrict__ in, const scalar_t
     acc_t sum = 0;
     for (int k = tap_first; k < tap_end; ++k) {
       const int64_t row = row_base + t + static_cast<int64_t>(k) * g.dilation - g.left;
-      sum += taps[k][threadIdx.x] * static_cast<acc_t>(in[row * g.channels + channel]);
+      acc_t value = static_cast<acc_t>(in[row * g.channels + channel]);
+      if constexpr (kForward) value = Gate::apply(value, scale, row);
+      sum += taps[k][threadIdx.x] * value;
     }
-    out[(row_base + t) * g.channels + channel] = static_cast<scalar_t>(sum);
+    const int64_t index = (row_base + t) * g.channels + channel;
+    if constexpr (!kForward && Gate::gates) sum = Gate::backward(sum, static_cast<acc_t>(x[index]), scale, row_base + t);
+    out[index] = static_cast<scalar_t>(sum);
   }
 }
 
-// partial[block, k, c] = sum over the block's steps t of grad[b, t, c] * x[b, t + k * dilation - left, c].
-template <typename scalar_t, typename acc_t>
+// partial[block, k, c] = sum over the block's steps t of grad[b, t, c] * u[b, t + k * dilation - left, c],
+// u the gated x.
+template <typename Gate, typename scalar_t, typename acc_t>
 __global__ void weight_gradient_kernel(const scalar_t* __restrict__ grad, const scalar_t* __restrict__ x,
-                                       acc_t* __restrict__ partial, Geometry g) {
+                                       const acc_t* __restrict__ scale, acc_t* __restrict__ partial, Geometry g) {
   const int64_t channel = static_cast<int64_t>(blockIdx.y) * kChannels + threadIdx.x;
   if (channel >= g.channels) return;
   const int64_t row_base = static_cast<int64_t>(blockIdx.z) * g.length;
@@ -91,8 +103,9 @@ __global__ void weight_gradient_kernel(const scalar_t* __restrict__ grad, const 
     const int64_t t_end = end < g.length - shift ? end : g.length - shift;
     acc_t sum = 0;
     for (int64_t t = t_first; t < t_end; ++t) {
+      const int64_t row = row_base + t + shift;
       sum += static_cast<acc_t>(grad[(row_base + t) * g.channels + channel]) *
-             static_cast<acc_t>(x[(row_base + t + shift) * g.channels + channel]);
+             Gate::apply(static_cast<acc_t>(x[row * g.channels + channel]), scale, row);
     }
     target[static_cast<int64_t>(k) * g.channels + channel] = sum;
   }
@@ -109,51 +122,64 @@ Geometry geometry_of(const at::Tensor& x, const at::Tensor& weight, int64_t dila
   return {x.size(1), x.size(2), static_cast<int>(weight.size(1)), dilation, left};
 }
 
-// Launches the correlation kernel: out = in correlated with the weight (reversed taps with `reversed`).
-void correlate(const at::Tensor& in, const at::Tensor& weight, const at::Tensor& out, const Geometry& g,
-               bool reversed) {
+// Launches the correlation kernel: out = in correlated with the weight (reversed taps with
+// `reversed`); the forward (kForward) gates `in`, the gradient for x gates its output by x.
+template <bool kForward>
+void correlate(const at::Tensor& in, const at::Tensor& weight, const at::Tensor& out, const at::Tensor& x,
+               const at::Tensor& scale, bool relu, const Geometry& g, bool reversed) {
   const auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, in.scalar_type(), "depthwise_correlate_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    correlate_kernel<scalar_t, acc_t><<<grid_of(in.size(0), g, kTile), kChannels, 0, stream>>>(
-        in.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(), g,
-        reversed);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    const acc_t* scale_data = optional_data<acc_t>(scale);
+    with_input_gate(relu, scale_data, [&](auto gate) {
+      correlate_kernel<decltype(gate), kForward, scalar_t, acc_t><<<grid_of(in.size(0), g, kTile), kChannels, 0, stream>>>(
+          in.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(),
+          x.const_data_ptr<scalar_t>(), scale_data, g, reversed);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
   });
 }
 
 }  // namespace
 
-at::Tensor depthwise_forward(const at::Tensor& x_in, const at::Tensor& weight_in, int64_t dilation, int64_t left) {
+at::Tensor depthwise_forward(const at::Tensor& x_in, const at::Tensor& weight_in, int64_t dilation, int64_t left,
+                             const std::optional<at::Tensor>& input_scale, bool relu) {
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous(), weight = weight_in.contiguous();
   at::Tensor out = at::empty(x.sizes(), x.options());
   if (x.numel() == 0) return out;
-  correlate(x, weight, out, geometry_of(x, weight, dilation, left), false);
+  const at::Tensor scale = gate_scale(input_scale, x);
+  correlate<true>(x, weight, out, x, scale, relu, geometry_of(x, weight, dilation, left), false);
   return out;
 }
 
 std::tuple<at::Tensor, at::Tensor> depthwise_backward(const at::Tensor& grad_out_in, const at::Tensor& x_in,
-                                                      const at::Tensor& weight_in, int64_t dilation, int64_t left) {
+                                                      const at::Tensor& weight_in, int64_t dilation, int64_t left,
+                                                      const std::optional<at::Tensor>& input_scale, bool relu) {
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor grad_out = grad_out_in.contiguous(), x = x_in.contiguous(), weight = weight_in.contiguous();
   const auto accumulation = x.options().dtype(at::toOpMathType(x.scalar_type()));
   at::Tensor grad_x = at::empty(x.sizes(), x.options());
   if (x.numel() == 0) return {grad_x, at::zeros(weight.sizes(), accumulation)};
   const Geometry g = geometry_of(x, weight, dilation, left);
-  // grad_x[j] = sum_k w[k] grad[j - k * dilation + left]: the forward of grad with the taps
-  // reversed, reading (K - 1) * dilation - left steps back.
+  const at::Tensor scale = gate_scale(input_scale, x);
+  // grad_u[j] = sum_k w[k] grad[j - k * dilation + left]: the forward of grad with the taps
+  // reversed, reading (K - 1) * dilation - left steps back; then through the gate's derivative.
   Geometry reversed = g;
   reversed.left = static_cast<int64_t>(g.taps - 1) * g.dilation - g.left;
-  correlate(grad_out, weight, grad_x, reversed, true);
+  correlate<false>(grad_out, weight, grad_x, x, scale, relu, reversed, true);
   const dim3 grid = grid_of(x.size(0), g, kWeightTile);
   at::Tensor partials = at::empty({static_cast<int64_t>(grid.z) * grid.x, g.taps, g.channels}, accumulation);
   const auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "depthwise_weight_gradient_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    weight_gradient_kernel<scalar_t, acc_t><<<grid, kChannels, 0, stream>>>(
-        grad_out.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), partials.mutable_data_ptr<acc_t>(), g);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    const acc_t* scale_data = optional_data<acc_t>(scale);
+    with_input_gate(relu, scale_data, [&](auto gate) {
+      weight_gradient_kernel<decltype(gate), scalar_t, acc_t><<<grid, kChannels, 0, stream>>>(
+          grad_out.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), scale_data,
+          partials.mutable_data_ptr<acc_t>(), g);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
   });
   return {grad_x, partials.sum(0).t().contiguous()};
 }

@@ -33,12 +33,17 @@ std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out, con
                                                  const at::Tensor& weight, int64_t padding_l, bool sum_weight_gradient);
 
 // Depthwise convolution (cpu_depthwise.cpp, cuda_depthwise.cu), weight (C, K) static per channel:
-// out[b, t, c] = sum_k weight[c, k] * x[b, t + k * dilation - left, c], zero outside [0, T).
-at::Tensor depthwise_forward(const at::Tensor& x, const at::Tensor& weight, int64_t dilation, int64_t left);
+// out[b, t, c] = sum_k weight[c, k] * u[b, t + k * dilation - left, c], zero outside [0, T), of
+// the gated input u = relu(x) (with `relu`) times input_scale[b, t] (when given: (B, T), SliceNet's
+// padding mask), or u = x.
+at::Tensor depthwise_forward(const at::Tensor& x, const at::Tensor& weight, int64_t dilation, int64_t left,
+                             const std::optional<at::Tensor>& input_scale, bool relu);
 
-// Its backward: the gradient for x (x's dtype) and for the weight, (C, K) summed over batch and
-// time in the accumulation dtype (float32, float64 for float64), rounded to the weight's dtype by the caller.
+// Its backward: the gradient for x (x's dtype, through the gate) and for the weight, (C, K) summed
+// over batch and time in the accumulation dtype (float32, float64 for float64), rounded to the
+// weight's dtype by the caller.
 std::tuple<at::Tensor, at::Tensor> depthwise_backward(const at::Tensor& grad_out, const at::Tensor& x,
-                                                      const at::Tensor& weight, int64_t dilation, int64_t left);
+                                                      const at::Tensor& weight, int64_t dilation, int64_t left,
+                                                      const std::optional<at::Tensor>& input_scale, bool relu);
 
 }  // namespace talk_hf

@@ -145,6 +145,31 @@ TALK_HD void widen_reach(Reach& reach, int64_t t, const Edge<acc_t>& left, const
 
 TALK_HD int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// depthwise_conv's input gate (SliceNet's ConvStep: ReLU, then the padding mask), each part chosen
+// at compile time: it convolves u = relu(x) * scale[row] instead of x, scale[row] the mask (0 or 1)
+// of the row's (b, t).  V is a value or a vector of values (GCC vector extension) of one row.
+// `v < 0 ? 0 : v` keeps a NaN, as torch.relu does.
+template <bool kRelu, bool kScale>
+struct InputGate {
+  static constexpr bool gates = kRelu || kScale;
+
+  template <typename V, typename acc_t>
+  TALK_HD static V apply(V v, const acc_t* scale, int64_t row) {
+    if constexpr (kRelu) v = v < V{} ? V{} : v;
+    if constexpr (kScale) v = v * scale[row];
+    return v;
+  }
+
+  // The gradient for x of row `row` from the gradient `grad` for its gated value u: zero where the
+  // ReLU cut (x <= 0, as torch.relu's backward), times the row's scale.
+  template <typename V, typename acc_t>
+  TALK_HD static V backward(V grad, V x, const acc_t* scale, int64_t row) {
+    if constexpr (kRelu) grad = x > V{} ? grad : V{};
+    if constexpr (kScale) grad = grad * scale[row];
+    return grad;
+  }
+};
+
 // DynamicConv/LightConv: tap k of output t reads x[t + k - padding_l], zero outside [0, T).
 TALK_HD int64_t conv_source(int64_t t, int64_t tap, int64_t padding_l) { return t + tap - padding_l; }
 

@@ -1,6 +1,7 @@
 // Host-side helpers that turn ATen tensors into the raw views the kernels of talk_math.h read.
 #pragma once
 
+#include <ATen/OpMathType.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
@@ -20,6 +21,23 @@ inline at::Tensor contiguous_or_undefined(const std::optional<at::Tensor>& tenso
 template <typename scalar_t>
 const scalar_t* optional_data(const at::Tensor& tensor) {
   return tensor.defined() ? tensor.const_data_ptr<scalar_t>() : nullptr;
+}
+
+// depthwise_conv's input-gate scale (B, T) as contiguous accumulation-dtype values on x's device,
+// or an undefined tensor when absent.
+inline at::Tensor gate_scale(const std::optional<at::Tensor>& input_scale, const at::Tensor& x) {
+  if (!input_scale.has_value()) return at::Tensor();
+  return input_scale->to(x.device(), at::toOpMathType(x.scalar_type())).contiguous();
+}
+
+// Calls body(InputGate<relu, scale != nullptr>{}): one instantiation of a kernel per input gate.
+template <typename acc_t, typename Body>
+void with_input_gate(bool relu, const acc_t* scale, const Body& body) {
+  if (relu) {
+    scale ? body(InputGate<true, true>{}) : body(InputGate<true, false>{});
+  } else {
+    scale ? body(InputGate<false, true>{}) : body(InputGate<false, false>{});
+  }
 }
 
 // The inputs of talk_conv made contiguous; offset_right is undefined in the causal form.

@@ -2,9 +2,10 @@
 
 Layout (B, T, C) everywhere: the depthwise k-tap convolutions (s <= 0) run
 :func:`talk_hf.ops.depthwise_conv` on it directly, the grouped ones transpose to (B, C, T) for
-``conv1d``, the 1x1 ones are linear maps over the channels, and the weights keep ``conv1d``'s
-shapes.  A separability s selects the convolution type exactly as tensor2tensor does (paper Table 1,
-c channels, k taps):
+``conv1d``, the 1x1 ones are linear maps over the channels (in groups:
+:func:`talk_hf.ops.grouped_linear.grouped_linear`), and the weights keep ``conv1d``'s shapes.
+A separability s selects the convolution type exactly as tensor2tensor does (paper Table 1, c
+channels, k taps):
 
     s == 0   depthwise k-tap conv, then 1x1 conv                  k*c + c^2        ("Full")
     s == 1   regular k-tap conv                                   k*c^2            ("None")
@@ -22,6 +23,8 @@ import torch
 from torch import nn
 
 from ..ops import depthwise_conv
+from ..ops.depthwise_conv import gate_input
+from ..ops.grouped_linear import grouped_linear
 from ..transformers_internals import init, is_loaded_from_checkpoint
 from .initialization import InitializesItself
 
@@ -125,12 +128,22 @@ class SliceConv(InitializesItself):
         """Input positions before an output's own that it reads: (k - 1) * dilation."""
         return (self.spatial_weight.shape[-1] - 1) * self.dilation
 
-    def forward(self, inputs: torch.Tensor, padding: str = "valid") -> torch.Tensor:
+    def forward(
+        self,
+        inputs: torch.Tensor,
+        padding: str = "valid",
+        *,
+        relu_input: bool = False,
+        input_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """
         Args:
             inputs: with ``padding="valid"``, (B, history_size + T, C_in): T positions preceded by
                 their history (zeros or cached inputs); otherwise (B, T, C_in).
             padding: ``"valid"``, ``"causal"`` or ``"centred"`` (class docstring).
+            relu_input / input_mask: convolve ``relu(inputs)`` / with the rows where the (B, T')
+                bool mask is False zeroed (ConvStep's gate; :func:`talk_hf.ops.depthwise_conv`
+                applies it inside its kernel, for s <= 0).
 
         Returns:
             (B, T, C_out).
@@ -138,21 +151,31 @@ class SliceConv(InitializesItself):
         if padding not in PADDINGS:
             raise ValueError(f"padding must be one of {PADDINGS}, got {padding!r}")
         if padding == "valid" and inputs.shape[1] == self.history_size + 1:
-            out = self._spatial_step(inputs)
+            out = self._spatial_step(gate_input(inputs, relu_input, input_mask))
+        elif self.separability <= 0:
+            out = self._depthwise(inputs, padding, relu_input, input_mask)
         else:
-            out = self._spatial(inputs, padding)
+            out = self._grouped(gate_input(inputs, relu_input, input_mask), padding)
         return out if self.pointwise_weight is None else self._pointwise(out)
 
-    def _spatial(self, inputs: torch.Tensor, padding: str) -> torch.Tensor:
-        """The k-tap convolution over a sequence: (B, T', C_in) -> (B, T, C_spatial), T = T' -
-        history_size for ``"valid"``, else T'."""
-        if self.separability <= 0:  # depthwise: the compiled kernels (on the CPU; see talk_hf.ops.depthwise_conv)
-            # (C_in, k); the parameter stays float32 under autocast while the inputs are bf16/fp16,
-            # and the op wants one dtype (as conv1d gets under autocast).
-            weight = self.spatial_weight.squeeze(1).to(inputs.dtype)
-            if padding == "valid":  # the causal outputs after the history are exactly the valid ones
-                return depthwise_conv(inputs, weight, dilation=self.dilation, padding="causal")[:, self.history_size :]
-            return depthwise_conv(inputs, weight, dilation=self.dilation, padding=padding)
+    def _depthwise(
+        self, inputs: torch.Tensor, padding: str, relu_input: bool, input_mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The depthwise k-tap convolution (s <= 0) of the gated inputs over a sequence, by the
+        compiled kernels (on the CPU; see talk_hf.ops.depthwise_conv): (B, T', C_in) -> (B, T, C_in),
+        T = T' - history_size for ``"valid"``, else T'."""
+        # (C_in, k); the parameter stays float32 under autocast while the inputs are bf16/fp16, and
+        # the op wants one dtype (as conv1d gets under autocast).
+        weight = self.spatial_weight.squeeze(1).to(inputs.dtype)
+        gate = dict(relu_input=relu_input, input_mask=input_mask)
+        if padding == "valid":  # the causal outputs after the history are exactly the valid ones
+            out = depthwise_conv(inputs, weight, dilation=self.dilation, padding="causal", **gate)
+            return out[:, self.history_size :]
+        return depthwise_conv(inputs, weight, dilation=self.dilation, padding=padding, **gate)
+
+    def _grouped(self, inputs: torch.Tensor, padding: str) -> torch.Tensor:
+        """The regular or grouped k-tap convolution (s >= 1) over a sequence, by ``conv1d``:
+        (B, T', C_in) -> (B, T, C_out), T as in `_depthwise`."""
         left = {"valid": 0, "causal": self.history_size, "centred": self.history_size // 2}[padding]
         context = nn.functional.pad(inputs, (0, 0, left, 0 if padding == "valid" else self.history_size - left))
         out = nn.functional.conv1d(
@@ -174,8 +197,8 @@ class SliceConv(InitializesItself):
         weight = self.pointwise_weight.squeeze(-1)  # (C_out, C_spatial / groups)
         if self.pointwise_groups == 1:
             return nn.functional.linear(x, weight, self.pointwise_bias)
-        grouped = weight.unflatten(0, (self.pointwise_groups, -1))  # (groups, C_out / groups, C_spatial / groups)
-        return torch.einsum("btgi,goi->btgo", x.unflatten(-1, (self.pointwise_groups, -1)), grouped).flatten(-2)
+        # (groups, C_out / groups, C_spatial / groups)
+        return grouped_linear(x, weight.unflatten(0, (self.pointwise_groups, -1)))
 
     @torch.no_grad()
     def init_weights(self) -> None:
@@ -199,7 +222,8 @@ class ConvStep(nn.Module):
     """ReLU, zeroing of padded positions, `SliceConv`, LayerNorm: (B, T, C_in) -> (B, T, C_out).
 
     The paper's ConvStep_{d,s}(W, x) = LN(SepConv_{d,s}(W, ReLU(x))), with t2t's zeroing of padding
-    after the ReLU.  An encoder step pads (k-1)*dilation/2 zeros on each side ("SAME", the
+    after the ReLU; for a depthwise SliceConv (s <= 0) the ReLU and the zeroing run inside the
+    convolution's kernel (:func:`talk_hf.ops.depthwise_conv`'s input gate).  An encoder step pads (k-1)*dilation/2 zeros on each side ("SAME", the
     convolution's ``"centred"``).  A causal (decoder) step sees (k-1)*dilation inputs to the left:
     zeros without a cache (``"causal"``); with a cache, the step's history in it (index
     ``cache_index``, set by the decoder), which it also updates.
@@ -243,15 +267,11 @@ class ConvStep(nn.Module):
         Returns:
             (B, T, C_out).
         """
-        u = torch.relu(x)
-        if padding_mask is not None:
-            u = u * padding_mask.unsqueeze(-1).to(u.dtype)
-        if not self.causal:
-            out = self.conv(u, "centred")
-        elif cache is not None:
-            out = self.conv(cache.layers[self.cache_index].extend(u), "valid")
+        if cache is not None and self.causal:  # the cache keeps the gated inputs as the history
+            history_and_inputs = cache.layers[self.cache_index].extend(gate_input(x, True, padding_mask))
+            out = self.conv(history_and_inputs, "valid")
         else:
-            out = self.conv(u, "causal")
+            out = self.conv(x, "causal" if self.causal else "centred", relu_input=True, input_mask=padding_mask)
         return self.norm(out)
 
 
@@ -293,7 +313,8 @@ class ConvModule(nn.Module):
         y = x
         for step in self.steps[:2]:
             y = step(y, padding_mask, cache)
-        z = x + y
+        x_plus_y = x + y
+        z = x_plus_y
         for step in self.steps[2:]:
             z = step(z, padding_mask, cache)
-        return x + y + z if self.residual == "t2t" else x + z
+        return x_plus_y + z if self.residual == "t2t" else x + z

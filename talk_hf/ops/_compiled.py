@@ -18,7 +18,8 @@ Ops (all tensors batch-first; ``K`` taps, ``H`` heads):
 * ``talk_hf::dynamic_conv(x, weight (B,T,H,K), padding_l)``, ``talk_hf::light_conv(x, weight
   (H,K), padding_l)`` and their shared ``talk_hf::conv_backward``, which returns the gradient for
   x and the per-token weight gradient (B,T,H,K) in float32 (float64 for float64 input);
-* ``talk_hf::depthwise_conv(x, weight (C,K), dilation, left)`` and its
+* ``talk_hf::depthwise_conv(x, weight (C,K), dilation, left, input_mask (B,T) bool | None, relu)``
+  (the input gated by the ReLU and the mask inside the kernel) and its
   ``talk_hf::depthwise_conv_backward``, which returns the gradient for x and the weight's gradient
   (C,K) summed over batch and time, in float32 (float64 for float64 input).
 """
@@ -233,15 +234,24 @@ def run_light_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int) -> tor
 # --- Depthwise convolution -------------------------------------------------------------------
 
 
-def depthwise_forward_kernel(x: torch.Tensor, weight: torch.Tensor, dilation: int, left: int) -> torch.Tensor:
-    return _module(x).depthwise_forward(x, weight, dilation, left)
+def depthwise_forward_kernel(
+    x: torch.Tensor, weight: torch.Tensor, dilation: int, left: int, input_mask: torch.Tensor | None, relu: bool
+) -> torch.Tensor:
+    return _module(x).depthwise_forward(x, weight, dilation, left, input_mask, relu)
 
 
 def depthwise_backward_kernel(
-    grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, dilation: int, left: int
+    grad_out: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    dilation: int,
+    left: int,
+    input_mask: torch.Tensor | None,
+    relu: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gradient for x and the weight's gradient (C, K), summed over batch and time, in the accumulation dtype."""
-    return tuple(_module(x).depthwise_backward(grad_out, x, weight, dilation, left))
+    """Gradient for x (through the input gate) and the weight's gradient (C, K), summed over batch
+    and time, in the accumulation dtype."""
+    return tuple(_module(x).depthwise_backward(grad_out, x, weight, dilation, left, input_mask, relu))
 
 
 depthwise_conv = torch.library.custom_op("talk_hf::depthwise_conv", depthwise_forward_kernel, mutates_args=())
@@ -251,32 +261,42 @@ depthwise_conv_backward = torch.library.custom_op(
 
 
 @depthwise_conv.register_fake
-def _(x, weight, dilation, left):
+def _(x, weight, dilation, left, input_mask, relu):
     return x.new_empty(x.shape)
 
 
 @depthwise_conv_backward.register_fake
-def _(grad_out, x, weight, dilation, left):
+def _(grad_out, x, weight, dilation, left, input_mask, relu):
     return x.new_empty(x.shape), x.new_empty(weight.shape, dtype=accumulation_dtype(x.dtype))
 
 
 def _depthwise_setup(ctx, inputs, output):
-    x, weight, ctx.dilation, ctx.left = inputs
-    ctx.save_for_backward(x, weight)
+    x, weight, ctx.dilation, ctx.left, input_mask, ctx.relu = inputs
+    ctx.save_for_backward(x, weight, input_mask)
 
 
 def _depthwise_backward(ctx, grad_out):
-    x, weight = ctx.saved_tensors
+    x, weight, input_mask = ctx.saved_tensors
     grad_x, grad_weight = _call(
-        depthwise_conv_backward, depthwise_backward_kernel, grad_out, x, weight, ctx.dilation, ctx.left
+        depthwise_conv_backward,
+        depthwise_backward_kernel,
+        grad_out,
+        x,
+        weight,
+        ctx.dilation,
+        ctx.left,
+        input_mask,
+        ctx.relu,
     )
-    return grad_x, grad_weight.to(weight.dtype), None, None
+    return grad_x, grad_weight.to(weight.dtype), None, None, None, None
 
 
 depthwise_conv.register_autograd(_depthwise_backward, setup_context=_depthwise_setup)
 _DepthwiseConv = _eager_function("DepthwiseConv", depthwise_forward_kernel, _depthwise_setup, _depthwise_backward)
 
 
-def run_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, dilation: int, left: int) -> torch.Tensor:
+def run_depthwise_conv(
+    x: torch.Tensor, weight: torch.Tensor, dilation: int, left: int, input_mask: torch.Tensor | None, relu: bool
+) -> torch.Tensor:
     """``talk_hf::depthwise_conv`` by `_run`."""
-    return _run(depthwise_conv, _DepthwiseConv, x, weight, dilation, left)
+    return _run(depthwise_conv, _DepthwiseConv, x, weight, dilation, left, input_mask, relu)

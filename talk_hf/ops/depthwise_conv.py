@@ -1,13 +1,17 @@
 """Depthwise convolution with one static kernel per channel (SliceNet's separable steps):
 
-    out[b, t, c] = sum_k weight[c, k] * x[b, t + k * dilation - left, c]
+    out[b, t, c] = sum_k weight[c, k] * u[b, t + k * dilation - left, c]
 
-with x taken as zero outside ``[0, T)`` and ``left`` set by the padding:
+with u taken as zero outside ``[0, T)`` and ``left`` set by the padding:
 
 * ``padding="causal"``: ``left = (K - 1) * dilation``, every tap looks at the past (decoders); any
   K in [1, 63];
 * ``padding="centred"``: ``left = (K // 2) * dilation``, the taps are centred on t (encoders, t2t's
   "SAME"); odd K in [1, 63] only (an even kernel has no centre).
+
+u is x, or x through an input gate, SliceNet's ConvStep's ``relu(x) * input_mask[b, t]`` (each part
+optional), which the compiled kernels apply as they read x: the gated input is never stored, for
+the forward or for the backward.
 
 Backends as for the other ops (:mod:`._backend`).  The CUDA kernel (``csrc/cuda_depthwise.cu``) has
 not yet run on a GPU: on CUDA tensors ``"auto"`` runs the PyTorch path unless
@@ -33,7 +37,14 @@ PADDINGS = ("causal", "centred")
 
 
 def depthwise_conv(
-    x: torch.Tensor, weight: torch.Tensor, *, dilation: int = 1, padding: str = "causal", backend: str | None = None
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    dilation: int = 1,
+    padding: str = "causal",
+    relu_input: bool = False,
+    input_mask: torch.Tensor | None = None,
+    backend: str | None = None,
 ) -> torch.Tensor:
     """Depthwise (one kernel per channel) convolution along time, zero-padded to length T.
 
@@ -43,19 +54,48 @@ def depthwise_conv(
         dilation: spacing of the taps, >= 1.
         padding: ``"causal"`` (taps at t - (K-1)*dilation .. t) or ``"centred"`` (taps at
             t - (K//2)*dilation .. t + (K//2)*dilation).
+        relu_input: convolve ``relu(x)`` instead of x.
+        input_mask: (B, T) bool, or None: the rows of x where it is False (padding) count as zero,
+            after the ReLU.
         backend: ``"auto"``, ``"torch"``, ``"cpu"`` or ``"cuda"``; ``None`` reads ``$TALK_HF_BACKEND``.
 
     Returns:
         (B, T, C) tensor of x's dtype, accumulated in float32 (float64 for float64 input).  The
-        gradients are those of this sum: grad x (B, T, C) and grad weight (C, K), summed over batch
-        and time.
+        gradients are those of this sum: grad x (B, T, C), through the ReLU and the mask, and grad
+        weight (C, K), summed over batch and time.
     """
     check_tensor("x", x, 3, "(B, T, C)")
     check_tensor("weight", weight, 2, "(C, K)")
     left = _check_depthwise(x, weight, dilation, padding)
+    _check_input_gate(x, relu_input, input_mask)
     if _depthwise_backend(backend, x.device) == "torch":
-        return depthwise_conv_torch(x, weight, dilation, left)
-    return _compiled.run_depthwise_conv(x, weight, dilation, left)
+        return depthwise_conv_torch(gate_input(x, relu_input, input_mask), weight, dilation, left)
+    return _compiled.run_depthwise_conv(x, weight, dilation, left, input_mask, relu_input)
+
+
+def gate_input(x: torch.Tensor, relu: bool, mask: torch.Tensor | None) -> torch.Tensor:
+    """The gated input u of :func:`depthwise_conv` in PyTorch: ``relu(x)`` (with ``relu``), times the
+    (B, T) bool ``mask`` over the channels (when given)."""
+    if relu:
+        x = torch.relu(x)
+    return x if mask is None else x * mask.unsqueeze(-1).to(x.dtype)
+
+
+def _check_input_gate(x: torch.Tensor, relu_input: bool, input_mask: torch.Tensor | None) -> None:
+    if not isinstance(relu_input, bool):
+        raise TypeError(f"relu_input must be a bool, got {type(relu_input).__name__}")
+    if input_mask is None:
+        return
+    if not isinstance(input_mask, torch.Tensor) or input_mask.dtype != torch.bool:
+        described = input_mask.dtype if isinstance(input_mask, torch.Tensor) else type(input_mask).__name__
+        raise ValueError(f"input_mask must be a bool tensor of shape (B, T), got {described}")
+    if input_mask.shape != x.shape[:2]:
+        raise ValueError(
+            f"input_mask must have shape (B, T) = {tuple(x.shape[:2])} (x's first two dims), "
+            f"got shape {tuple(input_mask.shape)}"
+        )
+    if input_mask.device != x.device:
+        raise ValueError(f"input_mask is on {input_mask.device} but x is on {x.device}; move them to the same device")
 
 
 def _check_depthwise(x: torch.Tensor, weight: torch.Tensor, dilation: int, padding: str) -> int:

@@ -49,15 +49,23 @@ def _missing(folder: Path) -> Path:
         (_missing, "does not exist"),
     ],
 )
-def test_command_line_names_a_path_that_is_no_checkpoint(make_path, message, tmp_path):
+def test_command_line_names_a_path_that_is_no_checkpoint(make_path, message, tmp_path, capsys):
     path = make_path(tmp_path)
+    assert main(["fairseq", str(path), str(tmp_path / "out")]) == 1
+    assert f"error: {path} {message}. {EXPECTED}" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_module_entry_point_exits_non_zero_without_a_traceback(tmp_path):
+    """``python -m talk_hf.convert`` itself: the exit status and stderr of a real process."""
+    path = _missing(tmp_path)
     command = [sys.executable, "-m", "talk_hf.convert", "fairseq", str(path), str(tmp_path / "out")]
     result = subprocess.run(
         command, capture_output=True, text=True, check=False, env={**os.environ, "HF_HUB_OFFLINE": "1"}
     )
-    assert result.returncode != 0
+    assert result.returncode == 1
     assert "Traceback" not in result.stderr
-    assert f"error: {path} {message}. {EXPECTED}" in result.stderr
+    assert f"error: {path} does not exist. {EXPECTED}" in result.stderr
     assert not (tmp_path / "out").exists()
 
 

@@ -1,5 +1,6 @@
-"""depthwise_conv against its float64 loop definition and F.conv1d: forward, backward, dtypes,
-edge cases, bad arguments, the custom op under torch.compile, and the switch of its CUDA kernel."""
+"""depthwise_conv against its float64 loop definition and F.conv1d: forward, backward, dtypes, the
+input gate (ReLU and mask), edge cases, bad arguments, the custom op under torch.compile, and the
+switch of its CUDA kernel."""
 
 import pytest
 import torch
@@ -74,6 +75,66 @@ def test_forward_and_backward_match_definition(batch, length, channels, kernel_s
     x, weight = make_inputs(batch, length, channels, kernel_size)
     actual = outputs_and_gradients(lambda x, w: depthwise_conv(x, w, dilation=dilation, padding=padding), x, weight)
     assert_matches(actual, outputs_and_gradients(definition(dilation, padding), x, weight), torch.float64)
+
+
+def gated_definition(dilation, padding, relu, mask):
+    """The definition of the convolution of the gated input: relu(x) (with ``relu``) with the rows
+    where ``mask`` (B, T) is False zeroed (when given)."""
+
+    def op(x, weight):
+        u = torch.relu(x) if relu else x
+        if mask is not None:
+            u = u * mask.unsqueeze(-1).to(u.dtype)
+        return definition(dilation, padding)(u, weight)
+
+    return op
+
+
+def padding_mask(batch, length):
+    """A (B, T) bool mask with each row's last few positions False, and one row all False."""
+    lengths = torch.tensor([length, max(length - 3, 1), 0, length // 2][:batch])
+    return torch.arange(length) < lengths.unsqueeze(1)
+
+
+@pytest.mark.usefixtures("each_backend")
+@pytest.mark.parametrize("relu,masked", [(True, True), (True, False), (False, True)])
+@pytest.mark.parametrize("padding,kernel_size,dilation", [("causal", 31, 1), ("centred", 3, 2), ("centred", 63, 1)])
+def test_gated_input_matches_definition(relu, masked, padding, kernel_size, dilation):
+    """The ReLU and the mask applied inside the kernels, forward and both gradients (the gradient
+    for x is zero where the ReLU cut or the mask zeroed), at a width with whole and partial vector blocks."""
+    x, weight = make_inputs(4, 40, 70, kernel_size)
+    mask = padding_mask(4, 40) if masked else None
+
+    def op(x, w):
+        return depthwise_conv(x, w, dilation=dilation, padding=padding, relu_input=relu, input_mask=mask)
+
+    actual = outputs_and_gradients(op, x, weight)
+    assert_matches(
+        actual, outputs_and_gradients(gated_definition(dilation, padding, relu, mask), x, weight), torch.float64
+    )
+
+
+@pytest.mark.usefixtures("each_backend")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gated_input_in_lower_precision(dtype):
+    x, weight = make_inputs(2, 300, 384, 15, dtype)
+    mask = padding_mask(2, 300)
+
+    def op(backend):
+        return lambda x, w: depthwise_conv(x, w, padding="centred", relu_input=True, input_mask=mask, backend=backend)
+
+    actual = outputs_and_gradients(op(None), x, weight)
+    assert_matches(actual, outputs_and_gradients(op("torch"), x.double(), weight.double()), dtype)
+
+
+@pytest.mark.usefixtures("each_backend")
+def test_gated_gradcheck_float64():
+    x, weight = make_inputs(3, 8, 5, 3)
+    mask = padding_mask(3, 8)
+    assert torch.autograd.gradcheck(
+        lambda x, w: depthwise_conv(x, w, padding="centred", relu_input=True, input_mask=mask),
+        (x.requires_grad_(), weight.requires_grad_()),
+    )
 
 
 @pytest.mark.usefixtures("each_backend")
@@ -179,6 +240,22 @@ BAD_CALLS = [
         r"padding must be one of \('causal', 'centred'\)",
     ),
     (lambda: depthwise_conv(x_, weight_, backend="gpu"), ValueError, "backend must be one of"),
+    (lambda: depthwise_conv(x_, weight_, relu_input=1), TypeError, "relu_input must be a bool, got int"),
+    (
+        lambda: depthwise_conv(x_, weight_, input_mask=torch.ones(2, 5)),
+        ValueError,
+        r"input_mask must be a bool tensor of shape \(B, T\), got torch.float32",
+    ),
+    (
+        lambda: depthwise_conv(x_, weight_, input_mask=torch.ones(2, 6, dtype=torch.bool)),
+        ValueError,
+        r"input_mask must have shape \(B, T\) = \(2, 5\) \(x's first two dims\), got shape \(2, 6\)",
+    ),
+    (
+        lambda: depthwise_conv(x_, weight_, input_mask=torch.ones(2, 5, dtype=torch.bool, device="meta")),
+        ValueError,
+        "input_mask is on meta but x is on cpu",
+    ),
 ]
 
 
@@ -194,7 +271,10 @@ def test_bad_arguments_raise_clear_errors(call, error, message):
 def test_custom_op_passes_opcheck():
     """Schema, fake (meta) kernel and autograd registration agree with the real kernels."""
     x, weight = make_inputs(2, 9, 6, 3)
-    torch.library.opcheck(_compiled.depthwise_conv, (x.requires_grad_(), weight.requires_grad_(), 2, 4))
+    x.requires_grad_()
+    weight.requires_grad_()
+    torch.library.opcheck(_compiled.depthwise_conv, (x, weight, 2, 4, None, False))
+    torch.library.opcheck(_compiled.depthwise_conv, (x, weight, 2, 4, padding_mask(2, 9), True))
 
 
 def test_torch_compile_traces_through_the_kernel():
@@ -202,9 +282,12 @@ def test_torch_compile_traces_through_the_kernel():
     x.requires_grad_()
     weight.requires_grad_()
 
+    mask = padding_mask(2, 9)
+
     def mix(x, weight):
         centred = depthwise_conv(x, weight, padding="centred", backend="cpu")
-        return centred + depthwise_conv(x, weight, dilation=2, backend="cpu")
+        gated = depthwise_conv(x, weight, relu_input=True, input_mask=mask, backend="cpu")
+        return centred + depthwise_conv(x, weight, dilation=2, backend="cpu") + gated
 
     compiled = torch.compile(mix, backend="aot_eager", fullgraph=True)
     out = compiled(x, weight)
@@ -273,6 +356,21 @@ def test_cuda_matches_definition(dtype, padding, batch, length, channels, kernel
     )
     assert actual[0].device.type == "cuda"
     assert_matches(actual, expected, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("unverified_cuda_kernel")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("relu,masked", [(True, True), (True, False), (False, True)])
+def test_cuda_gated_input_matches_the_pytorch_path(dtype, relu, masked):
+    x, weight = make_inputs(64, 40, 384, 15, dtype, "cuda")
+    mask = padding_mask(4, 40).repeat(16, 1).cuda() if masked else None
+
+    def op(backend):
+        return lambda x, w: depthwise_conv(x, w, padding="centred", relu_input=relu, input_mask=mask, backend=backend)
+
+    actual = outputs_and_gradients(op("cuda"), x, weight)
+    assert_matches(actual, outputs_and_gradients(op("torch"), x.double(), weight.double()), dtype)
 
 
 @pytest.mark.gpu
