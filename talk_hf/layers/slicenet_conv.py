@@ -223,10 +223,11 @@ class ConvStep(nn.Module):
 
     The paper's ConvStep_{d,s}(W, x) = LN(SepConv_{d,s}(W, ReLU(x))), with t2t's zeroing of padding
     after the ReLU; for a depthwise SliceConv (s <= 0) the ReLU and the zeroing run inside the
-    convolution's kernel (:func:`talk_hf.ops.depthwise_conv`'s input gate).  An encoder step pads (k-1)*dilation/2 zeros on each side ("SAME", the
-    convolution's ``"centred"``).  A causal (decoder) step sees (k-1)*dilation inputs to the left:
-    zeros without a cache (``"causal"``); with a cache, the step's history in it (index
-    ``cache_index``, set by the decoder), which it also updates.
+    convolution's kernel (:func:`talk_hf.ops.depthwise_conv`'s input gate).  An encoder step pads
+    (k-1)*dilation/2 zeros on each side ("SAME", the convolution's ``"centred"``).  A causal
+    (decoder) step sees (k-1)*dilation inputs to the left: zeros without a cache (``"causal"``);
+    with a cache, the step's history in it (index ``cache_index``, set by the decoder), which it
+    also updates.
 
     Args:
         in_channels / out_channels / kernel_size / dilation / separability: as `SliceConv`.

@@ -5,9 +5,10 @@ without the layout copies of its ``einsum`` form:
 
 ``torch.einsum("...gi,goi->...go", ...)`` computes this as one batched product over the groups,
 which wants the groups outermost: it copies x into (G, N, I) and its (G, N, O) result back, and
-its backward copies twice more.  Here each group is one matrix product that reads its group's
-columns of x where they lie and writes its group's columns of the output where they belong (BLAS
-takes a row stride larger than the row), forward and backward (`_GroupedLinear`).  While
+its backward copies twice more.  Here one batched product (``bmm``) reads each group's columns of
+x where they lie, as a strided (G, N, I) view, and writes each group's columns of the output where
+they belong, forward and backward (`_GroupedLinear`).  In SliceNet's training step that made the
+step about 4% faster than the einsum (docs/models.md).  While
 ``torch.compile`` traces, for tensor subclasses and under autocast it runs the einsum, which the
 compiler lays out and autocast casts itself.
 """
@@ -74,7 +75,7 @@ def _by_group(rows: torch.Tensor, groups: int) -> torch.Tensor:
 
 
 class _GroupedLinear(torch.autograd.Function):
-    """`grouped_linear`'s eager autograd: gradients with the same per-group products, no copies."""
+    """`grouped_linear`'s eager autograd: the gradients by the same strided batched products, no copies."""
 
     @staticmethod
     def forward(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
