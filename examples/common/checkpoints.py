@@ -31,6 +31,21 @@ class Progress:
     train_seconds: float = 0.0  # wall time spent training (evaluation and saving excluded)
     train_tokens: int = 0  # target tokens trained on, all processes together
     best: float | None = None  # best validation metric so far
+    processes: int = 1  # the processes of the run that counted `batches_in_epoch`
+
+    def carry_over(self, processes, accumulation):
+        """Move `batches_in_epoch` to a run of `processes` processes that accumulate `accumulation`
+        micro-batches per step, when a resume changes them (`--allow_changed_args`).
+
+        The processes take an epoch's batches in turns (Accelerate's sharding), so the first
+        `batches_in_epoch * self.processes` batches of the epoch are done; the resumed run skips as
+        many as its processes can share in whole steps. Returns how many done batches it trains
+        again (fewer than `processes * accumulation`; 0 when nothing changed).
+        """
+        done = self.batches_in_epoch * self.processes
+        per_process = done // processes // accumulation * accumulation
+        self.batches_in_epoch, self.processes = per_process, processes
+        return done - per_process * processes
 
     def advance(self, *, batches, tokens, seconds):
         """Count one optimizer step: this process's `batches` micro-batches, `tokens` target tokens of
@@ -61,6 +76,14 @@ def resume(accelerator, output_dir, progress, *, custom_objects):
     """
     state_dir = run_folder.load_state(accelerator, output_dir, custom_objects=custom_objects)
     accelerator.print(f"resumed from {state_dir} at step {progress.step} (epoch {progress.epoch})")
+    saved_processes = progress.processes
+    repeated = progress.carry_over(accelerator.num_processes, accelerator.gradient_accumulation_steps)
+    if saved_processes != accelerator.num_processes or repeated:
+        accelerator.print(
+            f"resuming with {accelerator.num_processes} process(es) where the saved run had {saved_processes}: "
+            f"epoch {progress.epoch} goes on from its batch {progress.batches_in_epoch * accelerator.num_processes}"
+            + (f" ({repeated} batch(es) trained again to start on a whole step)" if repeated else "")
+        )
     if progress.best is not None and run_folder.best_is_lost(accelerator, output_dir):
         progress.best = None
 
@@ -124,6 +147,9 @@ def save_state(accelerator, directory):
         accelerator.save_state(tmp, safe_serialization=False)  # tied weights stay tied, no warning
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
+        log = Path(directory).parent / "log.jsonl"  # the records up to this save outlast a power cut too
+        if log.exists():
+            run_folder.flush_to_disk(log)
         replace_dir(tmp, directory)
     accelerator.wait_for_everyone()
 

@@ -205,7 +205,7 @@ def fit(*, accelerator, model, optimizer, scheduler, train_loader, sampler, loss
         tokenizer: saved beside every model checkpoint.
         settings: the run's `Settings`.
     """
-    progress = Progress()
+    progress = Progress(processes=accelerator.num_processes)  # a resume loads the saved one's
     average = weight_average(accelerator, model, settings.average_last)
     checkpointed = [progress] if average is None else [progress, average]  # saved with the Accelerate state
     accelerator.register_for_checkpointing(*checkpointed)

@@ -8,7 +8,8 @@ What a run's folder (`--output_dir`) holds:
     best/       the model + tokenizer with the best validation metric so far
     tokenizer/  the run's tokenizer, saved before training: a resume uses it, not a new one
     log.jsonl   one JSON record per logged step and per evaluation
-    args.json   the command-line settings of the run, defaults included (of its first start)
+    args.json   the command-line settings of the run, defaults included, and its process count
+                (`num_processes`; of its first start)
     resumes.jsonl  one line per resume: when, where, and the settings it changed
     environment.json  where it trained (CPU and its vector instructions, caches, threads,
                 processes, GPUs, library versions, the git commit of the talk_hf it imported; of
@@ -17,10 +18,11 @@ What a run's folder (`--output_dir`) holds:
     test_results.json  the test metrics of best/, when the script evaluates the test split
     .lock, .lock.json  the lock that keeps a second run out while one runs, and who holds it
 
-Every folder is written beside its final name and then renamed into place, so a run killed at any
-moment leaves the previous complete version (`X` or, if it died between two renames, `X.old`);
-files are written the same way, except `log.jsonl`, which is appended to (a resume drops a torn
-last line). A kill costs at most the steps since the last save.
+Every folder is written beside its final name, flushed to disk (`fsync`) and then renamed into
+place, so a run killed at any moment, or a machine that loses power, leaves the previous complete
+version (`X` or, if it died between two renames, `X.old`); files are written the same way, except
+`log.jsonl`, which is appended to (a resume drops a torn last line) and flushed at each save of
+`state/`. A kill or a power cut costs at most the steps since the last save.
 
 * One run per folder: the main process holds an OS-level lock on `output_dir/.lock` for the whole
   run (the system drops it however the process ends, so a killed run blocks nobody) and writes who
@@ -28,8 +30,8 @@ last line). A kill costs at most the steps since the last save.
   processes of an Accelerate run take no lock: they wait for the main process's verdict.
 * A fresh start refuses a folder that holds a run's outputs unless `--overwrite_output_dir`, which
   deletes them first; `--resume` needs a saved state, settings that match the run's `args.json`
-  (`options.MAY_CHANGE_ON_RESUME` lists what may differ without `--allow_changed_args`) and a
-  `log.jsonl` whose only damage is a torn last line.
+  (`options.MAY_CHANGE_ON_RESUME` lists what may differ without `--allow_changed_args`; the process
+  count may not: it sets the global batch) and a `log.jsonl` whose only damage is a torn last line.
 * `args.json` is written at the first start and kept; each resume appends what it changed to
   `resumes.jsonl`. The tokenizer is saved into `output_dir/tokenizer` at the first start, before
   training, and a resume uses it whatever data it is given.
@@ -74,12 +76,35 @@ def warn(message):
     print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
+def flush_to_disk(path):
+    """`fsync` the file or folder `path`: its bytes, or a folder's entries (the renames into it),
+    are on the disk when this returns, not only in the system's cache."""
+    if os.name == "nt" and Path(path).is_dir():
+        return  # Windows opens no folder to flush it (NTFS journals the renames)
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def flush_tree(folder):
+    """`flush_to_disk` every file and folder under `folder`, then `folder` itself."""
+    folder = Path(folder)
+    for path in sorted(folder.rglob("*"), key=lambda p: (p.is_dir(), -len(p.parts))):  # files, then deepest folders
+        flush_to_disk(path)
+    flush_to_disk(folder)
+
+
 def write_text_atomically(path, text):
-    """Write `text` beside `path` and rename it into place: a kill leaves the old or the new file."""
+    """Write `text` beside `path`, flush it and rename it into place: a kill or a power cut leaves the
+    old or the new file."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
+    flush_to_disk(tmp)
     os.replace(tmp, path)
+    flush_to_disk(path.parent)
 
 
 def write_json(path, data):
@@ -93,16 +118,20 @@ def append_json_line(path, record):
     torn = path.exists() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
     with open(path, "a") as f:
         f.write(("\n" if torn else "") + json.dumps(record) + "\n")
+    flush_to_disk(path)
 
 
 def replace_dir(tmp, final):
-    """Move the complete folder `tmp` to `final`, keeping the previous `final` until that worked."""
+    """Move the complete folder `tmp` to `final`, keeping the previous `final` until that worked;
+    `tmp`'s files are on the disk before the first rename, and the renames when this returns."""
     tmp, final = Path(tmp), Path(final)
     old = final.with_name(final.name + ".old")
+    flush_tree(tmp)
     if final.exists():
         shutil.rmtree(old, ignore_errors=True)
         os.replace(final, old)
     os.replace(tmp, final)
+    flush_to_disk(final.parent)
     shutil.rmtree(old, ignore_errors=True)
 
 
@@ -161,7 +190,7 @@ def open_run(accelerator, args):
     lock, error = None, None
     if accelerator.is_main_process:
         try:
-            lock = _open_on_main_process(Path(args.output_dir), args)
+            lock = _open_on_main_process(Path(args.output_dir), args, run_settings(args, accelerator.num_processes))
         except SystemExit as stop:
             error = stop.code
     error = broadcast_object_list([error])[0]
@@ -170,8 +199,16 @@ def open_run(accelerator, args):
     return lock
 
 
-def _open_on_main_process(folder, args):
-    """`open_run`'s work: the lock, then the checks; the lock is let go again when a check fails."""
+def run_settings(args, num_processes):
+    """What `args.json` records and a resume must match: the command-line settings `args` and the
+    number of training processes, which sets the global batch (processes x accumulation x
+    micro-batch) and the share of an epoch each process trains."""
+    return {**vars(args), "num_processes": num_processes}
+
+
+def _open_on_main_process(folder, args, settings):
+    """`open_run`'s work: the lock, then the checks; the lock is let go again when a check fails.
+    `settings`: this start's `run_settings`."""
     if args.resume and not folder.is_dir():
         check_resumable(folder)  # fails: nothing to resume (and no folder made for the lock)
     folder.mkdir(parents=True, exist_ok=True)
@@ -179,13 +216,13 @@ def _open_on_main_process(folder, args):
     try:
         if args.resume:
             check_resumable(folder)
-            changed = check_settings(folder, args)
+            changed = check_settings(folder, settings, allow_changed=args.allow_changed_args)
             if (folder / "log.jsonl").exists():
                 write_log(folder / "log.jsonl", read_log(folder / "log.jsonl"))  # drops a torn last line
             append_json_line(folder / "resumes.jsonl", resume_record(changed))
         else:
             start_fresh(folder, overwrite=args.overwrite_output_dir)
-            write_json(folder / "args.json", vars(args))
+            write_json(folder / "args.json", settings)
     except BaseException:
         lock.release()
         raise
@@ -226,20 +263,20 @@ def check_resumable(folder):
         )
 
 
-def check_settings(folder, args):
-    """Compare the settings of this resume with the run's `args.json`.
+def check_settings(folder, settings, *, allow_changed):
+    """Compare the settings of this resume (`run_settings`) with the run's `args.json`.
 
     Returns {option: (saved value, given value)} of the options that differ. Raises SystemExit
     naming those that may not change on resume (`options.MAY_CHANGE_ON_RESUME`), unless
-    `--allow_changed_args`; then they are only recorded.
+    `allow_changed` (`--allow_changed_args`); then they are only recorded.
     """
-    saved = saved_settings(folder, allow_changed=args.allow_changed_args)
+    saved = saved_settings(folder, allow_changed=allow_changed)
     if saved is None:  # unreadable, and --allow_changed_args: this command's settings replace it
-        write_json(Path(folder) / "args.json", vars(args))
+        write_json(Path(folder) / "args.json", settings)
         return {}
-    changed = changed_settings(saved, vars(args))
+    changed = changed_settings(saved, settings)
     fixed = {name: values for name, values in changed.items() if name not in MAY_CHANGE_ON_RESUME}
-    if fixed and not args.allow_changed_args:
+    if fixed and not allow_changed:
         listed = "; ".join(
             f"--{name} {json.dumps(old)} then, {json.dumps(new)} now" for name, (old, new) in fixed.items()
         )

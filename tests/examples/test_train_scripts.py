@@ -64,7 +64,12 @@ def test_translation_trains_evaluates_saves_and_reloads(tmp_path, model_type):
         )
     assert json.loads((tmp_path / "last" / "training_state.json").read_text())["step"] == 2
     settings = json.loads((tmp_path / "args.json").read_text())  # given flags and defaults alike
-    assert settings["model_type"] == model_type and settings["max_steps"] == 2 and settings["max_tokens"] > 0
+    assert (
+        settings["model_type"] == model_type
+        and settings["max_steps"] == 2
+        and settings["max_tokens"] > 0
+        and settings["num_processes"] == 1
+    )
     environment = json.loads((tmp_path / "environment.json").read_text())  # where it trained
     assert environment["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert environment["processes"] == 1 and environment["versions"]["torch"] == torch.__version__
@@ -151,13 +156,15 @@ def test_interrupted_run_resumes_exactly(tmp_path):
     assert best.get("averaged") == (3 if whole_evals[-1]["valid_ppl"] == best["valid_ppl"] else None)
 
 
-def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
+def test_two_processes_match_one_with_the_same_global_batch_and_resume_as_one(tmp_path):
     """2 gloo processes x 1 micro-batch == 1 process x 2 accumulated micro-batches.
 
     Both see the same micro-batches in each step and normalise by the same global token count, so
     only the order of float32 additions differs (DDP's all-reduce vs accumulation): a relative
     tolerance of 1e-5 covers that, while other data or another normalisation shows at 1e-3 (the
-    losses of consecutive steps here already differ by that much).
+    losses of consecutive steps here already differ by that much). A two-process run cut after its
+    save at step 2 resumes in one process only with --allow_changed_args, and then goes on with
+    the batches the two processes had not trained.
     """
     args = [*TRANSLATION, *"--model_type transformer --dropout 0 --max_steps 4 --eval_every 4".split()]
     args += ["--test_split", ""]
@@ -174,6 +181,19 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     for name, tensor in AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "one" / "last").state_dict().items():
         other = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "two" / "last").state_dict()[name]
         torch.testing.assert_close(other, tensor, rtol=1e-4, atol=1e-5)
+
+    cut, stop = tmp_path / "cut", {STOP_AFTER_STEPS: "3", "ACCELERATE_USE_CPU": "1"}
+    run("translation/train.py", *args, "--output_dir", cut, "--save_every", 2, launcher=TWO_PROCESSES, env=stop)
+    as_one = [*args, "--output_dir", cut, "--resume", "--gradient_accumulation_steps", 2]
+    with pytest.raises(AssertionError, match="--num_processes 2 then, 1 now"):
+        run("translation/train.py", *as_one)
+    output = run("translation/train.py", *as_one, "--allow_changed_args")
+    assert "resuming with 1 process(es) where the saved run had 2: epoch 0 goes on from its batch 4" in output
+    resumed_steps, resumed_evals = read_log(cut)
+    for a, b in zip(two_steps + two_evals, resumed_steps + resumed_evals, strict=True):
+        for key in ("loss", "valid_loss", "bleu", "tokens"):
+            if key in a:
+                assert b[key] == pytest.approx(a[key], rel=1e-5), (key, a, b)
 
 
 @pytest.mark.gpu

@@ -3,6 +3,7 @@ pacing by training time and the Hub upload."""
 
 import json
 import math
+import os
 import re
 import shutil
 import signal
@@ -134,6 +135,37 @@ def test_replace_dir_never_leaves_nothing(tmp_path):
     final.rename(tmp_path / "last.old")  # as if killed between the two renames
     assert (existing_dir(final) / "v").read_text() == "2"
     assert existing_dir(tmp_path / "never") is None
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names open files through /proc")
+def test_saves_are_on_the_disk_before_they_are_renamed_into_place(tmp_path, monkeypatch):
+    """A power cut may lose what the system still caches: every file of a new folder, and the new
+    folder itself, is flushed (fsync) before the rename that publishes it, and the parent folder (the
+    rename) before `replace_dir` returns; a file written atomically likewise."""
+    events = []
+    flush, replace = os.fsync, os.replace
+    monkeypatch.setattr(
+        os, "fsync", lambda fd: events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))) or flush(fd)
+    )
+    monkeypatch.setattr(os, "replace", lambda a, b: events.append(("replace", str(a), str(b))) or replace(a, b))
+    final, tmp = tmp_path / "state", tmp_path / "state.tmp"
+    (tmp / "sub").mkdir(parents=True)
+    for name in ("model.bin", "sub/optimizer.bin"):
+        (tmp / name).write_text(name)
+    (final / "sub").mkdir(parents=True)  # an earlier save, moved aside first
+    replace_dir(tmp, final)
+    published = events.index(("replace", str(tmp), str(final)))
+    flushed_before = {event[1] for event in events[:published] if event[0] == "fsync"}
+    assert {str(tmp / "model.bin"), str(tmp / "sub" / "optimizer.bin"), str(tmp / "sub"), str(tmp)} <= flushed_before
+    assert ("fsync", str(tmp_path)) in events[published:]
+    events.clear()
+    records.write_json(tmp_path / "args.json", {"lr": 1e-3})
+    temporary = str(tmp_path / "args.json.tmp")
+    assert events == [
+        ("fsync", temporary),
+        ("replace", temporary, str(tmp_path / "args.json")),
+        ("fsync", str(tmp_path)),
+    ]
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
@@ -562,6 +594,23 @@ def test_slowdown_detector_stays_quiet_for_slow_starts_and_steady_runs():
     assert all(detector.add(s) is None for s in [5.0] * 5 + [0.2] * 200)  # slow first steps (warm-up)
     steady = SlowdownDetector()
     assert all(steady.add(1.0 + 0.5 * (i % 2)) is None for i in range(1000))  # alternating 1.0 / 1.5 s
+
+
+@pytest.mark.parametrize("before, after", [((1, 1), (2, 1)), ((2, 1), (1, 2)), ((2, 3), (3, 1)), ((4, 1), (3, 2))])
+@pytest.mark.parametrize("done_per_process", [0, 3, 6, 7])
+def test_progress_carries_the_epochs_position_over_to_another_process_count(before, after, done_per_process):
+    """Processes take an epoch's batches in turns: after P processes did k each, batches 0..k*P-1 are
+    done. A resume with P' processes and accumulation A skips a prefix of those that whole steps
+    cover and trains the rest of them again (fewer than one step's P' * A)."""
+    (processes, _), (new_processes, accumulation) = before, after
+    progress = Progress(batches_in_epoch=done_per_process, processes=processes)
+    repeated = progress.carry_over(new_processes, accumulation)
+    done = done_per_process * processes
+    skipped = progress.batches_in_epoch * new_processes
+    assert progress.processes == new_processes and progress.batches_in_epoch % accumulation == 0
+    assert skipped + repeated == done and 0 <= repeated < new_processes * accumulation
+    unchanged = Progress(batches_in_epoch=6, processes=2)
+    assert unchanged.carry_over(2, 3) == 0 and unchanged.batches_in_epoch == 6
 
 
 def test_progress_bar_counts_the_budget_in_minutes():
