@@ -17,8 +17,9 @@ sources' content (and of the host CPU where the build targets it), under ``$TALK
 share one build, and a folder that already holds a finished build imports its library as it is,
 without ninja (whose build file records one clone's absolute paths and would rebuild for
 another).  A compile is announced through ``logging`` (a warning, so it shows by default) when it
-starts and when it ends.  A :func:`preflight` check runs first and every failure, of the check or
-of the build, becomes an :class:`ExtensionUnavailable` that says why and how to fix it;
+starts and when it ends.  :func:`check_loadable` runs first, :func:`check_build_tools` before a
+build (a finished build loads without a compiler), and every failure, of a check or of the build,
+becomes an :class:`ExtensionUnavailable` that says why and how to fix it;
 :func:`warn_fallback` turns it into one warning per process.
 
 Builds are serialised by an OS-level file lock (``filelock``) with a timeout of
@@ -104,7 +105,7 @@ class BackendFallbackWarning(UserWarning):
     """Issued once per process and extension when "auto" falls back to the PyTorch path."""
 
 
-def _check_sources_and_compilers(kind: str) -> None:
+def _check_sources(kind: str) -> None:
     missing = [source for source in SOURCES[kind] if not (CSRC / source).is_file()]
     if missing:  # e.g. a remote-code copy of the ops, which carries no kernel sources
         raise ExtensionUnavailable(
@@ -112,15 +113,6 @@ def _check_sources_and_compilers(kind: str) -> None:
             f"the kernel sources {missing} are not in {CSRC}",
             "install the talk_hf package (pip install talk_hf) to get them",
         )
-    compiler = os.environ.get("CXX", "c++")
-    if shutil.which(compiler) is None:
-        raise ExtensionUnavailable(
-            kind,
-            f"no C++ compiler: {compiler!r} (from $CXX, default c++) was not found",
-            "install one (e.g. apt-get install g++) or point $CXX at it",
-        )
-    if not cpp_extension.is_ninja_available():
-        raise ExtensionUnavailable(kind, "ninja is not installed", "pip install ninja")
 
 
 def _nvcc_major() -> tuple[str, int]:
@@ -139,10 +131,22 @@ def _nvcc_major() -> tuple[str, int]:
 def preflight(kind: str) -> None:
     """Check what building ``kind`` ("cpu" or "cuda") needs; raise :class:`ExtensionUnavailable`.
 
-    CUDA needs a CUDA build of torch, nvcc of the same major version, and a visible GPU unless
-    ``$TORCH_CUDA_ARCH_LIST`` names the architectures (ahead-of-time builds on GPU-less nodes).
+    :func:`check_loadable`, then a C++ compiler and ninja, and for CUDA nvcc of torch's major
+    version.
     """
-    _check_sources_and_compilers(kind)  # first: a copy without kernel sources never runs nvcc
+    check_loadable(kind)
+    check_build_tools(kind)
+
+
+def check_loadable(kind: str) -> None:
+    """Check what finding and loading a finished build of ``kind`` needs, build tools aside; raise
+    :class:`ExtensionUnavailable`.
+
+    The kernel sources (the build folder is named by their digest); for CUDA, a CUDA build of torch
+    and a visible GPU unless ``$TORCH_CUDA_ARCH_LIST`` names the architectures (ahead-of-time
+    builds on GPU-less nodes).
+    """
+    _check_sources(kind)  # first: a copy without kernel sources never runs nvcc
     if kind == "cuda":
         if torch.version.cuda is None:
             raise ExtensionUnavailable(
@@ -157,6 +161,21 @@ def preflight(kind: str) -> None:
                 "check nvidia-smi, the driver and CUDA_VISIBLE_DEVICES "
                 "(or name the architectures to build for in $TORCH_CUDA_ARCH_LIST)",
             )
+
+
+def check_build_tools(kind: str) -> None:
+    """Check the tools that building ``kind`` needs (a C++ compiler, ninja; for CUDA nvcc of torch's
+    major version); raise :class:`ExtensionUnavailable`.  A finished build loads without them."""
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        raise ExtensionUnavailable(
+            kind,
+            f"no C++ compiler: {compiler!r} (from $CXX, default c++) was not found",
+            "install one (e.g. apt-get install g++) or point $CXX at it",
+        )
+    if not cpp_extension.is_ninja_available():
+        raise ExtensionUnavailable(kind, "ninja is not installed", "pip install ninja")
+    if kind == "cuda":
         try:
             nvcc, major = _nvcc_major()
         except (OSError, ValueError, subprocess.CalledProcessError) as error:
@@ -344,7 +363,7 @@ def _unusable_folder(kind: str, directory: Path, fault: str, error: OSError) -> 
         kind,
         f"its build folder {directory} cannot be created or written ({error.strerror or error}), "
         f"and a build is needed there: the library {fault}",
-        f"point ${BUILD_DIR_ENV} ({now}) at a writable folder, or set TALK_HF_BACKEND=torch",
+        f"point ${BUILD_DIR_ENV} ({now}) at a writable folder",
     )
 
 
@@ -401,13 +420,14 @@ def _compile(kind: str, directory: Path) -> ModuleType:
 
 def _build(kind: str) -> ModuleType:
     """Check, then import ``kind``'s finished build, or build it under the lock (errors become
-    :class:`ExtensionUnavailable`)."""
-    preflight(kind)
+    :class:`ExtensionUnavailable`).  The build tools are checked only when a build is needed."""
+    check_loadable(kind)
     timeout = _lock_timeout()  # a bad setting is named even where a finished build needs no lock
     directory = build_directory(kind)
     found = _import_finished(kind, directory)  # lock-free, so a read-only folder's build is used
     if not isinstance(found, str):
         return found
+    check_build_tools(kind)
     lock = _take_build_lock(kind, directory, found, timeout)
     try:
         return _compile(kind, directory)
@@ -417,7 +437,7 @@ def _build(kind: str) -> ModuleType:
         raise ExtensionUnavailable(
             kind,
             f"the build in {directory} failed ({summary})",
-            "rerun with TALK_HF_BUILD_VERBOSE=1 to see the compiler output, or set TALK_HF_BACKEND=torch",
+            "rerun with TALK_HF_BUILD_VERBOSE=1 to see the compiler output",
         ) from error
     finally:
         lock.release()

@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     for kind in requested or ["cpu", "cuda"]:
         try:
-            _extension.preflight(kind)
+            _extension.check_loadable(kind)  # what is_built needs; load checks the build tools if it builds
             reused = _extension.is_built(kind)
             _extension.load(kind)
         except _extension.ExtensionUnavailable as error:

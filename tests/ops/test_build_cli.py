@@ -18,11 +18,11 @@ def fake_loader(monkeypatch, tmp_path):
     """CPU: builds (first call "built", then "reused"); CUDA: unavailable. Returns the loaded kinds."""
     loaded = []
 
-    def preflight(kind):
+    def check_loadable(kind):
         if kind == "cuda":
             raise ExtensionUnavailable("cuda", "no CUDA device is visible", "run on a machine with a GPU")
 
-    monkeypatch.setattr(_extension, "preflight", preflight)
+    monkeypatch.setattr(_extension, "check_loadable", check_loadable)
     monkeypatch.setattr(_extension, "is_built", lambda kind: kind in loaded)
     monkeypatch.setattr(_extension, "load", loaded.append)
     monkeypatch.setattr(_extension, "build_directory", lambda kind: tmp_path / kind)

@@ -192,6 +192,7 @@ def test_auto_falls_back_with_one_warning_naming_the_folder(unusable_root, monke
     message = str(caught[0].message)
     assert f"its build folder {_extension.build_directory('cpu')} cannot be created or written (" in message
     assert f"Fix: point ${_extension.BUILD_DIR_ENV} (now {unusable_root}) at a writable folder" in message
+    assert message.count("TALK_HF_BACKEND=torch") == 1  # the warning's own way to silence it
     monkeypatch.setenv("TALK_HF_BACKEND", "torch")
     with torch.no_grad():
         torch.testing.assert_close(logits[1], model(**inputs).logits)
@@ -219,6 +220,24 @@ def test_a_read_only_folder_with_a_private_cpu_build_is_used(
     )
     assert build.main(["--cpu"]) == 0
     assert capsys.readouterr().out == f"cpu: reused in {private_cpu_build}\n"
+
+
+def test_a_finished_build_loads_without_the_build_tools(private_cpu_build, fresh_loader, monkeypatch, capsys):
+    """A compiler and ninja are needed to build, not to load a finished build (an image that ships
+    a built cache, a compiler removed after the build); a build that is needed still names them."""
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    monkeypatch.setattr(cpp_extension, "is_ninja_available", lambda: False)
+    monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: pytest.fail("built again"))
+    x, offsets = torch.randn(2, 9, 4), 2 * torch.rand(2, 9, 2)
+    torch.testing.assert_close(
+        talk_conv(x, offsets, offsets, 2, 2, backend="cpu"), talk_conv(x, offsets, offsets, 2, 2, backend="torch")
+    )
+    assert build.main(["--cpu"]) == 0
+    assert capsys.readouterr().out == f"cpu: reused in {private_cpu_build}\n"
+    _extension._completion_record("cpu", private_cpu_build).unlink()  # unfinished: a build is needed
+    monkeypatch.setattr(_extension, "_results", {})
+    with pytest.raises(ExtensionUnavailable, match=r"no C\+\+ compiler: '/nonexistent/c\+\+'"):
+        _extension.load("cpu")
 
 
 def test_a_read_only_folder_with_a_damaged_build_says_both(private_cpu_build, fresh_loader, read_only):
