@@ -11,6 +11,8 @@
 #   test-all  the whole test suite on the GPU machine
 #   sanitize  compute-sanitizer memcheck and racecheck over benchmarks/sanitize_kernels.py
 #                                                                    -> sanitize-*.log
+#   checks    test and sanitize at the same time (correctness only, so sharing the GPU is harmless;
+#             each writes its own log as above)                      -> checks.log
 #   bench     bench_ops.py: the TaLK paper's Table 6 setting, then the default lengths in float32 and
 #             bfloat16; every case on both CUDA kernel sets, the tiled (cuda) and the streaming
 #             (cuda-stream, $TALK_HF_UNVERIFIED_CUDA) ones, with their ratio from the same run
@@ -32,6 +34,13 @@
 # on the PATH, else the newest under /opt/nvidia/nsight-compute).  Relative
 # paths are taken from the current folder.  The package need not be installed: the repository root
 # goes on PYTHONPATH.
+#
+# For a device lease shorter than the suite (one call of at most 10 minutes):
+#   DEADLINE  seconds from the suite's start by which every stage must end: a stage gets the time
+#             left (minus 15 s for the archive) and is stopped when it runs out (reported as failed,
+#             what it wrote kept); a stage with under 10 s left is skipped
+#   PACK      an archive refreshed after every stage (like stage pack), so that a call cut short
+#             still brings back every finished stage: e.g. PACK=$OUT/gpu.tgz
 set -uo pipefail
 RESULTS=$(realpath -m "${1:?usage: gpu_suite.sh RESULTS [STAGE ...]}")
 shift
@@ -78,6 +87,16 @@ stage_sanitize() {
         status=$((status | $?))
         tail -n 5 "$RESULTS/sanitize-$tool.log"
     done
+    return "$status"
+}
+
+stage_checks() {
+    stage_test >"$RESULTS/test.log" 2>&1 &
+    local test_pid=$!
+    stage_sanitize >"$RESULTS/sanitize.log" 2>&1
+    local status=$?
+    wait "$test_pid" || status=1
+    tail -n 3 "$RESULTS/test.log" "$RESULTS/sanitize.log"
     return "$status"
 }
 
@@ -138,14 +157,22 @@ stage_train() {
     return "$status"
 }
 
-stage_pack() {
-    # Everything but model weights and training state, in one archive beside RESULTS (a device
-    # call returns at most 8 files of 16 MiB: pack, then remove RESULTS itself)
+pack_into() {  # archive
+    # Everything but model weights and training state (a device call returns at most 8 files of
+    # 16 MiB: pack, then leave RESULTS itself behind); written beside and renamed, so never torn
     (cd "$RESULTS" && find . -type f \( -name '*.log' -o -name '*.json' -o -name '*.jsonl' -o -name '*.md' \
         -o -name '*.png' -o -name '*.txt' -o -name '*.xml' \) -not -path '*/best/*' -not -path '*/last/*' \
-        -not -path '*/state/*' | tar czf "$RESULTS.tgz" -T -) && ls -l "$RESULTS.tgz"
+        -not -path '*/state/*' | tar czf "$1.partial" -T -) && mv "$1.partial" "$1"
 }
 
+stage_pack() {
+    pack_into "$RESULTS.tgz" && ls -l "$RESULTS.tgz"
+}
+
+# Each stage runs in a child bash (so that `timeout` can stop it with all it started), which needs
+# the functions and settings exported.
+export RESULTS PYTHON DATA
+export -f $(declare -F | awk '$3 ~ /^stage_|^pack_into$|^translate$/ {print $3}')
 for stage in "${STAGES[@]}"; do
     function="stage_${stage//-/_}"
     if ! declare -F "$function" >/dev/null; then
@@ -153,14 +180,30 @@ for stage in "${STAGES[@]}"; do
         failed+=("$stage")
         continue
     fi
+    limit=()
+    if [ -n "${DEADLINE:-}" ]; then
+        left=$((DEADLINE - SECONDS - 15))
+        if [ "$left" -lt 10 ]; then
+            echo "=== $stage skipped: ${left} s left before DEADLINE=$DEADLINE"
+            failed+=("$stage")
+            continue
+        fi
+        limit=(timeout --kill-after=5 "$left")
+    fi
     echo "=== $stage ($(date -u +%H:%M:%S))"
     start=$SECONDS
-    if "$function" 2>&1 | tee "$RESULTS/$stage.log"; then
+    "${limit[@]}" bash -c "set -o pipefail; $function" 2>&1 | tee "$RESULTS/$stage.log"
+    status=${PIPESTATUS[0]}
+    if [ "$status" -eq 0 ]; then
         echo "=== $stage passed in $((SECONDS - start)) s"
+    elif [ ${#limit[@]} -gt 0 ] && { [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; }; then
+        echo "=== $stage STOPPED at DEADLINE=$DEADLINE s after $((SECONDS - start)) s"
+        failed+=("$stage")
     else
         echo "=== $stage FAILED in $((SECONDS - start)) s"
         failed+=("$stage")
     fi
+    [ -n "${PACK:-}" ] && pack_into "$PACK"
 done
 if [ ${#failed[@]} -gt 0 ]; then
     echo "gpu_suite: failed stages: ${failed[*]}"

@@ -1,0 +1,62 @@
+"""benchmarks/gpu_suite.sh's running order on a short lease, with a stand-in Python (no GPU needed):
+a stage that outruns DEADLINE is stopped with what it started, later stages are skipped, and the
+archive PACK holds every stage's log after each one."""
+
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+SUITE = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_suite.sh"
+# Quick for every stage but the build, which outlives any deadline; writes its pid for the check
+# that a stopped stage leaves nothing running.
+STAND_IN_PYTHON = """#!/usr/bin/env bash
+case "$*" in
+    *talk_hf.ops.build*) echo $$ >"$PIDS/build"; exec sleep 120 ;;
+    *) echo "ran $*" ;;
+esac
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    shutil.which("timeout") is None or not Path("/proc/self/stat").exists(), reason="needs timeout and /proc"
+)
+def test_a_stage_past_the_deadline_is_stopped_and_the_archive_keeps_what_finished(tmp_path):
+    python = tmp_path / "python"
+    python.write_text(STAND_IN_PYTHON)
+    python.chmod(0o755)
+    pids, archive = tmp_path / "pids", tmp_path / "gpu.tgz"
+    pids.mkdir()
+    settings = {"PYTHON": str(python), "PIDS": str(pids), "DEADLINE": "35", "PACK": str(archive)}
+    result = subprocess.run(
+        ["bash", str(SUITE), str(tmp_path / "results"), "generate", "nosuch", "build", "trainspeed"],
+        env={**os.environ, **settings},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "=== generate passed" in output and "gpu_suite: unknown stage nosuch" in output
+    assert "=== build STOPPED at DEADLINE=35 s after" in output
+    assert "=== trainspeed skipped:" in output and "ran benchmarks/bench_train.py" not in output
+    assert "gpu_suite: failed stages: nosuch build trainspeed" in output
+    with tarfile.open(archive) as packed:
+        names = sorted(Path(name).name for name in packed.getnames())
+        generate_log = packed.extractfile("./generate.log").read().decode()
+    assert names == ["build.log", "generate.log"] and "ran benchmarks/bench_generate.py --device cuda" in generate_log
+    assert not running(int((pids / "build").read_text())), "the stopped stage left its process running"
+
+
+def running(pid):
+    """Whether process `pid` exists and has not ended (an ended one may linger unreaped, as a zombie,
+    where the container's first process reaps no orphans)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
