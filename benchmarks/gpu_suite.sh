@@ -67,7 +67,10 @@ stage_build() {
 }
 
 stage_test() {
-    "$PYTHON" -m pytest -q -m gpu -rs tests --junitxml "$RESULTS/gpu-tests.xml"
+    # Four workers share the GPU where pytest-xdist is installed: the kernel tests are many and small
+    local workers=()
+    "$PYTHON" -c "import xdist" 2>/dev/null && workers=(-n 4)
+    "$PYTHON" -m pytest -q -m gpu -rs "${workers[@]}" tests --junitxml "$RESULTS/gpu-tests.xml"
 }
 
 stage_test_all() {
