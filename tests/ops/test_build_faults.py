@@ -208,18 +208,24 @@ def test_a_named_backend_is_an_error_naming_the_folder_and_variable(unusable_roo
     assert capsys.readouterr().err.startswith(f"cpu: FAILED: {caught.value}")
 
 
-def test_a_read_only_folder_with_a_private_cpu_build_is_used(
-    private_cpu_build, fresh_loader, read_only, monkeypatch, capsys
-):
-    """Loading a finished build takes no lock and writes nothing."""
-    read_only(private_cpu_build.parent)
+def assert_used_as_it_is(build_folder, monkeypatch, capsys):
+    """The CPU op runs on the finished build in `build_folder`, and the build command reuses it:
+    nothing is compiled."""
     monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: pytest.fail("built again"))
     x, offsets = torch.randn(2, 9, 4), 2 * torch.rand(2, 9, 2)
     torch.testing.assert_close(
         talk_conv(x, offsets, offsets, 2, 2, backend="cpu"), talk_conv(x, offsets, offsets, 2, 2, backend="torch")
     )
     assert build.main(["--cpu"]) == 0
-    assert capsys.readouterr().out == f"cpu: reused in {private_cpu_build}\n"
+    assert capsys.readouterr().out == f"cpu: reused in {build_folder}\n"
+
+
+def test_a_read_only_folder_with_a_private_cpu_build_is_used(
+    private_cpu_build, fresh_loader, read_only, monkeypatch, capsys
+):
+    """Loading a finished build takes no lock and writes nothing."""
+    read_only(private_cpu_build.parent)
+    assert_used_as_it_is(private_cpu_build, monkeypatch, capsys)
 
 
 def test_a_finished_build_loads_without_the_build_tools(private_cpu_build, fresh_loader, monkeypatch, capsys):
@@ -227,13 +233,7 @@ def test_a_finished_build_loads_without_the_build_tools(private_cpu_build, fresh
     a built cache, a compiler removed after the build); a build that is needed still names them."""
     monkeypatch.setenv("CXX", "/nonexistent/c++")
     monkeypatch.setattr(cpp_extension, "is_ninja_available", lambda: False)
-    monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: pytest.fail("built again"))
-    x, offsets = torch.randn(2, 9, 4), 2 * torch.rand(2, 9, 2)
-    torch.testing.assert_close(
-        talk_conv(x, offsets, offsets, 2, 2, backend="cpu"), talk_conv(x, offsets, offsets, 2, 2, backend="torch")
-    )
-    assert build.main(["--cpu"]) == 0
-    assert capsys.readouterr().out == f"cpu: reused in {private_cpu_build}\n"
+    assert_used_as_it_is(private_cpu_build, monkeypatch, capsys)
     _extension._completion_record("cpu", private_cpu_build).unlink()  # unfinished: a build is needed
     monkeypatch.setattr(_extension, "_results", {})
     with pytest.raises(ExtensionUnavailable, match=r"no C\+\+ compiler: '/nonexistent/c\+\+'"):
