@@ -5,6 +5,8 @@ from pathlib import Path
 
 from transformers.trainer_utils import get_last_checkpoint
 
+from .checkpoints import quiet_saves
+
 
 @dataclass
 class ModelArguments:
@@ -14,12 +16,14 @@ class ModelArguments:
 
 def train_and_save(trainer, training_args):
     """Train (continuing `--resume_from_checkpoint`, else the last checkpoint in `output_dir`), then
-    save the model, tokenizer, metrics and trainer state into `output_dir`."""
+    save the model, tokenizer, metrics and trainer state into `output_dir`.  The Trainer's own
+    progress bar shows; the bar of each checkpoint's save does not (`quiet_saves`)."""
     checkpoint = training_args.resume_from_checkpoint
     if checkpoint is None and Path(training_args.output_dir).is_dir():
         checkpoint = get_last_checkpoint(training_args.output_dir)
-    result = trainer.train(resume_from_checkpoint=checkpoint)
-    trainer.save_model()
+    with quiet_saves():
+        result = trainer.train(resume_from_checkpoint=checkpoint)
+        trainer.save_model()
     trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
     trainer.save_state()

@@ -37,7 +37,7 @@ def test_run_translation_fine_tunes_and_predicts(tmp_path):
     output = tmp_path / "out"
     flags = "--do_train --do_eval --do_predict --predict_with_generate --max_train_samples 64 --num_beams 2"
     flags += " --max_target_length 24 --label_smoothing_factor 0.1"
-    run(
+    printed = run(
         "translation/run_translation.py",
         "--model_name_or_path",
         start,
@@ -49,6 +49,7 @@ def test_run_translation_fine_tunes_and_predicts(tmp_path):
         *TRAINER,
     )
     assert 0 <= json.loads((output / "eval_results.json").read_text())["eval_bleu"] <= 100
+    assert "Writing model shards" not in printed  # no bar per checkpoint save
     assert len((output / "generated_predictions.txt").read_text().splitlines()) == 8
     for checkpoint in (output, output / "checkpoint-1"):
         assert AutoModelForSeq2SeqLM.from_pretrained(checkpoint).config.model_type == "talk"
@@ -59,7 +60,7 @@ def test_run_clm_fine_tunes_and_reports_perplexity(tmp_path):
     start = tiny_checkpoint(tmp_path / "start", "light_conv", lines, False, kind="word", vocab_size=2000)
     output = tmp_path / "out"
     flags = "--do_train --do_eval --max_train_samples 100 --block_size 32"
-    run(
+    printed = run(
         "language-modeling/run_clm.py",
         "--model_name_or_path",
         start,
@@ -71,6 +72,7 @@ def test_run_clm_fine_tunes_and_reports_perplexity(tmp_path):
         *TRAINER,
     )
     assert json.loads((output / "eval_results.json").read_text())["perplexity"] > 1
+    assert "Writing model shards" not in printed
     for checkpoint in (output, output / "checkpoint-2"):
         model = AutoModelForCausalLM.from_pretrained(checkpoint)
         assert model.config.model_type == "dynamic_conv_lm" and model.config.conv_type == "light_conv"
