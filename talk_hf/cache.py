@@ -60,7 +60,7 @@ class ConvHistoryLayer(CacheLayerMixin):
         """Keep each update's rows until the next ``crop`` (transformers calls this for assisted decoding)."""
         self.record_past = True
 
-    def extend(self, inputs: torch.Tensor) -> torch.Tensor:
+    def extend(self, inputs: torch.Tensor) -> torch.Tensor | None:
         """Record new mixer inputs and return them behind the history that preceded them.
 
         Args:
@@ -69,8 +69,11 @@ class ConvHistoryLayer(CacheLayerMixin):
         Returns:
             (B, history_size + T, C) in ``inputs``' dtype: the history_size mixer inputs just before
             ``inputs`` (zeros before the start), then ``inputs``: the context a causal step over the
-            T new tokens reads.
+            T new tokens reads.  None where no token came before ``inputs`` (a prompt, or a forward
+            without a past): the history is all zeros then, so the caller's causal step without a
+            cache computes the same, without the context's copy and extra rows.
         """
+        fresh = self.seen_tokens == 0  # a new, reset or fully cropped layer: its history is zeros
         if not self.is_initialized:
             self.lazy_initialization(inputs)
         stored = inputs if inputs.dtype == self.context.dtype else inputs.to(self.context.dtype)
@@ -85,6 +88,8 @@ class ConvHistoryLayer(CacheLayerMixin):
             if inputs.shape[1] > self.history_size:
                 self.context = self.context.clone()
         self.seen_tokens += inputs.shape[1]
+        if fresh:
+            return None
         return context if context.dtype == inputs.dtype else context.to(inputs.dtype)
 
     def update(self, key_states, value_states, *args, **kwargs):

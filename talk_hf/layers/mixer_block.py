@@ -62,7 +62,8 @@ class MixerCore(Protocol):
 
     def __call__(self, u: torch.Tensor, context: torch.Tensor | None = None) -> torch.Tensor:
         """u: (B, T, C) mixer input, zero at padding; context: (B, history_size + T, C), the cached history
-        then u (causal decoding with a cache), or None.  Returns (B, T, C)."""
+        then u (causal decoding with a cache), or None (no cache, or no token before u: the causal
+        step then reads zeros before the start).  Returns (B, T, C)."""
 
 
 class MixerBlock(nn.Module):

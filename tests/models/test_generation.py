@@ -269,12 +269,13 @@ def test_assisted_decoding_gives_the_greedy_tokens(case, monkeypatch):
 
 
 def test_extend_returns_the_window_then_the_inputs_and_keeps_the_state_small():
-    """extend(u) -> [the window before u, u]; the stored window is history_size rows, and a chunk
-    longer than the window is copied out of (its storage is not kept alive)."""
+    """extend(u) -> [the window before u, u], or None for the first inputs (the window is zeros: the
+    causal step without a cache computes the same); the stored window is history_size rows, and a
+    chunk longer than the window is copied out of (its storage is not kept alive)."""
     layer = ConvHistoryLayer(3)
     prompt = torch.randn(2, 50, 4)
-    context = layer.extend(prompt)
-    assert torch.equal(context, torch.cat([torch.zeros(2, 3, 4), prompt], dim=1))
+    assert layer.extend(prompt) is None
+    assert torch.equal(layer.history, prompt[:, -3:])
     assert layer.context.untyped_storage().nbytes() == layer.context.nbytes  # not a view of the prompt
     step = torch.randn(2, 1, 4)
     assert torch.equal(layer.extend(step), torch.cat([prompt[:, -3:], step], dim=1))
@@ -293,9 +294,10 @@ def test_a_reset_window_layer_starts_over_like_a_new_one():
     assert layer.get_mask_sizes(1) == (6, 0)
     layer.reset()
     assert layer.get_seq_length() == 0 and layer.context.shape == (2, 3, 4)
-    tokens = torch.randn(2, 2, 4)
-    assert torch.equal(layer.extend(tokens), fresh.extend(tokens))
-    assert layer.get_seq_length() == fresh.get_seq_length() == 2
+    tokens, step = torch.randn(2, 2, 4), torch.randn(2, 1, 4)
+    assert layer.extend(tokens) is None and fresh.extend(tokens) is None  # both start from zeros
+    assert torch.equal(layer.extend(step), fresh.extend(step))
+    assert layer.get_seq_length() == fresh.get_seq_length() == 3
     with pytest.raises(NotImplementedError, match="call extend"):
         layer.update(torch.randn(2, 1, 1, 4), torch.randn(2, 1, 1, 4))
 
