@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 
+from talk_hf.ops._unverified import UNVERIFIED_CUDA_ENV
+
 
 def cpu_name() -> str:
     """The CPU model from /proc/cpuinfo (Linux), else what ``platform`` knows."""
@@ -50,6 +52,8 @@ def run_metadata(device: torch.device | str) -> dict:
             "talk_hf": talk_hf.__version__,
         },
         "ops_backend": talk_hf.ops._backend.requested_backend(None),
+        # the CUDA kernel set: the streaming kernels of the ops named here, the tiled ones otherwise
+        "unverified_cuda": os.environ.get(UNVERIFIED_CUDA_ENV, ""),
     }
 
 
@@ -69,12 +73,14 @@ def parse_cpu_args(parser):
     return args
 
 
-def write_report(report: dict, out: Path | None, default_name: str) -> None:
-    """Write a benchmark's JSON to ``out`` (default: benchmarks/results/``default_name``), print
-    its ``summary`` when it has one, and say where it went."""
+def write_report(report: dict, out: Path | None, default_name: str, announce: bool = True) -> None:
+    """Write a benchmark's JSON to ``out`` (default: benchmarks/results/``default_name``); with
+    ``announce``, print its ``summary`` when it has one, and say where it went."""
     out = out or Path(__file__).parent / "results" / default_name
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    if not announce:
+        return
     if "summary" in report:
         print(json.dumps(report["summary"], indent=2))
     print(f"wrote {out}")

@@ -5,8 +5,10 @@ length of ``--blocks`` (default 256, 1,024, 4,096, 16,384), every step holding t
 tokens (``--tokens`` = rows x block).  Seq2seq: TaLKForConditionalGeneration and
 DynamicConvForConditionalGeneration against Marian (SDPA) with summarization-like lengths
 (``--source-length`` 512 source and ``--target-length`` 128 target tokens, ``--seq2seq-rows`` rows).
-All models share width, depth, heads, FFN size and vocabulary (`_models`) and train in float32,
-with their configs' default dropout or, with ``--dropout P``, every dropout probability set to P.
+All models share width, depth, heads, FFN size and vocabulary (`_models`) and train in float32
+(``--mixed-precision bf16``: float32 weights, forward under bfloat16 autocast, as Accelerate's
+``--mixed_precision bf16`` trains; on a GPU GPT-2's SDPA then runs the flash kernel), with their
+configs' default dropout or, with ``--dropout P``, every dropout probability set to P.
 Attention dropout decides GPT-2's path on the CPU: PyTorch's flash SDPA kernel (memory O(T)) takes
 no dropout, so with GPT-2's default 0.1 it runs the math path, whose score matrices grow with T².
 
@@ -17,12 +19,17 @@ resident memory before the first step (weights and inputs) and the peak resident
 whole run (Linux ``VmHWM``: weights, activations, gradients, optimizer state); their difference
 is the memory training adds (on a GPU: the CUDA allocator's figures).  A subprocess that
 fails for lack of memory is recorded as out of memory, with the error.  Ratios (ours / the
-baseline): tokens per second and peak memory, at each length.
+baseline): tokens per second and peak memory, at each length.  Lengths are measured one after
+another, every model at each, and the JSON is rewritten after each measurement: a run cut short
+keeps its complete comparisons.
 
     THP_MEM_ALLOC_ENABLE=1 python benchmarks/bench_train.py       # CPU, writes results/train_cpu.json
     THP_MEM_ALLOC_ENABLE=1 python benchmarks/bench_train.py --dropout 0 --models TaLKForCausalLM \
         DynamicConvForCausalLM "GPT2 (baseline)" --out benchmarks/results/train_cpu_no_dropout.json
     python benchmarks/bench_train.py --device cuda                  # on a GPU (peak memory: the CUDA allocator's)
+    python benchmarks/bench_train.py --device cuda --mixed-precision bf16 --blocks 1024 4096 16384 \
+        --d-model 768 --layers 12 --heads 12 --ffn 3072 --vocab 50257 \
+        --models TaLKForCausalLM DynamicConvForCausalLM "GPT2 (baseline)"   # the LMs against GPT-2 with flash
 """
 
 from __future__ import annotations
@@ -84,10 +91,12 @@ def measure_one(name: str, length: int, rows: int, args) -> dict:
     batch = make_batch(name, length, rows, args, torch.Generator().manual_seed(0))
     memory_before = memory_in_use(args.device, peak=False)
     times = []
+    device_type = torch.device(args.device).type
     for step in range(args.warmup + args.steps):
         synchronize(args.device)
         start = time.perf_counter()
-        loss = model(**batch).loss
+        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=args.mixed_precision == "bf16"):
+            loss = model(**batch).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -132,10 +141,10 @@ def summarise(results: dict) -> dict:
     """Per model and length: tokens/s and peak memory as ratios to the model's baseline."""
     summary = {}
     for name, per_length in results.items():
-        baseline = results[baseline_of(name)]
+        baseline = results.get(baseline_of(name), {})
         rows = {}
         for length, measured in per_length.items():
-            reference = baseline[length]
+            reference = baseline.get(length, {"status": "not measured"})  # a run cut short
             both_ran = measured["status"] == "ok" and reference["status"] == "ok"
             rows[length] = {
                 "tokens_per_s_over_baseline": measured["tokens_per_s"] / reference["tokens_per_s"]
@@ -174,6 +183,12 @@ def parse_args(argv=None):
         default=None,
         help="every dropout probability of every model (default: each config's own)",
     )
+    parser.add_argument(
+        "--mixed-precision",
+        choices=["no", "bf16"],
+        default="no",
+        help="bf16: the forward under bfloat16 autocast, weights and optimizer in float32",
+    )
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--steps", type=int, default=3, help="timed steps per (model, length)")
     parser.add_argument("--one", nargs=3, metavar=("MODEL", "LENGTH", "ROWS"), help=argparse.SUPPRESS)
@@ -206,6 +221,8 @@ def parse_args(argv=None):
         str(args.warmup),
         "--steps",
         str(args.steps),
+        "--mixed-precision",
+        args.mixed_precision,
     ]
     if args.threads:
         args.child_args += ["--threads", str(args.threads)]
@@ -224,10 +241,11 @@ def main(argv=None) -> None:
         return
 
     settings = [
-        (name, block, args.tokens // block) for name in args.models if name in CAUSAL_LM_MODELS for block in args.blocks
+        (name, block, args.tokens // block) for block in args.blocks for name in args.models if name in CAUSAL_LM_MODELS
     ]
     settings += [(name, args.source_length, args.seq2seq_rows) for name in args.models if name in SEQ2SEQ_MODELS]
     results: dict[str, dict[str, dict]] = {}
+    default_name = f"train_{args.device.split(':')[0]}.json"
     for name, length, rows in settings:
         measured = run_in_subprocess(name, length, rows, args)
         tokens = tokens_per_step(name, length, rows, args)
@@ -246,8 +264,13 @@ def main(argv=None) -> None:
                 flush=True,
             )
         results.setdefault(name, {})[str(length)] = measured
+        write_report(report_of(args, results), args.out, default_name, announce=False)  # kept if cut short
+    write_report(report_of(args, results), args.out, default_name)
 
-    report = {
+
+def report_of(args, results: dict) -> dict:
+    """The JSON report of the measurements ``results`` ({model: {length: measured}}) so far."""
+    return {
         "benchmark": "bench_train",
         **run_metadata(args.device),
         "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE"),
@@ -267,11 +290,11 @@ def main(argv=None) -> None:
             )
         },
         "dropout": "each config's default" if args.dropout is None else args.dropout,
+        "mixed_precision": args.mixed_precision,
         "steps": {"warmup": args.warmup, "timed": args.steps},
         "results": results,
         "summary": summarise(results),
     }
-    write_report(report, args.out, f"train_{args.device.split(':')[0]}.json")
 
 
 if __name__ == "__main__":

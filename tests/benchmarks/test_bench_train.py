@@ -42,14 +42,25 @@ TINY = [
 ]
 
 
+@pytest.mark.parametrize("mixed_precision", ["no", "bf16"])
 @pytest.mark.parametrize("name", CAUSAL_LM_MODELS + SEQ2SEQ_MODELS)
-def test_one_training_step_of_every_model_reports_time_and_memory(name):
-    args = bench_train.parse_args(TINY)
+def test_one_training_step_of_every_model_reports_time_and_memory(name, mixed_precision):
+    args = bench_train.parse_args([*TINY, "--mixed-precision", mixed_precision])
+    assert args.child_args[args.child_args.index("--mixed-precision") + 1] == mixed_precision
     measured = bench_train.measure_one(name, 16, 2, args)
     assert measured["status"] == "ok"
     assert len(measured["step_times_s"]) == 2 and measured["step_s"] > 0
     assert measured["peak_memory_bytes"] >= measured["memory_before_bytes"] > 0
     assert measured["training_memory_bytes"] == measured["peak_memory_bytes"] - measured["memory_before_bytes"]
+
+
+def test_bf16_runs_the_forward_under_autocast():
+    """The same seeded steps give another loss in bfloat16 (its rounding), close to float32's."""
+    losses = {}
+    for mode in ("no", "bf16"):
+        args = bench_train.parse_args([*TINY, "--mixed-precision", mode])
+        losses[mode] = bench_train.measure_one("TaLKForCausalLM", 16, 2, args)["final_loss"]
+    assert losses["bf16"] != losses["no"] and abs(losses["bf16"] - losses["no"]) < 0.1 * losses["no"]
 
 
 def test_dropout_reaches_every_dropout_of_every_model_and_the_children():
@@ -83,6 +94,9 @@ def test_summary_ratios_and_a_baseline_that_ran_out_of_memory():
         "training_memory_over_baseline": None,
         "baseline_status": "out of memory",
     }
+    cut_short = bench_train.summarise({"TaLKForCausalLM": {"8": ok}})  # stopped before its baseline ran
+    assert cut_short["TaLKForCausalLM"]["8"]["baseline_status"] == "not measured"
+    assert cut_short["TaLKForCausalLM"]["8"]["tokens_per_s_over_baseline"] is None
 
 
 @pytest.mark.parametrize(
