@@ -86,19 +86,26 @@ inline int vector_width(int64_t head_size, int64_t element_size, std::initialize
   return static_cast<int>(full);
 }
 
-// The shared memory a streaming block may ask for on x's GPU: kSharedBudget, or less where the GPU
-// allows less (its opt-in limit per block: a device attribute, read without a sync).
-inline int64_t shared_budget(const at::Tensor& x) {
+// The shared memory a streaming block may ask for on GPU `device`: kSharedBudget, or less where the
+// GPU allows less (its opt-in limit per block: a device attribute, read without a sync).
+inline int64_t shared_budget_of(int device) {
   int limit = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, x.get_device()));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   return limit < kSharedBudget ? limit : kSharedBudget;
 }
 
-// Opts a kernel into `bytes` of dynamic shared memory where that is above the default.
+inline int64_t shared_budget(const at::Tensor& x) { return shared_budget_of(x.get_device()); }
+
+// Opts a kernel into dynamic shared memory above the default, for a launch of `bytes` (at most the
+// budget) on the current device.  The limit set is the device's whole budget, the same for every
+// launch: host threads launching with different sizes never lower it under each other's launch.
 template <typename Kernel>
 void allow_shared_bytes(Kernel kernel, int64_t bytes) {
   if (bytes > kDefaultSharedBytes) {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    int device = 0;
+    C10_CUDA_CHECK(cudaGetDevice(&device));  // the caller's guard made the tensors' device current
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(shared_budget_of(device))));
   }
 }
 

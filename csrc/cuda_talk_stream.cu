@@ -77,6 +77,8 @@ constexpr int kOffsetThreads = 128;   // (b, t, head) triples per block of the o
 constexpr int kReachThreads = 256;    // threads per block of the reach kernel
 constexpr int kReachBlocks = 1024;    // most blocks of the reach kernel (it strides over the rest)
 constexpr int kWarpSize = 32;
+static_assert(kOffsetThreads <= kReachBlocks * kReachThreads,
+              "talk_stream_fallback's index headroom covers the offsets kernel");
 constexpr unsigned kFullWarp = 0xffffffffu;  // every lane of a warp takes part in a shuffle
 constexpr int kScatterEntries = 4;  // scatter_entry's four entries per token (talk_math.h)
 
@@ -416,8 +418,11 @@ std::string talk_stream_fallback(const at::Tensor& x, const at::Tensor& offset_l
   // Width 1 needs the least shared memory: whether full width fits is decided per call (alignment).
   const int64_t bytes = std::max(forward_shared_bytes(max_left, max_right, 1, acc_size), backward_shared_bytes(1, acc_size));
   const int64_t farthest = 2 * x.size(1) + max_left + max_right + kPrefixLead + kForwardChunk;  // rows and reach
+  // The reach kernel's grid-stride index runs up to one stride past the (b, t, head) count (the
+  // offsets kernel's, up to one block past it): that index must fit too.
+  const int64_t offsets_index = offset_left.numel() + static_cast<int64_t>(kReachBlocks) * kReachThreads;
   return stream::limits_fault(x.size(0), ceil_div(x.size(1), std::min(kForwardChunk, kBackwardChunk)),
-                              std::max({x.numel(), offset_left.numel(), farthest}), bytes, stream::shared_budget(x));
+                              std::max({x.numel(), offsets_index, farthest}), bytes, stream::shared_budget(x));
 }
 
 at::Tensor talk_forward_stream(const at::Tensor& x_in, const at::Tensor& offset_left_in,

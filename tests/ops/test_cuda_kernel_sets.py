@@ -22,7 +22,7 @@ from .conftest import CUDA_KERNEL_SETS
 from .helpers import assert_close_to_reference
 from .test_kernels import on_cuda, signed_window_talk_conv
 
-STREAM_DTYPES = [torch.float32, torch.bfloat16, torch.float64]
+STREAM_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 
 
 def misaligned(tensor: torch.Tensor) -> torch.Tensor:
