@@ -269,9 +269,11 @@ class ConvStep(nn.Module):
             (B, T, C_out).
         """
         if cache is not None and self.causal:  # the cache keeps the gated inputs as the history
-            history_and_inputs = cache.layers[self.cache_index].extend(gate_input(x, True, padding_mask))
-            if history_and_inputs is not None:
-                return self.norm(self.conv(history_and_inputs, "valid"))
+            gated = gate_input(x, True, padding_mask)
+            history_and_inputs = cache.layers[self.cache_index].extend(gated)
+            if history_and_inputs is None:  # nothing before x: zeros, as without a cache
+                return self.norm(self.conv(gated, "causal"))
+            return self.norm(self.conv(history_and_inputs, "valid"))
         out = self.conv(x, "causal" if self.causal else "centred", relu_input=True, input_mask=padding_mask)
         return self.norm(out)
 
