@@ -24,9 +24,12 @@ class TokenBatchSampler(torch.utils.data.Sampler):
     def __init__(self, lengths, max_tokens, shuffle=True, seed=0, multiple_of=1):
         super().__init__()
         self.lengths = torch.as_tensor(lengths, dtype=torch.long)
-        longest = int(self.lengths.max())
-        if longest > max_tokens:
-            raise ValueError(f"an example has {longest} tokens, more than max_tokens={max_tokens}: raise max_tokens")
+        longest = int(self.lengths.argmax())  # the index of a longest example
+        if self.lengths[longest] > max_tokens:
+            raise ValueError(
+                f"example {longest} has {int(self.lengths[longest])} tokens, more than max_tokens={max_tokens} "
+                "(the padded tokens of a batch): raise max_tokens"
+            )
         self.max_tokens = max_tokens
         self.shuffle = shuffle
         self.seed = seed
@@ -124,12 +127,16 @@ def lm_blocks(token_lists, eos_token_id, block_size):
     Returns an (N, block_size + 1) LongTensor: consecutive blocks share one token, so that a
     block's inputs are its first `block_size` tokens and its labels the last `block_size`, and
     every token but the very first is predicted exactly once (the usual non-overlapping
-    perplexity). The tail that does not fill a block is dropped.
+    perplexity). The tail that does not fill a block is dropped; a stream too short for one block
+    raises ValueError with its token count (the caller names the split and the option).
     """
     stream = torch.tensor([token for tokens in token_lists for token in (*tokens, eos_token_id)], dtype=torch.long)
     count = (len(stream) - 1) // block_size
     if count == 0:
-        raise ValueError(f"{len(stream)} tokens do not fill one block of {block_size}: lower block_size")
+        raise ValueError(
+            f"{len(stream)} tokens ({len(token_lists)} lines, each ended by an end-of-sequence token) do not fill "
+            f"one block of {block_size} + 1 tokens"
+        )
     return stream[: count * block_size + 1].unfold(0, block_size + 1, block_size)
 
 

@@ -19,23 +19,62 @@ wins, otherwise the one split whose name starts with the asked name or is a pref
 
 import gzip
 import json
+import zlib
 from pathlib import Path
+
+from .options import fail
 
 TEXT_SUFFIX = {"text": "txt"}  # the column `text` lives in `{split}.txt`
 
 
-def open_text(path):
-    """Open a plain or gzip (by the `.gz` suffix) UTF-8 text file for reading."""
-    path = Path(path)
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", newline="\n")
-    return open(path, encoding="utf-8", newline="\n")
+class DataError(ValueError):
+    """A data location, file or record that is no readable split of text. The message names it (the
+    file and line where there is one) and what was expected; the scripts show it as their error."""
 
 
 def read_lines(path):
-    """All lines of a text file without their `\\n` (split on `\\n` only, never on U+2028)."""
-    with open_text(path) as f:
-        return [line[:-1] if line.endswith("\n") else line for line in f]
+    """All lines of a UTF-8 text file, gzip when its name ends in `.gz`, without their `\\n` (split on
+    `\\n` only, never on U+2028).
+
+    Raises DataError naming the file: the line and byte offset of bytes that are not UTF-8, or that a
+    `.gz` file is not gzip at all or is truncated or damaged.
+    """
+    path = Path(path)
+    compressed = path.suffix == ".gz"
+    lines, offset = [], 0  # offset: of the line in the (decompressed) bytes
+    try:
+        with gzip.open(path, "rb") if compressed else open(path, "rb") as f:
+            for raw in f:  # binary lines end at b"\n" only
+                lines.append(_decode_line(raw, path, len(lines) + 1, offset))
+                offset += len(raw)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as error:  # only gzip raises these here
+        raise DataError(_gzip_problem(path, error, len(lines))) from error
+    return lines
+
+
+def _decode_line(raw, path, number, offset):
+    """Line `number` of `path`, whose bytes `raw` start at byte `offset`, as text without its `\\n`."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        after = " after decompression" if path.suffix == ".gz" else ""
+        raise DataError(
+            f"{path}: line {number} is not UTF-8 text (byte {raw[error.start]:#04x} at byte offset "
+            f"{offset + error.start}{after}: {error.reason}): convert the file to UTF-8"
+        ) from None
+    return text[:-1] if text.endswith("\n") else text
+
+
+def _gzip_problem(path, error, lines_read):
+    """What is wrong with the `.gz` file `path` that raised `error` after `lines_read` whole lines."""
+    if isinstance(error, gzip.BadGzipFile) and lines_read == 0 and str(error).startswith("Not a gzipped file"):
+        return f"{path} is not gzip data although its name ends in .gz: if it is plain text, drop .gz from its name"
+    if isinstance(error, EOFError):
+        return (
+            f"{path} is truncated: its gzip data ends early, after {lines_read} complete lines (an interrupted "
+            "copy or download?): get the whole file again"
+        )
+    return f"{path} is damaged gzip data after {lines_read} complete lines ({error}): get the file again"
 
 
 def match_split(wanted, available, where):
@@ -45,7 +84,7 @@ def match_split(wanted, available, where):
         return wanted
     matches = [s for s in available if s.startswith(wanted) or wanted.startswith(s)]
     if len(matches) != 1:
-        raise ValueError(f"split {wanted!r} matches {matches or 'nothing'} in {where} (splits: {available})")
+        raise DataError(f"split {wanted!r} matches {matches or 'nothing'} in {where} (splits: {available})")
     return matches[0]
 
 
@@ -61,42 +100,62 @@ def _local_splits(folder):
 
 
 def _read_local(folder, split, columns):
-    """Records of one split from text or JSON lines files in `folder`."""
+    """(records, where) of one split from text or JSON lines files in `folder`; `where` names the files."""
     split = match_split(split, _local_splits(folder), folder)
     jsonl = _local_file(folder, split, "jsonl")
     if jsonl is not None:
-        with open_text(jsonl) as f:
-            return [json.loads(line) for line in f if line.strip()]
+        return _read_jsonl(jsonl, columns), str(jsonl)
     files = {c: _local_file(folder, split, TEXT_SUFFIX.get(c, c)) for c in columns}
     missing = [f"{split}.{TEXT_SUFFIX.get(c, c)}[.gz]" for c, path in files.items() if path is None]
     if missing:
-        raise FileNotFoundError(f"{folder} has no {' or '.join(missing)} (nor {split}.jsonl)")
+        raise DataError(f"{folder} has no {' or '.join(missing)} (nor {split}.jsonl)")
     lines = {c: read_lines(path) for c, path in files.items()}
     counts = {c: len(v) for c, v in lines.items()}
     if len(set(counts.values())) != 1:
-        raise ValueError(f"line-aligned files of split {split!r} in {folder} differ in length: {counts}")
-    return [dict(zip(lines, row, strict=True)) for row in zip(*lines.values(), strict=True)]
+        raise DataError(f"line-aligned files of split {split!r} in {folder} differ in length: {counts}")
+    records = [dict(zip(lines, row, strict=True)) for row in zip(*lines.values(), strict=True)]
+    return records, " and ".join(str(path) for path in files.values())
+
+
+def _read_jsonl(path, columns):
+    """The records of a JSON lines file (blank lines skipped), each checked to hold `columns`."""
+    records = []
+    for number, line in enumerate(read_lines(path), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DataError(f"{path}: line {number} is not JSON ({error.msg} at column {error.colno})") from None
+        if not isinstance(record, dict):
+            raise DataError(f"{path}: line {number} is a JSON {type(record).__name__}, not an object of columns")
+        for column in columns:
+            _column(record, column, f"{path}: line {number}")
+        records.append(record)
+    return records
 
 
 def _read_saved(folder, split):
-    """Records of one split from a folder written by `save_to_disk`."""
+    """(records, where) of one split from a folder written by `save_to_disk`."""
     import datasets
 
     dataset = datasets.load_from_disk(str(folder))
     if isinstance(dataset, datasets.Dataset):
-        return dataset
-    return dataset[match_split(split, dataset.keys(), folder)]
+        return dataset, str(folder)
+    name = match_split(split, dataset.keys(), folder)
+    return dataset[name], f"split {name!r} of {folder}"
 
 
 def _read_hub(name, split, config):
-    """Records of one split of a Hub dataset (needs the network or the local datasets cache)."""
+    """(records, where) of one split of a Hub dataset (needs the network or the local datasets cache)."""
     import datasets
 
     try:
         split_names = datasets.get_dataset_split_names(name, config)
     except Exception as error:  # offline, unknown name, ...: say both readings of `name`
-        raise FileNotFoundError(f"{name!r} is not a local folder, and as a Hub dataset: {error}") from error
-    return datasets.load_dataset(name, config, split=match_split(split, split_names, name))
+        raise DataError(f"{name!r} is not a local folder, and as a Hub dataset: {error}") from error
+    found = match_split(split, split_names, name)
+    return datasets.load_dataset(name, config, split=found), f"split {found!r} of the Hub dataset {name}"
 
 
 def _is_hub_name(location):
@@ -105,12 +164,17 @@ def _is_hub_name(location):
     return text.count("/") <= 1 and not text.startswith((".", "/", "~")) and not text.endswith("/")
 
 
-def _column(record, column):
+def _column(record, column, where):
+    """The text of `column` in `record` (flat or under `translation`); `where` names the record in errors."""
     if column in record:
-        return record[column]
-    if "translation" in record and column in record["translation"]:
-        return record["translation"][column]
-    raise KeyError(f"record has no column {column!r} (keys: {sorted(record)})")
+        value = record[column]
+    elif isinstance(record.get("translation"), dict) and column in record["translation"]:
+        value = record["translation"][column]
+    else:
+        raise DataError(f"{where} has no column {column!r} (its keys: {sorted(record)})")
+    if not isinstance(value, str):
+        raise DataError(f"{where}: column {column!r} holds {type(value).__name__} {value!r:.40}, not text")
+    return value
 
 
 def split_name(location, split, config=None):
@@ -132,17 +196,51 @@ def split_name(location, split, config=None):
 def load_columns(location, split, columns, config=None, limit=None):
     """Read `columns` (a list of names) of one split as {column: [str, ...]}, aligned by index.
 
-    `limit` keeps only the first `limit` records (tiny slices for tests and quick runs).
+    `limit` keeps only the first `limit` records (tiny slices for tests and quick runs). Raises
+    DataError naming the file, line or record for data that cannot be read, and for a split without
+    records or a column whose every text is blank (empty or spaces): no script can train or
+    evaluate on those.
     """
     folder = Path(location)
     if (folder / "dataset_dict.json").is_file() or (folder / "dataset_info.json").is_file():
-        records = _read_saved(folder, split)
+        records, where = _read_saved(folder, split)
     elif folder.is_dir():
-        records = _read_local(folder, split, columns)
+        records, where = _read_local(folder, split, columns)
     elif _is_hub_name(location):
-        records = _read_hub(str(location), split, config)
+        records, where = _read_hub(str(location), split, config)
     else:
-        raise FileNotFoundError(f"{location} is neither a data folder nor a Hub dataset name")
+        raise DataError(f"{location} is neither a data folder nor a Hub dataset name")
     if limit is not None:
         records = records.select(range(min(limit, len(records)))) if hasattr(records, "select") else records[:limit]
-    return {c: [_column(r, c) for r in records] for c in columns}
+    if len(records) == 0:
+        raise DataError(f"{where} holds no records: split {split!r} is empty")
+    table = {c: [_column(r, c, f"{where}: record {i}") for i, r in enumerate(records)] for c in columns}
+    for column, texts in table.items():
+        if not any(text.strip() for text in texts):
+            raise DataError(f"{where}: column {column!r} is blank (empty or spaces) in all {len(texts)} records")
+    return table
+
+
+def load_splits(args, columns):
+    """The `columns` of the splits a training script uses, each {column: [str, ...]}, under the keys
+    "train", "validation" and "test" (None when `--test_split` is ''): the splits that
+    `--{key}_split` names, in `--data_dir` or the Hub's `--dataset_name`/`--dataset_config`, the
+    training split cut to `--max_train_samples` and the others to `--max_eval_samples`.
+
+    The scripts call it before they write anything: a split that cannot be read or holds no text
+    stops the script with an error that names the option and the file (`load_columns`), and the
+    run folder stays as it was.
+    """
+    location = args.data_dir or args.dataset_name
+    splits = {}
+    for key in ("train", "validation", "test"):
+        split = getattr(args, f"{key}_split")
+        limit = args.max_train_samples if key == "train" else args.max_eval_samples
+        if key == "test" and not split:
+            splits[key] = None
+            continue
+        try:
+            splits[key] = load_columns(location, split, columns, args.dataset_config, limit)
+        except DataError as error:
+            fail(f"--{key}_split {split}: {error}")
+    return splits

@@ -39,6 +39,7 @@ from .models import is_ours
 from .options import fail
 from .records import TrainingLog, write_environment
 from .signals import stops_off_the_clock
+from .threads import set_threads
 
 # A test hook, not an option: set to a step number N, it makes the loop stop the run right after step
 # N without saving (SystemExit, exit status 0), as a crash would; the exact-resume tests resume it.
@@ -65,8 +66,7 @@ def training_run(args):
         log_with="tensorboard" if importlib.util.find_spec("tensorboard") else None,
         project_dir=args.output_dir,
     )
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    set_threads(accelerator, args.threads)  # --threads, else the cores other processes leave free
     lock = run_folder.open_run(accelerator, args)
     try:
         set_seed(args.seed)

@@ -177,9 +177,9 @@ def add_training_options(parser, lr, max_tokens, schedule, warmup_steps, label_s
     group.add_argument(
         "--threads",
         type=int,
-        help="torch's CPU threads per process (torch.set_num_threads). On a machine shared with other "
-        "work, fewer threads than cores (e.g. 1) keep a step from waiting on a thread that another "
-        "process holds off its core (default: torch's own, one per core)",
+        help="torch's CPU threads per process (torch.set_num_threads). Default on CPU runs: one per core that "
+        "other processes leave free, measured at the start and printed (a thread whose core another process "
+        "holds stalls every step); GPU runs: torch's own",
     )
     group.add_argument("--eval_every", type=int, default=500, help=f"optimizer steps between evaluations ({metric})")
     group.add_argument(

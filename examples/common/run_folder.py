@@ -386,18 +386,30 @@ def write_log(path, records):
 # --- the run's tokenizer --------------------------------------------------------------------------
 
 
-def run_tokenizer(accelerator, args, texts, *, add_eos=False):
+def new_tokenizer(args, texts, *, add_eos=False):
+    """The tokenizer of a fresh start: `--tokenizer`, or one trained on `texts` (a list of str) and
+    checked against `--vocab_size`. It writes nothing, so the scripts make it before the run folder
+    is touched: a tokenizer that cannot be had leaves no run behind."""
+    try:
+        tokenizer = get_tokenizer(
+            args.tokenizer, texts, args.tokenizer_kind, args.vocab_size, args.min_frequency, add_eos
+        )
+    except ValueError as error:  # get_tokenizer's errors name the tokenizer and what it lacks
+        fail(str(error))
+    if args.tokenizer is None:
+        check_vocabulary_size(tokenizer, args)
+    return tokenizer
+
+
+def run_tokenizer(accelerator, args, tokenizer):
     """The tokenizer of the run in `args.output_dir`.
 
-    On `--resume`, the one saved at the run's first start (`saved_tokenizer`), whatever `texts`
-    are. Otherwise `--tokenizer`, or one trained on `texts` (a list of str), saved into
+    On `--resume` (`tokenizer` is None then), the one saved at the run's first start
+    (`saved_tokenizer`). Otherwise `tokenizer` (`new_tokenizer`'s), saved into
     `output_dir/tokenizer` atomically before training starts.
     """
     if args.resume:
         return saved_tokenizer(args.output_dir)
-    tokenizer = get_tokenizer(args.tokenizer, texts, args.tokenizer_kind, args.vocab_size, args.min_frequency, add_eos)
-    if args.tokenizer is None:
-        check_vocabulary_size(tokenizer, args)
     if accelerator.is_main_process:
         folder = Path(args.output_dir) / "tokenizer"
         tmp = folder.with_name(folder.name + ".tmp")

@@ -15,6 +15,7 @@ sentence encodes the same at training and at inference; the LM pipeline appends 
 """
 
 from collections import Counter
+from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
@@ -24,8 +25,16 @@ KINDS = ("bpe", "word")
 
 
 def train_tokenizer(texts, kind, vocab_size, min_frequency=1, add_eos=False):
-    """A `PreTrainedTokenizerFast` trained on `texts` (a list of str)."""
+    """A `PreTrainedTokenizerFast` trained on `texts` (a list of str).
+
+    Raises ValueError when the text yields no token besides the special ones (blank text, or no word
+    as frequent as `min_frequency`): such a tokenizer would turn every text into `<unk>`s.
+    """
     specials = list(SPECIAL_TOKENS.values())
+    if not any(text.strip() for text in texts):
+        raise ValueError(
+            f"the training text is blank ({len(texts)} texts, all empty or spaces): a tokenizer needs text"
+        )
     if kind == "bpe":
         tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
         tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
@@ -46,6 +55,11 @@ def train_tokenizer(texts, kind, vocab_size, min_frequency=1, add_eos=False):
         tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     else:
         raise ValueError(f"tokenizer kind must be one of {KINDS}, not {kind!r}")
+    if tokenizer.get_vocab_size() <= len(specials):  # a word tokenizer whose words are all too rare
+        raise ValueError(
+            f"no word of the training text besides the special tokens occurs min_frequency={min_frequency} times: the {kind} tokenizer "
+            "would know only its special tokens"
+        )
     if add_eos:
         eos_id = tokenizer.token_to_id("</s>")
         tokenizer.post_processor = processors.TemplateProcessing(
@@ -62,9 +76,32 @@ def get_tokenizer(name_or_path, texts, kind, vocab_size, min_frequency=1, add_eo
     """
     if name_or_path is None:
         return train_tokenizer(texts, kind, vocab_size, min_frequency, add_eos)
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    tokenizer = load_tokenizer(name_or_path)
     if tokenizer.eos_token_id is None:
         raise ValueError(f"tokenizer {name_or_path} has no end-of-sequence token")
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def load_tokenizer(name_or_path):
+    """`AutoTokenizer.from_pretrained(name_or_path)`, whose failures become a ValueError that names the
+    folder (or Hub name) and, for a folder, the file a tokenizer needs: `tokenizer.json`, which
+    `save_pretrained` of a fast tokenizer writes (without it transformers tries a conversion that
+    ends in an error about sentencepiece)."""
+    try:
+        return AutoTokenizer.from_pretrained(name_or_path)
+    except Exception as error:  # transformers and tokenizers raise many kinds
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        folder = Path(name_or_path)
+        if not folder.is_dir():
+            raise ValueError(
+                f"tokenizer {name_or_path} is not a folder, and as a Hub name it does not load ({reason})"
+            ) from error
+        if not (folder / "tokenizer.json").is_file():
+            files = ", ".join(sorted(p.name for p in folder.iterdir())) or "nothing"
+            raise ValueError(
+                f"tokenizer folder {folder} has no tokenizer.json, the file that save_pretrained of a fast "
+                f"tokenizer writes (it holds {files}): give the folder of a saved tokenizer"
+            ) from error
+        raise ValueError(f"tokenizer folder {folder} does not load ({reason})") from error

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for `
 import torch  # noqa: E402
 from common import checkpoints, hub, loop, options, records, run_folder, signals  # noqa: E402
 from common.batching import collate_lm, lm_blocks  # noqa: E402
-from common.data import load_columns, split_name  # noqa: E402
+from common.data import load_splits, split_name  # noqa: E402
 from common.losses import LossMeter, sequence_nll, token_loss  # noqa: E402
 from common.models import build_model  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
@@ -71,11 +71,24 @@ def parse_args(argv=None):
     return args
 
 
-def load_blocks(args, tokenizer, split):
-    """The split's text as (N, block_size + 1) blocks of token ids."""
-    limit = args.max_train_samples if split == args.train_split else args.max_eval_samples
-    lines = load_columns(args.data_dir or args.dataset_name, split, ["text"], args.dataset_config, limit)["text"]
-    return lm_blocks(tokenizer(lines)["input_ids"], tokenizer.eos_token_id, args.block_size)
+def make_blocks(args, tokenizer, texts):
+    """The blocks (`lm_blocks`: (N, block_size + 1) token ids) of each split's text in `texts`
+    (`data.load_splits`'s), None for a split that is None; text too short for one block stops the
+    script with an error naming the split and `--block_size`."""
+    blocks = {}
+    for key, columns in texts.items():
+        if columns is None:
+            blocks[key] = None
+            continue
+        try:
+            blocks[key] = lm_blocks(tokenizer(columns["text"])["input_ids"], tokenizer.eos_token_id, args.block_size)
+        except ValueError as error:
+            limit = "--max_train_samples" if key == "train" else "--max_eval_samples"
+            options.fail(
+                f"--{key}_split {getattr(args, f'{key}_split')}: its text is too short for --block_size "
+                f"{args.block_size}: {error}. Lower --block_size, or give more text ({limit})"
+            )
+    return blocks
 
 
 # Evaluation runs the model on slices of each batch so that one slice's logits stay under this many
@@ -108,18 +121,21 @@ def make_evaluate(accelerator, blocks, args):
 def main(argv=None):
     signals.stop_on_terminal_stop()
     args = parse_args(argv)
+    texts = load_splits(args, ["text"])  # read and checked before anything is written
+    # A fresh start makes its tokenizer and blocks before the run folder is touched too, so that text
+    # they refuse leaves no run behind; a resume reads the run's tokenizer once it holds the folder.
+    tokenizer = None if args.resume else run_folder.new_tokenizer(args, texts["train"]["text"])
+    blocks = None if args.resume else make_blocks(args, tokenizer, texts)
     with loop.training_run(args) as accelerator:
-        train_model(accelerator, args)
-        report(accelerator, args)
+        tokenizer = run_folder.run_tokenizer(accelerator, args, tokenizer)
+        blocks = blocks or make_blocks(args, tokenizer, texts)
+        train_model(accelerator, args, tokenizer, blocks)
+        report(accelerator, args, blocks["test"])
 
 
-def train_model(accelerator, args):
-    """Tokenizer, data, model and training (`loop.train`)."""
-    train_lines = load_columns(
-        args.data_dir or args.dataset_name, args.train_split, ["text"], args.dataset_config, args.max_train_samples
-    )
-    tokenizer = run_folder.run_tokenizer(accelerator, args, train_lines["text"])
-    train = lm_blocks(tokenizer(train_lines["text"])["input_ids"], tokenizer.eos_token_id, args.block_size)
+def train_model(accelerator, args, tokenizer, blocks):
+    """Model and training (`loop.train`) on `blocks["train"]`, evaluated on `blocks["validation"]`."""
+    train = blocks["train"]
     accelerator.print(f"{len(train)} training blocks of {args.block_size} tokens, vocabulary {len(tokenizer)}")
     positions, sizes = max(1024, args.block_size), options.model_sizes(args)
     model = build_model(
@@ -137,19 +153,20 @@ def train_model(accelerator, args):
         lengths=[args.block_size] * len(train),
         collate=collate_lm,
         loss_fn=loss_fn,
-        evaluate=make_evaluate(accelerator, load_blocks(args, tokenizer, args.validation_split), args),
+        evaluate=make_evaluate(accelerator, blocks["validation"], args),
         tokenizer=tokenizer,
         metric="valid_ppl",
         maximize=False,
     )
 
 
-def report(accelerator, args):
-    """Reload best/ through the Auto classes: test perplexity, a sample, the optional upload."""
+def report(accelerator, args, test_blocks):
+    """Reload best/ through the Auto classes: perplexity on `test_blocks` (None: no test split), a
+    sample, the optional upload."""
     best, tokenizer, model = checkpoints.load_best(accelerator, args.output_dir, AutoModelForCausalLM)
-    if args.test_split:
+    if test_blocks is not None:
         with torch.no_grad():
-            metrics = make_evaluate(accelerator, load_blocks(args, tokenizer, args.test_split), args)(model)
+            metrics = make_evaluate(accelerator, test_blocks, args)(model)
         split = split_name(args.data_dir or args.dataset_name, args.test_split, args.dataset_config)
         records.report_test(accelerator, args, best, metrics, split)
     prompt = tokenizer(args.prompt, return_tensors="pt").to(accelerator.device)

@@ -24,7 +24,7 @@ import sacrebleu  # noqa: E402
 import torch  # noqa: E402
 from common import checkpoints, hub, loop, options, records, run_folder, signals  # noqa: E402
 from common.batching import TranslationCollator  # noqa: E402
-from common.data import load_columns, split_name  # noqa: E402
+from common.data import load_splits, split_name  # noqa: E402
 from common.losses import LossMeter, sequence_nll, token_loss  # noqa: E402
 from common.models import build_model  # noqa: E402
 from transformers import AutoModelForSeq2SeqLM  # noqa: E402
@@ -37,7 +37,13 @@ def parse_args(argv=None):
     options.add_data_options(parser, dataset_name="bentrevett/multi30k")
     parser.add_argument("--source_lang", default="de")
     parser.add_argument("--target_lang", default="en")
-    parser.add_argument("--max_length", type=int, default=128, help="longer training pairs (in tokens) are skipped")
+    parser.add_argument(
+        "--max_length",
+        type=int,
+        default=128,
+        help="longer training pairs (in tokens, either side) are left out (the start counts what is kept); at most "
+        "--max_tokens",
+    )
     parser.add_argument("--num_beams", type=int, default=4, help="beam size for BLEU")
     parser.add_argument(
         "--valid_num_beams", type=int, help="beam size for the validation BLEU during training (default: --num_beams)"
@@ -52,6 +58,12 @@ def parse_args(argv=None):
     options.check_at_least(args, 1, "max_length", "num_beams", "valid_num_beams")
     if args.source_lang == args.target_lang:
         options.fail(f"--source_lang and --target_lang are both {args.source_lang!r}: translation needs two languages")
+    if args.max_tokens < args.max_length:  # so that every pair trained on fits in a batch
+        options.fail(
+            f"--max_tokens {args.max_tokens} is below --max_length {args.max_length}: a training pair of up to "
+            "--max_length tokens must fit in one batch of --max_tokens padded tokens; raise --max_tokens or lower "
+            "--max_length"
+        )
     return args
 
 
@@ -105,34 +117,48 @@ def make_evaluate(accelerator, tokenizer, pairs, config, args, num_beams):
     return evaluate
 
 
-def load_pairs(args, split):
-    columns = load_columns(
-        args.data_dir or args.dataset_name,
-        split,
-        [args.source_lang, args.target_lang],
-        args.dataset_config,
-        limit=args.max_train_samples if split == args.train_split else args.max_eval_samples,
-    )
-    return {"source": columns[args.source_lang], "target": columns[args.target_lang]}
+def read_pairs(args):
+    """The text pairs {"source": [str, ...], "target": [str, ...]} of the training, validation and test
+    splits (`data.load_splits`: read and checked before anything is written)."""
+    splits = load_splits(args, [args.source_lang, args.target_lang])
+    return {
+        key: None if columns is None else {"source": columns[args.source_lang], "target": columns[args.target_lang]}
+        for key, columns in splits.items()
+    }
+
+
+def training_examples(args, tokenizer, pairs):
+    """The training pairs as token ids (`encode`), those longer than `--max_length` left out."""
+    train = encode(tokenizer, pairs, args.max_length)
+    if not train:
+        options.fail(f"no training pair is at most --max_length {args.max_length} tokens long: raise it")
+    return train
 
 
 def main(argv=None):
     signals.stop_on_terminal_stop()
     args = parse_args(argv)
+    pairs = read_pairs(args)
+    # A fresh start makes its tokenizer and training examples before the run folder is touched too, so
+    # that text they refuse leaves no run behind; a resume reads the run's tokenizer once it holds the folder.
+    tokenizer = None if args.resume else run_folder.new_tokenizer(args, training_texts(pairs), add_eos=True)
+    train = None if args.resume else training_examples(args, tokenizer, pairs["train"])
     with loop.training_run(args) as accelerator:
-        train_model(accelerator, args)
-        report(accelerator, args)
+        tokenizer = run_folder.run_tokenizer(accelerator, args, tokenizer)
+        train = train or training_examples(args, tokenizer, pairs["train"])
+        train_model(accelerator, args, tokenizer, train, pairs)
+        report(accelerator, args, pairs["test"])
 
 
-def train_model(accelerator, args):
-    """Tokenizer, data, model and training (`loop.train`)."""
-    train_pairs = load_pairs(args, args.train_split)
-    texts = train_pairs["source"] + train_pairs["target"]
-    tokenizer = run_folder.run_tokenizer(accelerator, args, texts, add_eos=True)
-    train = encode(tokenizer, train_pairs, args.max_length)
-    if not train:
-        options.fail(f"no training pair is at most --max_length {args.max_length} tokens long: raise it")
-    accelerator.print(f"{len(train)} training pairs (of {len(train_pairs['source'])}), vocabulary {len(tokenizer)}")
+def training_texts(pairs):
+    """The text a new tokenizer learns from: both sides of the training pairs (a joint vocabulary)."""
+    return pairs["train"]["source"] + pairs["train"]["target"]
+
+
+def train_model(accelerator, args, tokenizer, train, pairs):
+    """Model and training (`loop.train`) on the encoded training pairs `train`, evaluated on
+    `pairs["validation"]`."""
+    accelerator.print(f"{len(train)} training pairs (of {len(pairs['train']['source'])}), vocabulary {len(tokenizer)}")
     sizes = options.model_sizes(args)
     model = build_model(args.model_type, tokenizer, True, args.preset, config_overrides=args.config_overrides, **sizes)
     config = model.config
@@ -142,8 +168,8 @@ def train_model(accelerator, args):
         logits = model(batch["input_ids"], batch["attention_mask"], **inputs).logits
         return token_loss(logits, batch["labels"], args.label_smoothing)
 
-    valid_pairs = load_pairs(args, args.validation_split)
-    evaluate = make_evaluate(accelerator, tokenizer, valid_pairs, config, args, args.valid_num_beams or args.num_beams)
+    num_beams = args.valid_num_beams or args.num_beams
+    evaluate = make_evaluate(accelerator, tokenizer, pairs["validation"], config, args, num_beams)
     loop.train(
         accelerator,
         args,
@@ -159,11 +185,11 @@ def train_model(accelerator, args):
     )
 
 
-def report(accelerator, args):
-    """Reload best/ through the Auto classes: test BLEU, a few translations, the optional upload."""
+def report(accelerator, args, pairs):
+    """Reload best/ through the Auto classes: BLEU on the test `pairs` (None: no test split), a few
+    translations, the optional upload."""
     best, tokenizer, model = checkpoints.load_best(accelerator, args.output_dir, AutoModelForSeq2SeqLM)
-    if args.test_split:
-        pairs = load_pairs(args, args.test_split)
+    if pairs is not None:
         with torch.no_grad():
             metrics = make_evaluate(accelerator, tokenizer, pairs, model.config, args, args.num_beams)(model)
         split = split_name(args.data_dir or args.dataset_name, args.test_split, args.dataset_config)

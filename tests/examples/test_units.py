@@ -91,7 +91,7 @@ def test_lm_blocks_predict_every_token_once():
     batch = collate_lm(list(blocks))
     assert batch["labels"].flatten().tolist() == stream[1:10]
     assert batch["input_ids"].flatten().tolist() == stream[:9]
-    with pytest.raises(ValueError, match="lower block_size"):
+    with pytest.raises(ValueError, match="do not fill one block"):
         lm_blocks([[3]], eos_token_id=1, block_size=8)
 
 
