@@ -1,8 +1,8 @@
 """The switch for compiled CUDA kernels that no GPU has run yet.
 
 A new or rewritten CUDA kernel is compiled in CI (``.ci/compile_cuda``) but stays off until a lent
-GPU has run its ``gpu`` tests (DESIGN.md section 7).  Until then an op runs it only when
-``$TALK_HF_UNVERIFIED_CUDA`` names the op: a comma-separated list of op names from
+GPU has run its ``gpu`` tests and compute-sanitizer on it (``benchmarks/gpu_suite.sh``).  Until then
+an op runs it only when ``$TALK_HF_UNVERIFIED_CUDA`` names the op: a comma-separated list of op names from
 :data:`UNVERIFIED_CUDA_OPS` (e.g. ``depthwise_conv,talk_conv``), or ``all``; unset or empty
 names none.  What "off" means is the op's choice (the PyTorch path, or its verified kernel); the op
 documents it.  The variable is read at each call (under ``torch.compile``: once, while tracing).
