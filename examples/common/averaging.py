@@ -10,8 +10,8 @@ class WeightAverage:
     """The parameters at the last `count` evaluations, and their mean.
 
     The snapshots are float32 copies on the CPU (`count` x the model's size in memory). They are
-    saved with the Accelerate state (`register_for_checkpointing`), so a resumed run averages what an
-    uninterrupted one would. Every process keeps the same snapshots of its replicated parameters,
+    saved with the training state (`training_state`: `state/weight_average.safetensors`), so a
+    resumed run averages what an uninterrupted one would. Every process keeps the same snapshots of its replicated parameters,
     which is why sharded (FSDP) training is refused.
     """
 

@@ -16,7 +16,6 @@ What the loop leans on: `run_folder` (the output folder: lock, fresh start or re
 `clock` and `signals` (training time, terminal stops), `averaging` (`--average_last`).
 """
 
-import importlib.util
 import math
 import os
 from contextlib import contextmanager
@@ -30,11 +29,12 @@ from transformers import get_scheduler
 
 import talk_hf
 
-from . import checkpoints, run_folder
+from . import checkpoints, run_folder, run_outputs
 from .averaging import WeightAverage
 from .batching import make_train_loader
 from .checkpoints import Progress
 from .clock import SlowdownDetector, TrainingClock, crossed_multiple
+from .folder_saves import full_disk_is_an_error
 from .models import is_ours
 from .options import fail
 from .records import TrainingLog, write_environment
@@ -63,19 +63,20 @@ def training_run(args):
             num_steps=args.gradient_accumulation_steps, sync_with_dataloader=False
         ),
         step_scheduler_with_optimizer=False,
-        log_with="tensorboard" if importlib.util.find_spec("tensorboard") else None,
+        log_with="tensorboard" if run_outputs.tensorboard_installed() else None,
         project_dir=args.output_dir,
     )
     set_threads(accelerator, args.threads)  # --threads, else the cores other processes leave free
     lock = run_folder.open_run(accelerator, args)
     try:
-        set_seed(args.seed)
-        hparams = {k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool))}
-        accelerator.init_trackers("train", config=hparams)
-        if accelerator.is_main_process:
-            write_environment(args.output_dir, accelerator.num_processes, accelerator.device)
-        yield accelerator
-        accelerator.end_training()
+        with full_disk_is_an_error(args.output_dir):  # a log line or a JSON file that finds the disk full
+            set_seed(args.seed)
+            hparams = {k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool))}
+            accelerator.init_trackers("train", config=hparams)
+            if accelerator.is_main_process:
+                write_environment(args.output_dir, accelerator.num_processes, accelerator.device)
+            yield accelerator
+            accelerator.end_training()
     finally:
         if lock is not None:
             lock.release()
@@ -206,11 +207,9 @@ def fit(*, accelerator, model, optimizer, scheduler, train_loader, sampler, loss
         settings: the run's `Settings`.
     """
     progress = Progress(processes=accelerator.num_processes)  # a resume loads the saved one's
-    average = weight_average(accelerator, model, settings.average_last)
-    checkpointed = [progress] if average is None else [progress, average]  # saved with the Accelerate state
-    accelerator.register_for_checkpointing(*checkpointed)
+    average = weight_average(accelerator, model, settings.average_last)  # saved with the training state
     if settings.resume:
-        checkpoints.resume(accelerator, settings.output_dir, progress, custom_objects=len(checkpointed))
+        checkpoints.resume(accelerator, settings.output_dir, progress, average)
     log = TrainingLog(
         accelerator,
         settings.output_dir / "log.jsonl",
@@ -220,13 +219,15 @@ def fit(*, accelerator, model, optimizer, scheduler, train_loader, sampler, loss
         log_every=settings.log_every,
     )
     slowdown = SlowdownDetector()
-    saver = checkpoints.Saver(accelerator, model, tokenizer, settings.output_dir)
+    saver = checkpoints.Saver(accelerator, model, tokenizer, settings.output_dir, average)
     steps = micro_batches_of_each_step(accelerator, train_loader, sampler, progress)
     model.train()
     prepare_kernels(accelerator, model)
     clock = TrainingClock()  # started after the kernels are built: a first build is not training time
     with log, stops_off_the_clock(clock):
         done = settings.finished(progress)
+        if done and progress.best is None:  # resumed with nothing to train, and best/ lost: evaluate to write it
+            evaluate_and_keep_best(model, evaluate, progress=progress, log=log, saver=saver, settings=settings)
         while not done:
             group = next(steps)
             loss, tokens, seconds = train_step(

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 import talk_hf
 
 from . import run_folder
-from .run_folder import write_json
+from .atomic_files import write_json
 
 
 def describe(metrics):

@@ -1,146 +1,51 @@
 """The output folder of a training run: one run at a time, a start that fits what the folder holds,
-the settings and the tokenizer the run started with, and loading its saved state.
+and the settings and the tokenizer the run started with.
 
-What a run's folder (`--output_dir`) holds:
-
-    state/      Accelerate state (model, optimizer, scheduler, RNGs, `Progress`): resume from here
-    last/       the latest model + tokenizer, `save_pretrained` format
-    best/       the model + tokenizer with the best validation metric so far
-    tokenizer/  the run's tokenizer, saved before training: a resume uses it, not a new one
-    log.jsonl   one JSON record per logged step and per evaluation
-    args.json   the command-line settings of the run, defaults included, and its process count
-                (`num_processes`; of its first start)
-    resumes.jsonl  one line per resume: when, where, and the settings it changed
-    environment.json  where it trained (CPU and its vector instructions, caches, threads,
-                processes, GPUs, library versions, the git commit of the talk_hf it imported; of
-                its latest start): a fixed training-time budget buys as many steps as the machine
-                gives
-    test_results.json  the test metrics of best/, when the script evaluates the test split
-    .lock, .lock.json  the lock that keeps a second run out while one runs, and who holds it
-
-Every folder is written beside its final name, flushed to disk (`fsync`) and then renamed into
-place, so a run killed at any moment, or a machine that loses power, leaves the previous complete
-version (`X` or, if it died between two renames, `X.old`); files are written the same way, except
-`log.jsonl`, which is appended to (a resume drops a torn last line) and flushed at each save of
-`state/`. A kill or a power cut costs at most the steps since the last save.
+What the folder holds, and which of its files are read how: examples/README.md ("The run folder").
+The other jobs on it have their own modules: `atomic_files` (writes that a kill leaves whole),
+`run_outputs` (the manifest of what the run wrote), `training_state` (state/), `file_checks`.
 
 * One run per folder: the main process holds an OS-level lock on `output_dir/.lock` for the whole
   run (the system drops it however the process ends, so a killed run blocks nobody) and writes who
   holds it into `output_dir/.lock.json`, which a second run names in its error. The other
   processes of an Accelerate run take no lock: they wait for the main process's verdict.
 * A fresh start refuses a folder that holds a run's outputs unless `--overwrite_output_dir`, which
-  deletes them first; `--resume` needs a saved state, settings that match the run's `args.json`
-  (`options.MAY_CHANGE_ON_RESUME` lists what may differ without `--allow_changed_args`; the process
-  count may not: it sets the global batch) and a `log.jsonl` whose only damage is a torn last line.
+  deletes them first (only what the run's manifest records: `run_outputs`); `--resume` needs a
+  saved state, settings that match the run's `args.json` (`options.MAY_CHANGE_ON_RESUME` lists what
+  may differ without `--allow_changed_args`; the process count may not: it sets the global batch)
+  and a `log.jsonl` whose only damage is a torn last line.
 * `args.json` is written at the first start and kept; each resume appends what it changed to
   `resumes.jsonl`. The tokenizer is saved into `output_dir/tokenizer` at the first start, before
   training, and a resume uses it whatever data it is given.
-* Loading the saved state names the file that does not load and says what the user can do; a lost
-  random-number state or a damaged `best/` is a warning, and the run goes on.
 """
 
 import json
 import os
 import shlex
-import shutil
 import socket
 import sys
 import time
 from pathlib import Path
 
 import filelock
-import safetensors
-import torch
 from accelerate.utils import broadcast_object_list
-from accelerate.utils import load as accelerate_load
 from transformers import AutoTokenizer
 
+from . import run_outputs
+from .atomic_files import append_json_line, existing_dir, write_json, write_text_atomically
+from .file_checks import TOKENIZER_FILES, file_problem, first_line
+from .folder_saves import full_disk_is_an_error, save_folder
 from .options import MAY_CHANGE_ON_RESUME, START_FLAGS, fail
 from .tokenizer import SPECIAL_TOKENS, get_tokenizer
 
 LOCK, LOCK_OWNER = ".lock", ".lock.json"
-# What a run writes into its folder (`train` is the TensorBoard log), with the `.tmp` and `.old` of
-# atomic writes: what makes a folder hold a run, and what --overwrite_output_dir deletes.
-RUN_OUTPUTS = frozenset(
-    {"state", "last", "best", "tokenizer", "hub", "train"}
-    | {"log.jsonl", "args.json", "environment.json", "resumes.jsonl", "test_results.json"}
-)
 # Options whose values are paths: the same folder spelled another way is the same setting.
 PATH_OPTIONS = frozenset({"output_dir", "data_dir", "tokenizer"})
-# What `save_pretrained` of our tokenizers (all fast ones) writes, and a reload needs.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 def warn(message):
     """Print `warning: message` to stderr."""
     print(f"warning: {message}", file=sys.stderr, flush=True)
-
-
-def flush_to_disk(path):
-    """`fsync` the file or folder `path`: its bytes, or a folder's entries (the renames into it),
-    are on the disk when this returns, not only in the system's cache."""
-    if os.name == "nt" and Path(path).is_dir():
-        return  # Windows opens no folder to flush it (NTFS journals the renames)
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def flush_tree(folder):
-    """`flush_to_disk` every file and folder under `folder`, then `folder` itself."""
-    folder = Path(folder)
-    for path in sorted(folder.rglob("*"), key=lambda p: (p.is_dir(), -len(p.parts))):  # files, then deepest folders
-        flush_to_disk(path)
-    flush_to_disk(folder)
-
-
-def write_text_atomically(path, text):
-    """Write `text` beside `path`, flush it and rename it into place: a kill or a power cut leaves the
-    old or the new file."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    flush_to_disk(tmp)
-    os.replace(tmp, path)
-    flush_to_disk(path.parent)
-
-
-def write_json(path, data):
-    """`data` as indented JSON into `path`, atomically."""
-    write_text_atomically(path, json.dumps(data, indent=1) + "\n")
-
-
-def append_json_line(path, record):
-    """Append `record` as one line, starting a new line if a kill left the last one unfinished."""
-    path = Path(path)
-    torn = path.exists() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
-    with open(path, "a") as f:
-        f.write(("\n" if torn else "") + json.dumps(record) + "\n")
-    flush_to_disk(path)
-
-
-def replace_dir(tmp, final):
-    """Move the complete folder `tmp` to `final`, keeping the previous `final` until that worked;
-    `tmp`'s files are on the disk before the first rename, and the renames when this returns."""
-    tmp, final = Path(tmp), Path(final)
-    old = final.with_name(final.name + ".old")
-    flush_tree(tmp)
-    if final.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(final, old)
-    os.replace(tmp, final)
-    flush_to_disk(final.parent)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def existing_dir(path):
-    """`path`, or `path.old` when a run died between the two renames of `replace_dir`; else None."""
-    for candidate in (Path(path), Path(str(path) + ".old")):
-        if candidate.is_dir():
-            return candidate
-    return None
 
 
 # --- one run per folder ---------------------------------------------------------------------------
@@ -190,7 +95,8 @@ def open_run(accelerator, args):
     lock, error = None, None
     if accelerator.is_main_process:
         try:
-            lock = _open_on_main_process(Path(args.output_dir), args, run_settings(args, accelerator.num_processes))
+            with full_disk_is_an_error(args.output_dir):
+                lock = _open_on_main_process(Path(args.output_dir), args, run_settings(args, accelerator.num_processes))
         except SystemExit as stop:
             error = stop.code
     error = broadcast_object_list([error])[0]
@@ -214,14 +120,16 @@ def _open_on_main_process(folder, args, settings):
     folder.mkdir(parents=True, exist_ok=True)
     lock = take_lock(folder)  # first: a run that is busy in the folder is the news, whatever the folder holds
     try:
+        outputs = run_outputs.planned_outputs(args)
         if args.resume:
             check_resumable(folder)
             changed = check_settings(folder, settings, allow_changed=args.allow_changed_args)
+            record_outputs_of_resume(folder, outputs)
             if (folder / "log.jsonl").exists():
                 write_log(folder / "log.jsonl", read_log(folder / "log.jsonl"))  # drops a torn last line
             append_json_line(folder / "resumes.jsonl", resume_record(changed))
         else:
-            start_fresh(folder, overwrite=args.overwrite_output_dir)
+            start_fresh(folder, outputs, overwrite=args.overwrite_output_dir)
             write_json(folder / "args.json", settings)
     except BaseException:
         lock.release()
@@ -229,28 +137,56 @@ def _open_on_main_process(folder, args, settings):
     return lock
 
 
-def run_outputs(folder):
-    """The entries of `folder` that a run wrote (see `RUN_OUTPUTS`), sorted."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.iterdir() if p.name.removesuffix(".tmp").removesuffix(".old") in RUN_OUTPUTS)
-
-
-def start_fresh(folder, *, overwrite):
-    """Refuse a folder that holds a run's outputs, or delete them when `overwrite`."""
-    outputs = run_outputs(folder)
-    if outputs and not overwrite:
-        names = ", ".join(p.name + ("/" if p.is_dir() else "") for p in outputs)
+def start_fresh(folder, outputs, *, overwrite):
+    """Refuse a folder where this start would write over what no run recorded, or that holds a
+    run's outputs (unless `overwrite`: they are deleted, and what else the folder holds is named);
+    then record `outputs` (the names this start writes) in the folder's manifest."""
+    recorded, manifest_problem = run_outputs.recorded_outputs(folder)
+    unknown = run_outputs.unrecorded(folder, outputs)
+    if unknown:
+        why = f" ({manifest_problem})" if manifest_problem else ""
         fail(
-            f"--output_dir {folder} holds a run ({names}): add --resume to continue it, --overwrite_output_dir "
-            "to delete its outputs and start anew, or choose another folder"
+            f"--output_dir {folder} holds {run_outputs.listed(unknown)}, which no run of these scripts recorded in "
+            f"{run_outputs.MANIFEST}{why}, and this run would write over them. They may be your own files, or the "
+            f"outputs of a run from before {run_outputs.MANIFEST} was kept: --overwrite_output_dir deletes only what "
+            "a run recorded. Move or delete them yourself, or choose another --output_dir"
         )
-    for path in outputs:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
+    old_run = run_outputs.entries(folder, recorded - {run_outputs.MANIFEST})
+    if old_run and not overwrite:
+        fail(
+            f"--output_dir {folder} holds a run ({run_outputs.listed(old_run)}): add --resume to continue it, "
+            "--overwrite_output_dir to delete its outputs and start anew, or choose another folder"
+        )
+    left = run_outputs.delete_recorded(folder)
+    if old_run and left:
+        print(
+            f"--overwrite_output_dir: deleted the outputs of the run in {folder}; left in place, since no run "
+            f"recorded them: {run_outputs.listed(left)}",
+            flush=True,
+        )
+    run_outputs.record(folder, outputs)
+
+
+def record_outputs_of_resume(folder, outputs):
+    """Record `outputs` (the names this resume writes) in the folder's manifest; refuse where this
+    resume would write over an entry that no run recorded. A lost manifest is written anew."""
+    recorded, problem = run_outputs.recorded_outputs(folder)
+    if problem is None and not recorded:
+        problem = f"{folder / run_outputs.MANIFEST} is missing"
+    if problem is not None:
+        warn(
+            f"{problem}: it records what the run wrote, which --overwrite_output_dir may delete. It is written anew "
+            f"with what this run writes: {', '.join(sorted(outputs))}"
+        )
+    else:
+        unknown = run_outputs.unrecorded(folder, outputs)
+        if unknown:
+            fail(
+                f"--output_dir {folder} holds {run_outputs.listed(unknown)}, which the run did not write (its "
+                f"{run_outputs.MANIFEST} does not record them), and this resume would write over them. Move them "
+                "elsewhere, then resume again"
+            )
+    run_outputs.record(folder, outputs)
 
 
 def check_resumable(folder):
@@ -410,12 +346,12 @@ def run_tokenizer(accelerator, args, tokenizer):
     """
     if args.resume:
         return saved_tokenizer(args.output_dir)
-    if accelerator.is_main_process:
-        folder = Path(args.output_dir) / "tokenizer"
-        tmp = folder.with_name(folder.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tokenizer.save_pretrained(tmp)
-        replace_dir(tmp, folder)
+
+    def write(tmp):
+        if accelerator.is_main_process:
+            tokenizer.save_pretrained(tmp)
+
+    save_folder(accelerator, Path(args.output_dir) / "tokenizer", write)
     return tokenizer
 
 
@@ -444,7 +380,7 @@ def saved_tokenizer(output_dir):
         try:
             return AutoTokenizer.from_pretrained(found)
         except Exception as error:  # tokenizers and transformers raise many kinds
-            problem = f"{found} does not load ({_first_line(error)})"
+            problem = f"{found} does not load ({first_line(error)})"
     fail(
         f"{problem}: it holds the tokenizer the run trains with, which a resume needs. last/ and best/ in "
         f"{output_dir} hold copies: copy {' and '.join(TOKENIZER_FILES)} of one of them into {folder}, then resume "
@@ -462,149 +398,3 @@ def tokenizer_problem(folder):
         if problem is not None:
             return f"{path} does not load ({problem})"
     return None
-
-
-# --- checking saved files -------------------------------------------------------------------------
-
-
-def file_problem(path):
-    """Why the file `path` does not load, or None: JSON must parse, safetensors must hold all the
-    data their header promises, torch files (.bin, .pkl, .pt) must unpickle. Other files pass."""
-    path = Path(path)
-    try:
-        if path.suffix == ".json":
-            json.loads(path.read_text())
-        elif path.suffix == ".safetensors":
-            with safetensors.safe_open(str(path), "pt") as f:
-                f.keys()
-        elif path.suffix in (".bin", ".pkl", ".pt"):
-            torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as error:  # each reader raises its own kinds
-        return _first_line(error)
-    return None
-
-
-def damaged_file(folder):
-    """'<file> does not load (<why>)' for the first file of `folder` that does not (`file_problem`), or None."""
-    for path in sorted(Path(folder).iterdir()):
-        problem = file_problem(path) if path.is_file() else None
-        if problem is not None:
-            return f"{path} does not load ({problem})"
-    return None
-
-
-def missing_file(folder, names):
-    """'<file> is missing' for the first of the files `names` that `folder` lacks, or None."""
-    for name in names:
-        if not (Path(folder) / name).is_file():
-            return f"{Path(folder) / name} is missing"
-    return None
-
-
-def saved_model_problem(folder):
-    """What is wrong with the `save_pretrained` folder of a model and its tokenizer (`save_model`):
-    a file that does not load, or one it cannot do without; None when it is whole."""
-    folder = Path(folder)
-    problem = damaged_file(folder)
-    if problem is not None:
-        return problem
-    index = folder / "model.safetensors.index.json"  # a sharded checkpoint lists its shards
-    weights = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else []
-    return missing_file(folder, ["config.json", *(weights or ["model.safetensors"]), *TOKENIZER_FILES])
-
-
-def _first_line(error):
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
-
-
-# --- the saved training state ---------------------------------------------------------------------
-
-
-def load_state(accelerator, output_dir, *, custom_objects):
-    """`accelerator.load_state` of the run's saved state; returns the folder it loaded.
-
-    `custom_objects` is how many objects the caller registered for checkpointing: their files must
-    be there. Warns when this process's random-number state is lost (training goes on, but draws
-    other numbers). Raises SystemExit naming the file that does not load, with what the user can do.
-    """
-    state_dir = existing_dir(Path(output_dir) / "state")
-    if state_dir is None:
-        check_resumable(output_dir)  # fails: nothing to resume
-    warn_if_random_state_lost(accelerator, state_dir)
-    missing = missing_file(state_dir, [f"custom_checkpoint_{index}.pkl" for index in range(custom_objects)])
-    if missing is not None:
-        fail(unusable_state(state_dir, missing))
-    try:
-        accelerator.load_state(state_dir)
-    except Exception as error:  # torch, pickle and accelerate raise many kinds
-        fail(state_failure(state_dir, error))
-    return state_dir
-
-
-def warn_if_random_state_lost(accelerator, state_dir):
-    """Accelerate resumes without a word when a process's random state does not load: say so."""
-    path = Path(state_dir) / f"random_states_{accelerator.process_index}.pkl"
-    try:
-        accelerate_load(path)
-    except FileNotFoundError:
-        problem = "is missing"
-    except Exception as error:  # what loading a damaged pickle raises varies
-        problem = f"does not load ({_first_line(error)})"
-    else:
-        return
-    warn(
-        f"{path} {problem}: this process resumes with other random numbers (dropout, sampling) than the "
-        "interrupted run would have drawn, so the resumed run will not reproduce an uninterrupted one exactly. "
-        "Training goes on"
-    )
-
-
-def state_failure(state_dir, error):
-    """The message for a saved state in `state_dir` that `load_state` could not load with `error`."""
-    state_dir = Path(state_dir)
-    if isinstance(error, FileNotFoundError) and error.filename:
-        problem = f"{error.filename} is missing"
-    else:
-        problem = damaged_file(state_dir)
-    if problem is None:  # every file reads: the run's settings no longer fit the saved state
-        return (
-            f"the state saved in {state_dir} does not load into this run ({_first_line(error)}), although its "
-            "files read back whole: resume with the settings of the run's args.json"
-        )
-    return unusable_state(state_dir, problem)
-
-
-def unusable_state(state_dir, problem):
-    """The message for the save in `state_dir` that `problem` (a missing or damaged file) spoils:
-    what the user can do depends on whether an earlier save is left."""
-    state_dir = Path(state_dir)
-    older = state_dir.with_name("state.old")
-    if state_dir.name == "state" and older.is_dir():
-        return (
-            f"{problem}, so the save in {state_dir} cannot be resumed. {older} holds the save before it: move "
-            f"{state_dir} aside, rename {older} to {state_dir}, and resume again (the steps since that save are "
-            "trained again)"
-        )
-    return (
-        f"{problem}, so the save in {state_dir} cannot be resumed, and the run keeps no earlier one. Start it "
-        "anew: the same command without --resume, with --overwrite_output_dir (which deletes last/ and best/ "
-        "too: copy them elsewhere first if you want their models)"
-    )
-
-
-def best_is_lost(accelerator, output_dir):
-    """Whether `output_dir/best` is missing or damaged (the main process checks and warns; every
-    process gets its answer). The caller then forgets the best metric, so that the next
-    evaluation writes best/ again."""
-    lost = None
-    if accelerator.is_main_process:
-        best = existing_dir(Path(output_dir) / "best")
-        problem = f"{Path(output_dir) / 'best'} is missing" if best is None else saved_model_problem(best)
-        if problem is not None:
-            warn(
-                f"{problem}: the best model so far is lost; best/ will hold the best model evaluated from the "
-                "resumed step on"
-            )
-        lost = problem is not None
-    return broadcast_object_list([lost])[0]

@@ -7,6 +7,7 @@ recovery (a warning, and the run goes on). The runs are in-process (no start-up 
 tiny finished run; only the kill by a real SIGKILL starts a process of the script.
 """
 
+import importlib.util
 import itertools
 import json
 import os
@@ -23,7 +24,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 from accelerate import Accelerator
-from common import checkpoints, run_folder, signals
+from common import checkpoints, file_checks, run_folder, run_outputs, signals, training_state
+from common.atomic_files import existing_dir
 from common.tokenizer import train_tokenizer
 from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
@@ -38,10 +40,16 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALL
 OFFLINE["TALK_HF_BACKEND"] = "torch"  # the compiled kernels have their own tests
 
 
-def train(output_dir, *flags, script=SCRIPT, args=ARGS):
-    """The script's `main` in this process on `output_dir`, with `flags` after the common ones."""
+def train(output_dir, *flags, script=SCRIPT, args=ARGS, tensorboard=True):
+    """The script's `main` in this process on `output_dir`, with `flags` after the common ones;
+    `tensorboard=False` hides an installed TensorBoard, as a run without the `examples` extra has none."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(signals, "stop_on_terminal_stop", lambda: None)  # leave pytest's signal handlers alone
+        if not tensorboard:
+            find_spec = importlib.util.find_spec
+            patch.setattr(
+                importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else find_spec(name, *a)
+            )
         for name, value in OFFLINE.items():
             patch.setenv(name, value)
         load_script(script).main([*map(str, args), "--output_dir", str(output_dir), *map(str, flags)])
@@ -73,12 +81,33 @@ def truncate(path):
     path.write_bytes(data[:keep])
 
 
+def change_bytes(path):
+    """Invert 8 bytes in the middle of `path`, keeping its size: damage that leaves it readable."""
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 8] = bytes(255 - b for b in data[middle : middle + 8])
+    path.write_bytes(bytes(data))
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
-    """A tiny LM run of 6 steps, saved after each; tests work on copies (`run_copy`)."""
+    """A tiny LM run of 6 steps, saved after each; tests work on copies (`run_copy`). It logs to
+    TensorBoard (`train/`) where that is installed."""
     folder = tmp_path_factory.mktemp("finished") / "run"
     train(folder)
     return folder
+
+
+@pytest.fixture(scope="module")
+def finished_run_without_tensorboard(tmp_path_factory):
+    """`finished_run` as a machine without TensorBoard (no `examples` extra) trains it: no `train/`."""
+    folder = tmp_path_factory.mktemp("finished_without_tensorboard") / "run"
+    train(folder, tensorboard=False)
+    return folder
+
+
+# The tests whose folder's contents depend on TensorBoard run on both kinds of run.
+BOTH_RUNS = pytest.mark.parametrize("which_run", ["finished_run", "finished_run_without_tensorboard"])
 
 
 @pytest.fixture
@@ -156,24 +185,55 @@ def test_resume_with_nothing_to_resume_stops_and_changes_nothing(run_copy, case)
     assert (snapshot(run_copy) if run_copy.exists() else None) == before
 
 
+def run_outputs_named(folder):
+    """The outputs of the finished run in `folder` (with a `state.old/`) as a fresh start's refusal names them."""
+    names = ["args.json", "best/", "environment.json", "last/", "log.jsonl", "state/", "state.old/", "tokenizer/"]
+    return ", ".join(names + (["train/"] if (folder / "train").exists() else []))
+
+
 @requires_data
 @pytest.mark.slow
-def test_a_fresh_start_refuses_a_run_folder_unless_told_to_overwrite_it(run_copy, finished_run, tmp_path):
+@BOTH_RUNS
+def test_a_fresh_start_refuses_a_run_folder_unless_told_to_overwrite_it(which_run, request, tmp_path, capsys):
+    finished = request.getfixturevalue(which_run)
+    run_copy = Path(shutil.copytree(finished, tmp_path / "run"))
+    tensorboard = which_run == "finished_run"
     (run_copy / "state.old").mkdir()  # what a kill between two renames leaves
     (run_copy / "notes.txt").write_text("not the run's")
+    (run_copy / "hub").mkdir()  # a name the scripts use with --push_to_hub only: not this run's
     before = snapshot(run_copy)
-    names = r"\(args.json, best/, environment.json, last/, log.jsonl, state/, state.old/, tokenizer/\)"
-    pattern = f"--output_dir {run_copy} holds a run {names}: add --resume .* --overwrite_output_dir"
+    names = re.escape(run_outputs_named(run_copy))
+    pattern = f"--output_dir {run_copy} holds a run \\({names}\\): add --resume .* --overwrite_output_dir"
     with pytest.raises(SystemExit, match=pattern):
-        train(run_copy)
+        train(run_copy, tensorboard=tensorboard)
     assert snapshot(run_copy) == before
-    train(run_copy, "--overwrite_output_dir")
+    capsys.readouterr()
+    train(run_copy, "--overwrite_output_dir", tensorboard=tensorboard)
+    assert "left in place, since no run recorded them: hub/, notes.txt" in capsys.readouterr().out
     assert not (run_copy / "state.old").exists() and (run_copy / "notes.txt").read_text() == "not the run's"
-    assert records(run_copy) == records(finished_run)  # the new run alone, not mixed with the old one
+    assert (run_copy / "hub").is_dir() and (run_copy / "train").exists() == tensorboard
+    assert records(run_copy) == records(finished)  # the new run alone, not mixed with the old one
     for empty in (tmp_path / "empty", tmp_path / "locked before"):  # folders without a run's outputs
         empty.mkdir()
         run_folder.take_lock(empty).release()
-        run_folder.start_fresh(empty, overwrite=False)
+        run_folder.start_fresh(empty, {"args.json", "state"}, overwrite=False)
+
+
+@requires_data
+@pytest.mark.slow
+@pytest.mark.parametrize("flags", [[], ["--overwrite_output_dir"]])
+def test_a_fresh_start_writes_over_no_folder_that_no_run_recorded(tmp_path, flags):
+    """A user's own `state/` and `train/`, or a run folder from before `outputs.json`: named, never deleted."""
+    folder = tmp_path / "run"
+    for name in ("state", "train"):
+        (folder / name).mkdir(parents=True)
+        (folder / name / "mine.txt").write_text("the user's")
+    before = snapshot(folder)
+    names = "state/, train/" if run_outputs.tensorboard_installed() else "state/"  # train/: TensorBoard's
+    pattern = f"--output_dir {folder} holds {names}, which no run of these scripts recorded in outputs.json"
+    with pytest.raises(SystemExit, match=pattern + ".* Move or delete them yourself"):
+        train(folder, *flags)
+    assert snapshot(folder) == before
 
 
 @requires_data
@@ -289,28 +349,38 @@ DAMAGES = [
             f"{'does not load' if damage == 'truncated' else 'is missing'}.* keeps no "
             "earlier one. Start it anew: the same command without --resume, with --overwrite_output_dir",
         )
-        for name in ("pytorch_model.bin", "optimizer.bin", "scheduler.bin", "custom_checkpoint_0.pkl")
+        for name in ("pytorch_model.bin", "optimizer.bin", "scheduler.bin", "progress.json")
         for damage in ("truncated", "deleted")
     ],
+    ("state/optimizer.bin", "changed", ERROR, "does not load \\(its member .* is damaged \\(CRC mismatch\\)\\)"),
+    ("outputs.json", "truncated", WARNING, "does not read as a list of outputs .* It is written anew"),
+    ("outputs.json", "deleted", WARNING, "is missing: it records what the run wrote"),
     ("state/random_states_0.pkl", "truncated", WARNING, "does not load .* will not reproduce an uninterrupted one"),
     ("state/random_states_0.pkl", "deleted", WARNING, "is missing: .* will not reproduce an uninterrupted one"),
-    *[(f"last/{name}", "truncated", FINE, None) for name in run_folder.TOKENIZER_FILES],
+    *[(f"last/{name}", "truncated", FINE, None) for name in file_checks.TOKENIZER_FILES],
     *[(f"last/{name}", "truncated", FINE, None) for name in ("config.json", "model.safetensors")],
     *[(f"last/{name}", "truncated", FINE, None) for name in ("generation_config.json", "training_state.json")],
     ("last/model.safetensors", "deleted", FINE, None),
     *[
         (f"best/{name}", "truncated", WARNING, "does not load .* the best model so far is lost")
-        for name in (*run_folder.TOKENIZER_FILES, "config.json", "model.safetensors", "generation_config.json")
+        for name in (*file_checks.TOKENIZER_FILES, "config.json", "model.safetensors", "generation_config.json")
     ],
     ("best/training_state.json", "truncated", WARNING, "does not load .* the best model so far is lost"),
     ("best/model.safetensors", "deleted", WARNING, "is missing: the best model so far is lost"),
+    ("best/model.safetensors", "changed", WARNING, "does not match the SHA-256 .* the best model so far is lost"),
 ]
 
 
 @requires_data
-def test_the_damages_cover_every_file_of_a_run_folder(finished_run):
-    files = {str(p.relative_to(finished_run)) for p in finished_run.rglob("*") if p.is_file() and p.stat().st_size}
-    assert files == {name for name, damage, *_ in DAMAGES if damage == "truncated"}
+@BOTH_RUNS
+def test_the_damages_cover_every_file_of_a_run_folder(which_run, request):
+    """Every file a resume may read; TensorBoard's event files (`train/`) it never reads."""
+    run = request.getfixturevalue(which_run)
+    files = {p.relative_to(run) for p in run.rglob("*") if p.is_file() and p.stat().st_size}
+    assert {str(p) for p in files if p.parts[0] != "train"} == {n for n, damage, *_ in DAMAGES if damage == "truncated"}
+    assert any(p.parts[0] == "train" for p in files) == (
+        which_run == "finished_run" and run_outputs.tensorboard_installed()
+    )
 
 
 @requires_data
@@ -320,6 +390,8 @@ def test_a_damaged_file_is_named_or_the_run_recovers(run_copy, finished_run, cap
     path = run_copy / name
     if damage == "truncated":
         truncate(path)
+    elif damage == "changed":
+        change_bytes(path)
     else:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     if outcome == ERROR:
@@ -334,7 +406,7 @@ def test_a_damaged_file_is_named_or_the_run_recovers(run_copy, finished_run, cap
         assert "warning:" not in warnings, warnings
     assert steps(run_copy)[-1] == 7
     for folder in ("last", "best"):  # whole again: written by the resumed run
-        assert run_folder.saved_model_problem(run_copy / folder) is None
+        assert file_checks.saved_model_problem(run_copy / folder) is None
     vocabulary = AutoTokenizer.from_pretrained(finished_run / "tokenizer").get_vocab()
     assert AutoTokenizer.from_pretrained(run_copy / "last").get_vocab() == vocabulary  # the run's own
 
@@ -344,7 +416,7 @@ def test_a_damaged_state_points_to_the_save_before_it_when_there_is_one(tmp_path
     (tmp_path / "state.old").mkdir()
     torch.save({"weights": torch.ones(4)}, tmp_path / "state" / "pytorch_model.bin")
     truncate(tmp_path / "state" / "pytorch_model.bin")
-    message = run_folder.state_failure(tmp_path / "state", RuntimeError("PytorchStreamReader failed"))
+    message = training_state.state_failure(tmp_path / "state", RuntimeError("PytorchStreamReader failed"))
     assert message.startswith(f"{tmp_path / 'state' / 'pytorch_model.bin'} does not load")
     assert f"{tmp_path / 'state.old'} holds the save before it" in message
 
@@ -380,7 +452,6 @@ def test_a_kill_at_any_point_of_a_checkpoint_leaves_a_complete_save(tmp_path):
     model = GPT2LMHeadModel(GPT2Config(vocab_size=16, n_positions=8, n_embd=8, n_layer=1, n_head=2))
     model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters()))
     progress = checkpoints.Progress()
-    accelerator.register_for_checkpointing(progress)
     tokenizer = train_tokenizer(["a b c"], "word", 10)
 
     def checkpoint(output_dir, step):
@@ -388,13 +459,13 @@ def test_a_kill_at_any_point_of_a_checkpoint_leaves_a_complete_save(tmp_path):
             model.lm_head.weight.fill_(step)
         progress.step = step
         checkpoints.save_model(accelerator, model, tokenizer, output_dir / "last", {"step": step})
-        checkpoints.save_state(accelerator, output_dir / "state")
+        training_state.save_state(accelerator, output_dir / "state", progress)
 
     def saved_step(output_dir):
         """The step of the saved state, checked against the weights it holds and last/."""
-        last = run_folder.existing_dir(output_dir / "last")
-        assert run_folder.saved_model_problem(last) is None
-        accelerator.load_state(run_folder.existing_dir(output_dir / "state"))
+        last = existing_dir(output_dir / "last")
+        assert file_checks.saved_model_problem(last) is None
+        training_state.load_state(accelerator, output_dir, progress)
         assert torch.equal(model.lm_head.weight, torch.full_like(model.lm_head.weight, progress.step))
         assert json.loads((last / "training_state.json").read_text())["step"] in (progress.step, progress.step + 1)
         return progress.step

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from accelerate import Accelerator
 from common import checkpoints, clock, hub, loop, options, records, signals
+from common.atomic_files import existing_dir, replace_dir
 from common.averaging import WeightAverage
 from common.batching import TokenBatchSampler, TranslationCollator, collate_lm, lm_blocks
 from common.checkpoints import Progress
@@ -26,7 +27,6 @@ from common.clock import SlowdownDetector, TrainingClock, crossed_multiple
 from common.data import split_name
 from common.losses import token_loss
 from common.models import build_config, build_model, our_config
-from common.run_folder import existing_dir, replace_dir
 from common.tokenizer import get_tokenizer, train_tokenizer
 from transformers import AutoTokenizer
 from transformers.utils import logging as transformers_logging
