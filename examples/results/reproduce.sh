@@ -7,8 +7,8 @@
 #   bash examples/results/reproduce.sh [DATA] [RUNS] [PARTS]
 #
 # DATA: ../shared/data; RUNS: runs/results (checkpoints, logs); PARTS (default: all six, in this order):
-#   translation  Multi30k En→De and De→En, TaLK, the Transformer baseline, DynamicConv, LightConv and
-#                SliceNet, 12 training minutes each; validation BLEU (greedy) every 4 minutes,
+#   translation  Multi30k En→De and De→En, TaLK, the Transformer baseline, DynamicConv and LightConv,
+#                12 training minutes each; validation BLEU (greedy) every 4 minutes,
 #                test_2016_flickr BLEU with beam 5 at the end
 #   goal         Multi30k En→De, TaLK and the Transformer, 25 training minutes each (the goal of #15)
 #   lm           WikiText-2 word level, TaLK, DynamicConv and GPT-2, blocks of 256, 12 minutes each
@@ -64,8 +64,7 @@ translation() {  # task model_type source target minutes seed
     local flags=()
     # t2t's slicenet_1 structure at about the others' parameter count (no FFN: width instead), and
     # the recipe's dropout 0, which the scripts give the others' `small` preset by default (t2t's is 0.5)
-    [[ $2 == slicenet ]] && flags=(--preset t2t-slicenet_1 --d_model 384 --dropout 0.0)
-    [[ $2 == slicenet && $1 == *-slicenet-pair ]] && flags+=("${SLICENET_SEARCHED[@]}")
+    [[ $2 == slicenet ]] && flags=(--preset t2t-slicenet_1 --d_model 384 --dropout 0.0 "${SLICENET_SEARCHED[@]}")
     train translation "$1-$2-s$6" --data_dir "$DATA/multi30k" --source_lang "$3" --target_lang "$4" \
         --model_type "$2" --seed "$6" --test_split test_2016_flickr --max_train_minutes "$5" \
         --eval_every_minutes 4 --valid_num_beams 1 --num_beams 5 --eval_batch_size 128 "${flags[@]}"
@@ -82,7 +81,7 @@ for seed in $SEEDS; do
         case $part in
             translation)
                 for direction in "en de" "de en"; do
-                    for model in talk transformer dynamic_conv light_conv slicenet; do
+                    for model in talk transformer dynamic_conv light_conv; do
                         jobs+=("translation multi30k-${direction/ /-} $model $direction 12 $seed")
                     done
                 done ;;
