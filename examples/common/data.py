@@ -213,7 +213,7 @@ def load_columns(location, split, columns, config=None, limit=None):
     if limit is not None:
         records = records.select(range(min(limit, len(records)))) if hasattr(records, "select") else records[:limit]
     if len(records) == 0:
-        raise DataError(f"{where} holds no records: split {split!r} is empty")
+        raise DataError(f"{where}: no records, the split is empty")
     table = {c: [_column(r, c, f"{where}: record {i}") for i, r in enumerate(records)] for c in columns}
     for column, texts in table.items():
         if not any(text.strip() for text in texts):

@@ -19,11 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for `
 
 import datasets  # noqa: E402
 from common.batching import lm_blocks  # noqa: E402
-from common.data import load_columns  # noqa: E402
-from common.hf_trainer import ModelArguments, log_and_save, train_and_save  # noqa: E402
+from common.hf_trainer import ModelArguments, log_and_save, read_split, train_and_save, trainer_tokenizer  # noqa: E402
 from transformers import (  # noqa: E402
     AutoModelForCausalLM,
-    AutoTokenizer,
     HfArgumentParser,
     Trainer,
     TrainingArguments,
@@ -47,13 +45,17 @@ class DataTrainingArguments:
     max_eval_samples: int | None = field(default=None, metadata={"help": "use only the first N lines"})
 
 
-def load_blocks(data_args, tokenizer, split, limit):
-    """A `datasets.Dataset` of `block_size`-token blocks (labels = inputs: the model shifts them)."""
-    location = data_args.data_dir or data_args.dataset_name
-    lines = load_columns(location, split, [data_args.text_column], data_args.dataset_config_name, limit)[
-        data_args.text_column
-    ]
-    blocks = lm_blocks(tokenizer(lines)["input_ids"], tokenizer.eos_token_id, data_args.block_size - 1).tolist()
+def load_blocks(data_args, tokenizer, option, limit):
+    """A `datasets.Dataset` of `block_size`-token blocks (labels = inputs: the model shifts them) of
+    the split `--{option}` names; text too short for one block stops the script naming --block_size."""
+    lines = read_split(data_args, option, [data_args.text_column], limit)[data_args.text_column]
+    try:
+        blocks = lm_blocks(tokenizer(lines)["input_ids"], tokenizer.eos_token_id, data_args.block_size - 1).tolist()
+    except ValueError as error:
+        raise SystemExit(
+            f"error: --{option} {getattr(data_args, option)}: its text is too short for --block_size "
+            f"{data_args.block_size}: {error}. Lower --block_size, or give more text"
+        ) from None
     return datasets.Dataset.from_dict({"input_ids": blocks, "labels": blocks})
 
 
@@ -61,7 +63,7 @@ def main():
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses()
     set_seed(training_args.seed)
-    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
+    tokenizer = trainer_tokenizer(model_args)
     if tokenizer.eos_token_id is None:
         raise SystemExit(f"error: tokenizer {tokenizer.name_or_path} has no end-of-sequence token")
     model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path)
@@ -69,12 +71,12 @@ def main():
         model=model,
         args=training_args,
         train_dataset=(
-            load_blocks(data_args, tokenizer, data_args.train_split, data_args.max_train_samples)
+            load_blocks(data_args, tokenizer, "train_split", data_args.max_train_samples)
             if training_args.do_train
             else None
         ),
         eval_dataset=(
-            load_blocks(data_args, tokenizer, data_args.validation_split, data_args.max_eval_samples)
+            load_blocks(data_args, tokenizer, "validation_split", data_args.max_eval_samples)
             if training_args.do_eval
             else None
         ),

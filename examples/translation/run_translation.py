@@ -20,11 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for `
 import datasets  # noqa: E402
 import numpy as np  # noqa: E402
 import sacrebleu  # noqa: E402
-from common.data import load_columns  # noqa: E402
-from common.hf_trainer import ModelArguments, log_and_save, train_and_save  # noqa: E402
+from common.hf_trainer import ModelArguments, log_and_save, read_split, train_and_save, trainer_tokenizer  # noqa: E402
 from transformers import (  # noqa: E402
     AutoModelForSeq2SeqLM,
-    AutoTokenizer,
     DataCollatorForSeq2Seq,
     HfArgumentParser,
     Seq2SeqTrainer,
@@ -52,12 +50,9 @@ class DataTrainingArguments:
     num_beams: int = field(default=4, metadata={"help": "beam size for evaluation and prediction"})
 
 
-def load_split(data_args, split, limit):
-    """A `datasets.Dataset` with `source` and `target` text columns."""
-    location = data_args.data_dir or data_args.dataset_name
-    columns = load_columns(
-        location, split, [data_args.source_lang, data_args.target_lang], data_args.dataset_config_name, limit
-    )
+def load_split(data_args, option, limit):
+    """A `datasets.Dataset` with `source` and `target` text columns of the split `--{option}` names."""
+    columns = read_split(data_args, option, [data_args.source_lang, data_args.target_lang], limit)
     return datasets.Dataset.from_dict(
         {"source": columns[data_args.source_lang], "target": columns[data_args.target_lang]}
     )
@@ -72,7 +67,7 @@ def main():
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, Seq2SeqTrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses()
     set_seed(training_args.seed)
-    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
+    tokenizer = trainer_tokenizer(model_args)
     model = AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)
 
     def tokenize(batch):
@@ -82,18 +77,20 @@ def main():
         )["input_ids"]
         return inputs
 
-    def prepare(split, limit):
-        return load_split(data_args, split, limit).map(tokenize, batched=True, remove_columns=["source", "target"])
+    def prepare(option, limit):
+        return load_split(data_args, option, limit).map(tokenize, batched=True, remove_columns=["source", "target"])
 
     def compute_metrics(prediction):
         hypotheses = decode(tokenizer, prediction.predictions)
         return {"bleu": sacrebleu.corpus_bleu(hypotheses, [decode(tokenizer, prediction.label_ids)]).score}
 
+    # Every split is read before training, so that a test split that cannot be read stops the script at once.
+    test = prepare("test_split", data_args.max_eval_samples) if training_args.do_predict else None
     trainer = Seq2SeqTrainer(
         model=model,
         args=training_args,
-        train_dataset=prepare(data_args.train_split, data_args.max_train_samples) if training_args.do_train else None,
-        eval_dataset=prepare(data_args.validation_split, data_args.max_eval_samples) if training_args.do_eval else None,
+        train_dataset=prepare("train_split", data_args.max_train_samples) if training_args.do_train else None,
+        eval_dataset=prepare("validation_split", data_args.max_eval_samples) if training_args.do_eval else None,
         processing_class=tokenizer,
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
         compute_metrics=compute_metrics if training_args.predict_with_generate else None,
@@ -105,7 +102,6 @@ def main():
         metrics = trainer.evaluate(metric_key_prefix="eval", **generation)
         log_and_save(trainer, "eval", metrics)
     if training_args.do_predict:
-        test = prepare(data_args.test_split, data_args.max_eval_samples)
         result = trainer.predict(test, metric_key_prefix="predict", **generation)
         log_and_save(trainer, "predict", result.metrics)
         if trainer.is_world_process_zero() and training_args.predict_with_generate:

@@ -6,10 +6,12 @@ runs once the data is fixed (no "holds a run" refusal, no --overwrite_output_dir
 """
 
 import gzip
+import sys
 
 import pytest
 from common import signals
 from common.batching import TokenBatchSampler
+from common.models import build_model
 from common.tokenizer import train_tokenizer
 
 from .conftest import TINY_MODEL, load_script, run
@@ -60,7 +62,10 @@ LM_SCRIPT, LM_FLAGS = "language-modeling/train.py", ["--block_size", "8", "--max
 def test_an_empty_validation_split_stops_before_anything_is_written(tmp_path):
     data = lm_data(tmp_path / "data", valid=[])
     message = start_error(LM_SCRIPT, data, tmp_path / "run", *LM_FLAGS)
-    assert message.startswith("error: --validation_split validation: ") and "valid.txt holds no records" in message
+    assert (
+        message.startswith("error: --validation_split validation: ")
+        and "valid.txt: no records, the split is empty" in message
+    )
 
 
 def test_an_all_blank_training_text_is_refused(tmp_path):
@@ -122,3 +127,39 @@ def test_the_same_command_runs_once_the_data_is_fixed(tmp_path):
     write_lines(data / "valid.txt", LM_TEXT)
     output = run(LM_SCRIPT, "--data_dir", data, "--output_dir", tmp_path / "run", *TINY_MODEL, *flags)
     assert "test (test)" in output and (tmp_path / "run" / "best").is_dir()
+
+
+# --- the Trainer scripts share the readers: the same errors -----------------------------------------
+
+
+def trainer_script_error(monkeypatch, script, *flags):
+    """The error message with which the Trainer script `script` stops for the command line `flags`."""
+    monkeypatch.setattr(sys, "argv", [script, *map(str, flags), "--report_to", "none"])
+    with pytest.raises(SystemExit) as stop:
+        load_script(script).main()
+    return str(stop.value.code)
+
+
+def test_run_clm_names_a_tokenizer_folder_without_tokenizer_json(tmp_path, monkeypatch):
+    checkpoint = tmp_path / "checkpoint"
+    train_tokenizer(LM_TEXT, "word", vocab_size=60).save_pretrained(checkpoint)
+    (checkpoint / "tokenizer.json").unlink()
+    flags = ["--model_name_or_path", checkpoint, "--data_dir", lm_data(tmp_path / "data"), "--output_dir", tmp_path]
+    message = trainer_script_error(monkeypatch, "language-modeling/run_clm.py", *flags, "--do_train")
+    assert f"tokenizer folder {checkpoint} has no tokenizer.json" in message
+
+
+def test_run_translation_names_an_empty_validation_split(tmp_path, monkeypatch):
+    data = translation_data(tmp_path / "data")
+    for lang in PAIRS:
+        (data / f"valid.{lang}.gz").write_bytes(gzip.compress(b""))
+    tokenizer = train_tokenizer(PAIRS["de"] + PAIRS["en"], "bpe", vocab_size=60, add_eos=True)
+    checkpoint = tmp_path / "checkpoint"
+    sizes = {"d_model": 16, "ffn_dim": 32, "heads": 2, "encoder_layers": 1, "decoder_layers": 1}
+    build_model("talk", tokenizer, True, **sizes).save_pretrained(checkpoint)
+    tokenizer.save_pretrained(checkpoint)
+    flags = ["--model_name_or_path", checkpoint, "--data_dir", data, "--output_dir", tmp_path / "run", "--do_eval"]
+    message = trainer_script_error(monkeypatch, "translation/run_translation.py", *flags)
+    assert message.startswith("error: --validation_split validation: ") and message.endswith(
+        "valid.en.gz: no records, the split is empty"
+    )
