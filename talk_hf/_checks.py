@@ -13,10 +13,11 @@ def check_int(name: str, value: Any, minimum: int, maximum: int | None = None) -
 
     Raises:
         TypeError: ``value`` is not an int; the message names ``name`` and shows the value.
-        ValueError: ``value`` is out of bounds; the message names ``name`` and the bounds.
+        ValueError: ``value`` is out of bounds; the message names ``name`` and the bound it crosses.
     """
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
-    if value < minimum or (maximum is not None and value > maximum):
-        bounds = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-        raise ValueError(f"{name} must be {bounds}, got {value}")
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")

@@ -12,6 +12,8 @@ import torch
 from .._checks import check_int as check_int
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+# The largest reach (TaLK's max_left / max_right) the kernels take: their 32-bit index range.
+MAX_REACH = 2**31 - 1
 
 
 def check_tensor(name: str, value, ndim: int, shape_doc: str) -> None:

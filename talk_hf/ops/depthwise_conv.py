@@ -51,7 +51,8 @@ def depthwise_conv(
     Args:
         x: (B, T, C) input.
         weight: (C, K) kernels, one per channel; K in [1, 63], odd for ``"centred"``.
-        dilation: spacing of the taps, >= 1.
+        dilation: spacing of the taps, an int >= 1.  Any size works: taps T or more steps apart
+            never both read inside [0, T), so a dilation beyond T gives the result of dilation T.
         padding: ``"causal"`` (taps at t - (K-1)*dilation .. t) or ``"centred"`` (taps at
             t - (K//2)*dilation .. t + (K//2)*dilation).
         relu_input: convolve ``relu(x)`` instead of x.
@@ -66,7 +67,7 @@ def depthwise_conv(
     """
     check_tensor("x", x, 3, "(B, T, C)")
     check_tensor("weight", weight, 2, "(C, K)")
-    left = _check_depthwise(x, weight, dilation, padding)
+    dilation, left = _check_depthwise(x, weight, dilation, padding)
     _check_input_gate(x, relu_input, input_mask)
     if _depthwise_backend(backend, x.device) == "torch":
         return depthwise_conv_torch(gate_input(x, relu_input, input_mask), weight, dilation, left)
@@ -98,8 +99,10 @@ def _check_input_gate(x: torch.Tensor, relu_input: bool, input_mask: torch.Tenso
         raise ValueError(f"input_mask is on {input_mask.device} but x is on {x.device}; move them to the same device")
 
 
-def _check_depthwise(x: torch.Tensor, weight: torch.Tensor, dilation: int, padding: str) -> int:
-    """Check the arguments after their ranks and dtypes; return ``left``, the steps before t that tap 0 reads."""
+def _check_depthwise(x: torch.Tensor, weight: torch.Tensor, dilation: int, padding: str) -> tuple[int, int]:
+    """Check the arguments after their ranks and dtypes; return the dilation to run, at most T (see
+    `depthwise_conv`; the PyTorch path pads x by (K - 1) * dilation zeros), and ``left``, the steps
+    before t that tap 0 reads."""
     channels, kernel_size = weight.shape
     if channels != x.shape[2]:
         raise ValueError(
@@ -118,7 +121,8 @@ def _check_depthwise(x: torch.Tensor, weight: torch.Tensor, dilation: int, paddi
             'use padding="causal" for an even K'
         )
     check_same_device_and_dtype("x", x, weight=weight)
-    return (kernel_size - 1 if padding == "causal" else kernel_size // 2) * dilation
+    dilation = min(dilation, max(x.shape[1], 1))
+    return dilation, (kernel_size - 1 if padding == "causal" else kernel_size // 2) * dilation
 
 
 @torch.compiler.assume_constant_result

@@ -31,6 +31,7 @@ from . import _compiled
 from ._backend import resolve_backend
 from ._precision import accumulation_dtype
 from ._validation import (
+    MAX_REACH,
     check_heads_divide_channels,
     check_int,
     check_leading_dims,
@@ -61,8 +62,8 @@ def talk_conv(
             owns channels ``h*C/H .. (h+1)*C/H - 1``.
         offset_right: (B, T, H) relative right reach, or ``None`` for the causal form
             (required exactly when ``max_right > 0``).
-        max_left: maximum left reach in tokens (int >= 0).
-        max_right: maximum right reach in tokens (int >= 0; 0 means causal).
+        max_left: maximum left reach in tokens (int in [0, 2**31 - 1]).
+        max_right: maximum right reach in tokens (int in [0, 2**31 - 1]; 0 means causal).
         backend: ``"auto"``, ``"torch"``, ``"cpu"`` or ``"cuda"`` (see :mod:`._backend`); ``None``
             reads ``$TALK_HF_BACKEND``.  Only the ``"torch"`` path rejects negative or NaN offsets;
             the compiled kernels read any value safely (see ``csrc/talk_math.h``).
@@ -81,8 +82,8 @@ def _check_talk_args(x, offset_left, offset_right, max_left, max_right) -> None:
     check_tensor("offset_left", offset_left, 3, "(B, T, H)")
     check_leading_dims("offset_left", offset_left, x, 2)
     check_heads_divide_channels(x.shape[2], offset_left.shape[2], "offset_left.shape[-1]")
-    check_int("max_left", max_left, 0)
-    check_int("max_right", max_right, 0)
+    check_int("max_left", max_left, 0, MAX_REACH)
+    check_int("max_right", max_right, 0, MAX_REACH)
     if max_right == 0 and offset_right is not None:
         raise ValueError(
             "offset_right must be None when max_right == 0 (causal TaLK); pass max_right > 0 for the bidirectional form"
