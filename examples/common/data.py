@@ -12,6 +12,9 @@ A dataset `location` is one of
 Records may hold the columns directly (`{"de": ..., "en": ...}`, `{"text": ...}`) or, like
 transformers' translation datasets, under `translation` (`{"translation": {"de": ..., "en": ...}}`).
 
+Data that cannot be read, an empty split and a column without text raise `DataError`, whose message
+names the file (and line) or record; `load_splits` turns it into the scripts' error naming the option.
+
 Split names are matched loosely, because every dataset spells them differently: an exact name
 wins, otherwise the one split whose name starts with the asked name or is a prefix of it
 (`validation` finds `val` and `valid`, `test` finds `test_2016_flickr`).
@@ -25,6 +28,7 @@ from pathlib import Path
 from .options import fail
 
 TEXT_SUFFIX = {"text": "txt"}  # the column `text` lives in `{split}.txt`
+_MISSING = object()  # what `_column` finds for a column that a record lacks
 
 
 class DataError(ValueError):
@@ -164,17 +168,22 @@ def _is_hub_name(location):
     return text.count("/") <= 1 and not text.startswith((".", "/", "~")) and not text.endswith("/")
 
 
-def _column(record, column, where):
-    """The text of `column` in `record` (flat or under `translation`); `where` names the record in errors."""
+def _column(record, column, where, index=None):
+    """The text of `column` in `record` (flat or under `translation`); `where` (and `index`, the
+    record's number there) name the record in errors."""
+    nested = record.get("translation")
     if column in record:
         value = record[column]
-    elif isinstance(record.get("translation"), dict) and column in record["translation"]:
-        value = record["translation"][column]
+    elif isinstance(nested, dict) and column in nested:
+        value = nested[column]
     else:
+        value = _MISSING
+    if isinstance(value, str):
+        return value
+    where = where if index is None else f"{where}: record {index}"
+    if value is _MISSING:
         raise DataError(f"{where} has no column {column!r} (its keys: {sorted(record)})")
-    if not isinstance(value, str):
-        raise DataError(f"{where}: column {column!r} holds {type(value).__name__} {value!r:.40}, not text")
-    return value
+    raise DataError(f"{where}: column {column!r} holds {type(value).__name__} {value!r:.40}, not text")
 
 
 def split_name(location, split, config=None):
@@ -214,7 +223,7 @@ def load_columns(location, split, columns, config=None, limit=None):
         records = records.select(range(min(limit, len(records)))) if hasattr(records, "select") else records[:limit]
     if len(records) == 0:
         raise DataError(f"{where}: no records, the split is empty")
-    table = {c: [_column(r, c, f"{where}: record {i}") for i, r in enumerate(records)] for c in columns}
+    table = {c: [_column(r, c, where, i) for i, r in enumerate(records)] for c in columns}
     for column, texts in table.items():
         if not any(text.strip() for text in texts):
             raise DataError(f"{where}: column {column!r} is blank (empty or spaces) in all {len(texts)} records")
