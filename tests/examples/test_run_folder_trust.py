@@ -1,0 +1,192 @@
+"""What a run folder's files can make a resume do, injected one at a time: pickles that would run
+code, a progress file without its fields, a best/ whose bytes changed or that is gone, a disk that
+fills up during a save. No file may run code, and each fault ends in an error or a warning that names
+the file, or in correct behaviour.
+"""
+
+import errno
+import json
+import shutil
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+import torch
+from common import atomic_files, checkpoints, file_checks, folder_saves, run_folder, training_state
+from transformers import AutoModelForCausalLM
+
+from .conftest import requires_data
+from .test_run_faults import change_bytes, finished_run, run_copy, steps, train  # noqa: F401 (fixtures)
+
+MARKER = "code-ran"  # the file a malicious pickle creates in the run folder when it is loaded
+
+
+class CreatesAFile:
+    """Unpickled, this creates the file `path`: a stand-in for any code a pickle can run."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def plant(path, marker):
+    """A `torch.save` archive at `path` whose unpickling would create `marker`."""
+    torch.save({"state": CreatesAFile(marker)}, path)
+
+
+PLANTED = {
+    # file put in place: where it sits, and what the resume says (an error or a warning)
+    "an extra file in best/": ("best/extra.bin", "warning: {path} does not load \\(it holds objects other than"),
+    "best/'s weights as a pickle": ("best/pytorch_model.bin", "warning: {path} does not load \\(it holds objects"),
+    "the model state": ("state/pytorch_model.bin", "error: {state}/.* does not load \\(it holds objects other"),
+    "a custom checkpoint beside progress.json": ("state/custom_checkpoint_0.pkl", "error: {path} is no part of"),
+}
+
+
+@requires_data
+@pytest.mark.slow
+@pytest.mark.parametrize("case", PLANTED)
+def test_no_pickle_in_a_run_folder_runs_when_the_run_resumes(run_copy, capsys, case):  # noqa: F811
+    name, message = PLANTED[case]
+    path, marker = run_copy / name, run_copy / MARKER
+    plant(path, marker)
+    message = message.format(path=path, state=run_copy / "state")
+    if message.startswith("error"):
+        with pytest.raises(SystemExit, match=message):
+            train(run_copy, "--resume", "--max_steps", 7)
+    else:
+        train(run_copy, "--resume", "--max_steps", 7)
+        assert capsys.readouterr().err.count("warning:") == 1
+    assert not marker.exists()
+
+
+@requires_data
+@pytest.mark.slow
+def test_the_error_path_of_a_damaged_state_runs_no_pickle(run_copy):  # noqa: F811
+    """A damaged scheduler.bin makes the resume check every state file: a random-number state that
+    would run code (and that Accelerate's own loader had refused) is named, not run."""
+    plant(run_copy / "state" / "random_states_0.pkl", run_copy / MARKER)
+    plant(run_copy / "state" / "scheduler.bin", run_copy / MARKER)
+    with pytest.raises(SystemExit, match="random_states_0.pkl does not load \\(it holds objects other than tensors"):
+        train(run_copy, "--resume", "--max_steps", 7)
+    assert not (run_copy / MARKER).exists()
+
+
+@requires_data
+@pytest.mark.slow
+def test_a_state_saved_with_pickled_progress_is_refused_unread(run_copy):  # noqa: F811
+    """The format of the scripts before progress.json: Accelerate would unpickle custom_checkpoint_0.pkl."""
+    (run_copy / "state" / training_state.PROGRESS_FILE).unlink()
+    plant(run_copy / "state" / "custom_checkpoint_0.pkl", run_copy / MARKER)
+    pattern = "custom_checkpoint_0.pkl: .* was saved by an earlier version of these scripts.* Continue the run with"
+    with pytest.raises(SystemExit, match=pattern):
+        train(run_copy, "--resume", "--max_steps", 7)
+    assert not (run_copy / MARKER).exists()
+
+
+@requires_data
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "progress, problem",
+    [
+        ({}, "lacks the progress fields batches_in_epoch, best, epoch, processes, step, train_seconds, train_tokens"),
+        ({"step": "6"}, 'holds step "6", which is no count'),
+        ({"epoch": -1}, "holds epoch -1, which is no count"),
+        ({"surprise": 1}, "holds fields that no progress has: surprise"),
+        ([6], "holds no JSON object of the run.s progress"),
+    ],
+)
+def test_a_progress_file_without_the_progress_it_should_hold_is_refused(run_copy, progress, problem):  # noqa: F811
+    """It would resume "at step 0" (or from nonsense) with the optimizer of step 6."""
+    path = run_copy / "state" / training_state.PROGRESS_FILE
+    saved = json.loads(path.read_text())
+    path.write_text(json.dumps({**saved, **progress} if isinstance(progress, dict) and progress else progress))
+    with pytest.raises(SystemExit, match=f"error: {path} {problem}, so the save in .* cannot be resumed"):
+        train(run_copy, "--resume", "--max_steps", 7)
+
+
+@requires_data
+@pytest.mark.slow
+def test_the_report_refuses_a_best_whose_weights_changed(run_copy):  # noqa: F811
+    """Changed tensor bytes load, and the model generates nonsense: the recorded hash finds them."""
+    change_bytes(run_copy / "best" / "model.safetensors")
+    pattern = "model.safetensors does not match the SHA-256 .* best/ holds the model the test reports on"
+    with pytest.raises(SystemExit, match=pattern):
+        checkpoints.load_best(_Accelerator(), run_copy, AutoModelForCausalLM)
+
+
+class _Accelerator:
+    device = "cpu"
+
+
+@requires_data
+@pytest.mark.slow
+def test_a_finished_run_resumed_without_best_evaluates_to_write_it(run_copy, capsys):  # noqa: F811
+    shutil.rmtree(run_copy / "best")
+    train(run_copy, "--resume")
+    assert f"warning: {run_copy / 'best'} is missing: the best model so far is lost" in capsys.readouterr().err
+    assert file_checks.saved_model_problem(run_copy / "best") is None
+    assert json.loads((run_copy / "best" / "training_state.json").read_text())["step"] == 6
+
+
+# --- a full disk ----------------------------------------------------------------------------------------
+
+Usage = namedtuple("Usage", "total used free")
+
+
+@requires_data
+@pytest.mark.slow
+@pytest.mark.parametrize("form", ["OSError 28", "torch's inline_container error"])
+def test_a_save_that_fills_the_disk_says_so_and_leaves_the_last_save(run_copy, monkeypatch, form):  # noqa: F811
+    def full_disk(*args, **kwargs):
+        if form == "OSError 28":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(10**9, 10**9, 0))  # what torch leaves
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch, "save", full_disk)
+        pattern = (
+            f"no space left on device while saving {run_copy / 'state'} .* the partial save .*state.tmp is deleted.* "
+            "needs about [\\d.]+ MB, the size of the previous save.* continue with --resume"
+        )
+        with pytest.raises(SystemExit, match=pattern):
+            train(run_copy, "--resume", "--max_steps", 7)
+    assert not (run_copy / "state.tmp").exists()
+    train(run_copy, "--resume", "--max_steps", 7)  # from the save of step 6, which the failed save left
+    assert steps(run_copy) == list(range(1, 8))
+
+
+@requires_data
+@pytest.mark.slow
+def test_a_full_disk_at_the_start_of_a_resume_says_so(run_copy, monkeypatch):  # noqa: F811
+    def no_space(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(run_folder, "append_json_line", no_space)  # resumes.jsonl
+    with pytest.raises(SystemExit, match=f"error: no space left on device in {run_copy} .* free space on the disk"):
+        train(run_copy, "--resume", "--max_steps", 7)
+
+
+def test_a_failed_save_counts_as_a_full_disk_by_its_errno_or_the_space_left(tmp_path, monkeypatch):
+    assert folder_saves.disk_is_full(OSError(errno.ENOSPC, "No space left on device"), tmp_path)
+    wrapped = RuntimeError("basic_ios::clear")
+    wrapped.__context__ = OSError(errno.EDQUOT, "Disk quota exceeded")
+    assert folder_saves.disk_is_full(wrapped, tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(10**9, 10**9 - 10**8, 10**8))
+    assert not folder_saves.disk_is_full(RuntimeError("a bug"), tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(10**9, 10**9, 0))
+    assert folder_saves.disk_is_full(RuntimeError("[enforce fail at inline_container.cc:672]"), tmp_path)
+
+
+def test_an_atomic_write_that_finds_the_disk_full_leaves_no_partial_file(tmp_path, monkeypatch):
+    def no_space(path, text):
+        Path(path).write_bytes(b"{")  # half written
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", no_space)
+    with pytest.raises(OSError):
+        atomic_files.write_json(tmp_path / "args.json", {"lr": 1})
+    assert list(tmp_path.iterdir()) == []
