@@ -177,9 +177,9 @@ def add_training_options(parser, lr, max_tokens, schedule, warmup_steps, label_s
     group.add_argument(
         "--threads",
         type=int,
-        help="torch's CPU threads per process (torch.set_num_threads). Default on CPU runs: one per core that "
-        "other processes leave free, measured at the start and printed (a thread whose core another process "
-        "holds stalls every step); GPU runs: torch's own",
+        help="torch's CPU threads per process (torch.set_num_threads) (default: on a CPU run, one per core that "
+        "other processes leave free, measured at the start and printed, since a thread whose core another "
+        "process holds stalls every step; on a GPU run, torch's own)",
     )
     group.add_argument("--eval_every", type=int, default=500, help=f"optimizer steps between evaluations ({metric})")
     group.add_argument(

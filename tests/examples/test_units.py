@@ -537,7 +537,7 @@ def test_help_says_what_the_defaults_mean(script, capsys):
     mixed = _option_help(text, "--mixed_precision")
     assert "accelerate config" in mixed and "(default: None)" not in mixed
     threads = _option_help(text, "--threads")
-    assert "torch.set_num_threads" in threads and "(default: torch's own" in threads
+    assert "torch.set_num_threads" in threads and "(default: on a CPU run, one per core that other" in threads
 
 
 def test_the_help_describes_the_main_job_paced_by_minutes(capsys):
