@@ -10,13 +10,21 @@ particular to its task. Modules:
 * `options`     -- the command-line options every Accelerate script shares, and their checks
 * `loop`        -- the Accelerate training loop: `training_run`, `train`, `fit`, `train_step`
 * `losses`      -- the training loss, per-sequence NLL and the validation loss meter
-* `checkpoints` -- `Progress`, saving last/, state/ and best/ atomically, resuming, reloading best/
+* `checkpoints` -- `Progress`, saving last/ and best/ (with their files' hashes), resuming, reloading best/
+* `training_state` -- state/: Accelerate's files, progress.json and the averaging snapshots, loaded so that
+                   nothing in it runs code
 * `averaging`   -- `--average_last`: the mean of the weights of the last evaluations
-* `records`     -- log.jsonl (with the trackers and the progress bar), environment.json, test_results.json
+* `records`     -- log.jsonl (writing, reading back), the trackers and the progress bar, environment.json,
+                   test_results.json
 * `clock`       -- training time, which the time budget and the evaluation pace are measured on
 * `signals`     -- terminal stops: they stop a script anywhere and cost the time budget nothing
-* `run_folder`  -- the output folder: one run at a time, fresh start or resume, the run's settings and
-                   tokenizer, loading its saved state with errors that name the damaged file
+* `run_folder`  -- the output folder: one run at a time, a fresh start or a resume, the run's tokenizer
+* `run_outputs` -- outputs.json, the manifest of what a run wrote: all that --overwrite_output_dir deletes
+* `run_settings` -- args.json, and how a resume's settings compare with it
+* `atomic_files` -- writes that a kill or a power cut leaves whole (beside the name, fsync, rename)
+* `folder_saves` -- saving a folder of the run atomically; a failed save removes its copy, a full disk is named
+* `file_checks` -- whether a saved file reads back whole, checked without running anything it holds
+* `messages`    -- `warn`, and the first line of an error
 * `hub`         -- `--push_to_hub`: best/ with our modeling code
 * `hf_trainer`  -- what the `Trainer` scripts share
 """

@@ -4,6 +4,7 @@ from collections import deque
 from contextlib import contextmanager
 
 import torch
+from accelerate.utils import DistributedType
 
 
 class WeightAverage:
@@ -43,3 +44,12 @@ class WeightAverage:
 
     def load_state_dict(self, state):
         self.snapshots = deque(state["snapshots"], maxlen=self.snapshots.maxlen)
+
+
+def weight_average(accelerator, model, count):
+    """The `WeightAverage` of the last `count` evaluations, None for 0; refused under FSDP sharding."""
+    if not count:
+        return None
+    if accelerator.distributed_type == DistributedType.FSDP:
+        raise ValueError("--average_last keeps full copies of the weights: it does not work with FSDP sharding")
+    return WeightAverage(model, count)

@@ -18,17 +18,13 @@ from pathlib import Path
 import safetensors
 from accelerate.utils import load as accelerate_load
 
+from .messages import first_line
+
 TORCH_SUFFIXES = (".bin", ".pkl", ".pt")
 # What `save_pretrained` of our tokenizers (all fast ones) writes, and a reload needs.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 # Where `save_model` records the hashes of the files of last/ and best/.
 HASHES_FILE, HASHES_KEY = "training_state.json", "sha256"
-
-
-def first_line(error):
-    """The first line of an exception's message, or its type's name when it has none."""
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def file_problem(path):

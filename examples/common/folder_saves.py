@@ -16,7 +16,7 @@ from pathlib import Path
 from accelerate.utils import gather_object
 
 from .atomic_files import existing_dir, replace_dir
-from .file_checks import first_line
+from .messages import first_line
 from .options import fail
 
 FULL_BELOW = 1 << 20  # bytes: a disk with less free space than this counts as full
@@ -79,15 +79,15 @@ def no_space_message(final, tmp, error):
     """What a save of `final` that filled the disk while writing `tmp` says (before `tmp` is deleted)."""
     written, previous = folder_bytes(tmp), existing_dir(final)
     need = (
-        f"about {megabytes(folder_bytes(previous))}, the size of the previous save, which is kept until the new "
-        "one is complete"
+        f"about {megabytes(folder_bytes(previous))} free (the size of the previous save, which is kept until the "
+        "new one is complete)"
         if previous is not None
-        else f"more than the {megabytes(written)} it had written"
+        else f"more than the {megabytes(written)} it had written, free"
     )
     free = shutil.disk_usage(final.parent).free + written  # once the partial save is deleted
     return (
         f"no space left on device while saving {final} ({error}): the partial save {tmp} is deleted, and "
-        f"{megabytes(free)} are free on that disk now. A save of {final.name}/ needs {need}, free beside it. Free "
+        f"{megabytes(free)} are free on that disk now. A save of {final.name}/ needs {need}. Free "
         "space on the disk (or give another --output_dir), then continue with --resume: the steps since the last "
         "save are trained again"
     )

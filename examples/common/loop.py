@@ -24,13 +24,13 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import DistributedType, GradientAccumulationPlugin, set_seed
+from accelerate.utils import GradientAccumulationPlugin, set_seed
 from transformers import get_scheduler
 
 import talk_hf
 
 from . import checkpoints, run_folder, run_outputs
-from .averaging import WeightAverage
+from .averaging import weight_average
 from .batching import make_train_loader
 from .checkpoints import Progress
 from .clock import SlowdownDetector, TrainingClock, crossed_multiple
@@ -256,15 +256,6 @@ def fit(*, accelerator, model, optimizer, scheduler, train_loader, sampler, loss
                         )
                 if done or progress.step % settings.save_every == 0:
                     saver.save_latest(progress)
-
-
-def weight_average(accelerator, model, count):
-    """The `WeightAverage` of the last `count` evaluations, None for 0; refused under FSDP sharding."""
-    if not count:
-        return None
-    if accelerator.distributed_type == DistributedType.FSDP:
-        raise ValueError("--average_last keeps full copies of the weights: it does not work with FSDP sharding")
-    return WeightAverage(model, count)
 
 
 def micro_batches_of_each_step(accelerator, train_loader, sampler, progress):

@@ -15,8 +15,9 @@ from tqdm.auto import tqdm
 
 import talk_hf
 
-from . import run_folder
-from .atomic_files import write_json
+from .atomic_files import write_json, write_text_atomically
+from .messages import warn
+from .options import fail
 
 
 def describe(metrics):
@@ -41,8 +42,8 @@ class TrainingLog:
             # The folder may not exist yet: nothing else creates it when no tracker is installed.
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if self.path.exists():
-                kept = [r for r in run_folder.read_log(self.path) if r["step"] <= progress.step]
-                run_folder.write_log(self.path, kept)
+                kept = [r for r in read_log(self.path) if r["step"] <= progress.step]
+                write_log(self.path, kept)
         self.bar = progress_bar(progress, max_steps, budget_seconds, disable=not accelerator.is_main_process)
         self.in_minutes = math.isfinite(budget_seconds)
 
@@ -98,6 +99,48 @@ class TrainingLog:
         if self.accelerator.is_main_process:
             with open(self.path, "a") as f:
                 f.write(json.dumps(record) + "\n")
+
+
+def read_log(path):
+    """The records of a `log.jsonl` ([] when there is none).
+
+    A last line that is not a record is what a run killed while appending leaves: it is dropped
+    with a warning (its step lies after the last save, so the resumed run writes it again). Any
+    other line that is not a JSON record with a step raises SystemExit naming the file and line.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines = path.read_text(errors="replace").splitlines()
+    records = []
+    for number, line in enumerate(lines, start=1):
+        problem = _record_problem(line)
+        if problem is not None and number == len(lines):
+            warn(f"{path} line {number} is cut short (a run was killed while writing it): dropped")
+        elif problem is not None:
+            fail(
+                f"{path} line {number} is not a log record ({problem}): only the last line can be torn by a kill, "
+                "so something else changed this file. Repair or delete that line, then resume again"
+            )
+        else:
+            records.append(json.loads(line))
+    return records
+
+
+def _record_problem(line):
+    """Why `line` is not a log record (a JSON object with an integer step), or None."""
+    try:
+        record = json.loads(line)
+    except ValueError as error:
+        return str(error)
+    if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+        return "no step"
+    return None
+
+
+def write_log(path, records):
+    """Write `records` as the whole of the `log.jsonl` at `path`, atomically."""
+    write_text_atomically(path, "".join(json.dumps(record) + "\n" for record in records))
 
 
 def progress_bar(progress, max_steps, budget_seconds, disable):

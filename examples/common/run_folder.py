@@ -32,20 +32,16 @@ from accelerate.utils import broadcast_object_list
 from transformers import AutoTokenizer
 
 from . import run_outputs
-from .atomic_files import append_json_line, existing_dir, write_json, write_text_atomically
-from .file_checks import TOKENIZER_FILES, file_problem, first_line
+from .atomic_files import append_json_line, existing_dir, write_json
+from .file_checks import TOKENIZER_FILES, file_problem
 from .folder_saves import full_disk_is_an_error, save_folder
-from .options import MAY_CHANGE_ON_RESUME, START_FLAGS, fail
+from .messages import first_line, warn
+from .options import fail
+from .records import read_log, write_log
+from .run_settings import check_settings, resume_record, run_settings
 from .tokenizer import SPECIAL_TOKENS, get_tokenizer
 
 LOCK, LOCK_OWNER = ".lock", ".lock.json"
-# Options whose values are paths: the same folder spelled another way is the same setting.
-PATH_OPTIONS = frozenset({"output_dir", "data_dir", "tokenizer"})
-
-
-def warn(message):
-    """Print `warning: message` to stderr."""
-    print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
 # --- one run per folder ---------------------------------------------------------------------------
@@ -103,13 +99,6 @@ def open_run(accelerator, args):
     if error is not None:
         raise SystemExit(error)
     return lock
-
-
-def run_settings(args, num_processes):
-    """What `args.json` records and a resume must match: the command-line settings `args` and the
-    number of training processes, which sets the global batch (processes x accumulation x
-    micro-batch) and the share of an epoch each process trains."""
-    return {**vars(args), "num_processes": num_processes}
 
 
 def _open_on_main_process(folder, args, settings):
@@ -197,126 +186,6 @@ def check_resumable(folder):
             "before its first save, or state/ was deleted). Leave out --resume to start anew, with "
             "--overwrite_output_dir if the folder holds a run's outputs"
         )
-
-
-def check_settings(folder, settings, *, allow_changed):
-    """Compare the settings of this resume (`run_settings`) with the run's `args.json`.
-
-    Returns {option: (saved value, given value)} of the options that differ. Raises SystemExit
-    naming those that may not change on resume (`options.MAY_CHANGE_ON_RESUME`), unless
-    `allow_changed` (`--allow_changed_args`); then they are only recorded.
-    """
-    saved = saved_settings(folder, allow_changed=allow_changed)
-    if saved is None:  # unreadable, and --allow_changed_args: this command's settings replace it
-        write_json(Path(folder) / "args.json", settings)
-        return {}
-    changed = changed_settings(saved, settings)
-    fixed = {name: values for name, values in changed.items() if name not in MAY_CHANGE_ON_RESUME}
-    if fixed and not allow_changed:
-        listed = "; ".join(
-            f"--{name} {json.dumps(old)} then, {json.dumps(new)} now" for name, (old, new) in fixed.items()
-        )
-        fail(
-            f"--resume with settings that differ from the ones {Path(folder) / 'args.json'} recorded at the run's "
-            f"start: {listed}. They shape the model, the data, the tokenizer or the optimization, so the resumed "
-            "run would not continue the saved one. Give the recorded values, or add --allow_changed_args to "
-            "resume with the new ones on purpose"
-        )
-    return changed
-
-
-def saved_settings(folder, *, allow_changed):
-    """The settings of the run's first start (`args.json`).
-
-    Raises SystemExit when it cannot be read; with `allow_changed` warns and returns None instead.
-    """
-    path = Path(folder) / "args.json"
-    try:
-        settings = json.loads(path.read_text())
-        problem = None if isinstance(settings, dict) else "holds no settings"
-    except FileNotFoundError:
-        problem = "is missing"
-    except (OSError, ValueError) as error:
-        problem = f"does not read as JSON ({error})"
-    if problem is None:
-        return settings
-    if not allow_changed:
-        fail(
-            f"{path} {problem}: it records the settings the run started with, which a resume must match. Restore "
-            "it, or add --allow_changed_args to resume without comparing (args.json then records this command's "
-            "settings)"
-        )
-    warn(f"{path} {problem}: resuming without comparing the settings (--allow_changed_args); it now records these")
-    return None
-
-
-def changed_settings(saved, given):
-    """{option: (saved value, given value)} for the options both record that differ (paths compare
-    as the folders they name); the start flags (`options.START_FLAGS`) are not settings."""
-    given = json.loads(json.dumps(given))  # the values as args.json holds them
-    names = sorted((saved.keys() & given.keys()) - START_FLAGS)
-    return {name: (saved[name], given[name]) for name in names if not _same_setting(name, saved[name], given[name])}
-
-
-def _same_setting(name, old, new):
-    if old == new:
-        return True
-    paths = name in PATH_OPTIONS and isinstance(old, str) and isinstance(new, str)
-    return paths and os.path.realpath(old) == os.path.realpath(new)
-
-
-def resume_record(changed):
-    """The line a resume adds to `resumes.jsonl`: when, where, and the settings it changed."""
-    return {
-        "time": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-        "host": socket.gethostname(),
-        "changed": {name: {"start": old, "now": new} for name, (old, new) in changed.items()},
-    }
-
-
-# --- log.jsonl ------------------------------------------------------------------------------------
-
-
-def read_log(path):
-    """The records of a `log.jsonl` ([] when there is none).
-
-    A last line that is not a record is what a run killed while appending leaves: it is dropped
-    with a warning (its step lies after the last save, so the resumed run writes it again). Any
-    other line that is not a JSON record with a step raises SystemExit naming the file and line.
-    """
-    path = Path(path)
-    if not path.exists():
-        return []
-    lines = path.read_text(errors="replace").splitlines()
-    records = []
-    for number, line in enumerate(lines, start=1):
-        problem = _record_problem(line)
-        if problem is not None and number == len(lines):
-            warn(f"{path} line {number} is cut short (a run was killed while writing it): dropped")
-        elif problem is not None:
-            fail(
-                f"{path} line {number} is not a log record ({problem}): only the last line can be torn by a kill, "
-                "so something else changed this file. Repair or delete that line, then resume again"
-            )
-        else:
-            records.append(json.loads(line))
-    return records
-
-
-def _record_problem(line):
-    """Why `line` is not a log record (a JSON object with an integer step), or None."""
-    try:
-        record = json.loads(line)
-    except ValueError as error:
-        return str(error)
-    if not isinstance(record, dict) or not isinstance(record.get("step"), int):
-        return "no step"
-    return None
-
-
-def write_log(path, records):
-    """Write `records` as the whole of the `log.jsonl` at `path`, atomically."""
-    write_text_atomically(path, "".join(json.dumps(record) + "\n" for record in records))
 
 
 # --- the run's tokenizer --------------------------------------------------------------------------

@@ -23,10 +23,11 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from .atomic_files import existing_dir, flush_to_disk
-from .file_checks import archive_problem, damaged_file, first_line
+from .file_checks import archive_problem, damaged_file
 from .folder_saves import save_folder
+from .messages import first_line, warn
 from .options import fail
-from .run_folder import check_resumable, warn
+from .run_folder import check_resumable
 
 PROGRESS_FILE = "progress.json"
 AVERAGE_FILE = "weight_average.safetensors"

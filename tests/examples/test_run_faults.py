@@ -26,6 +26,7 @@ import torch
 from accelerate import Accelerator
 from common import checkpoints, file_checks, run_folder, run_outputs, signals, training_state
 from common.atomic_files import existing_dir
+from common.records import read_log
 from common.tokenizer import train_tokenizer
 from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
@@ -304,7 +305,7 @@ def test_only_the_main_process_locks_and_checks_the_folder(tmp_path):
 def test_a_torn_last_log_line_is_dropped_with_a_warning(tmp_path, capsys):
     path = tmp_path / "log.jsonl"
     path.write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "lo')
-    assert run_folder.read_log(path) == [{"step": 1, "loss": 2.0}]
+    assert read_log(path) == [{"step": 1, "loss": 2.0}]
     assert f"warning: {path} line 2 is cut short" in capsys.readouterr().err
 
 

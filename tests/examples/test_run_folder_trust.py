@@ -150,7 +150,7 @@ def test_a_save_that_fills_the_disk_says_so_and_leaves_the_last_save(run_copy, m
         patch.setattr(torch, "save", full_disk)
         pattern = (
             f"no space left on device while saving {run_copy / 'state'} .* the partial save .*state.tmp is deleted.* "
-            "needs about [\\d.]+ MB, the size of the previous save.* continue with --resume"
+            "needs about [\\d.]+ MB free \\(the size of the previous save.* continue with --resume"
         )
         with pytest.raises(SystemExit, match=pattern):
             train(run_copy, "--resume", "--max_steps", 7)
