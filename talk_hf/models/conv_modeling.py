@@ -48,7 +48,9 @@ from ..transformers_internals import (
     resolve_cache_argument,
     split_cache,
 )
-from .input_checks import InputNames, check_stack_inputs, check_token_ids
+from .forward_arguments import refuse_unknown_arguments
+from .input_checks import InputNames, check_embedding_inputs, check_mask_values
+from .non_finite_weights import warn_about_non_finite_weights
 
 
 def shift_tokens_right(input_ids: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -90,16 +92,16 @@ class _ConvStack(nn.Module):
         self.dropout = config.dropout
         self.final_layer_norm = nn.LayerNorm(config.d_model) if final_layer_norm else None
 
-    def embed(self, input_ids, inputs_embeds, attention_mask, past_length: int) -> torch.Tensor:
+    def embed(self, input_ids, inputs_embeds, attention_mask, past_length: int, position_ids=None) -> torch.Tensor:
         """(B, T) ids or (B, T, d) embeddings -> (B, T, d) scaled embeddings + positions, dropped out.
 
-        attention_mask: (B, past_length + T) with 1 at real tokens, or None; every input is checked.
+        attention_mask: (B, past_length + T) with 1 at real tokens, or None; position_ids: None or the
+        positions counted from the mask (`check_position_ids`); every input is checked.
         """
-        check_stack_inputs(
-            self.names, input_ids, inputs_embeds, attention_mask, past_length, self.embed_tokens.embedding_dim
+        check_embedding_inputs(
+            self.names, self.embed_tokens, input_ids, inputs_embeds, attention_mask, position_ids, past_length
         )
         if inputs_embeds is None:
-            check_token_ids(self.names.ids, input_ids, self.embed_tokens.num_embeddings)
             inputs_embeds = self.embed_tokens(input_ids)
         positions = positions_from_mask(attention_mask, inputs_embeds.shape[1], past_length, inputs_embeds.device)
         positions = positions + self.position_offset
@@ -121,10 +123,17 @@ class EncoderStack(Protocol):
         *,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        output_attentions: bool = False,
         output_hidden_states: bool = False,
+        return_dict: bool = True,
     ) -> BaseModelOutput:
-        """Source ids (B, S) or embeddings (B, S, d), mask (B, S) -> `BaseModelOutput` with
-        ``last_hidden_state`` (B, S, d) and, when asked, ``hidden_states`` (each (B, S, d))."""
+        """Source ids (B, S) or embeddings (B, S, d), mask (B, S), position_ids (checked, see
+        `check_position_ids`) -> `BaseModelOutput` with ``last_hidden_state`` (B, S, d) and, when asked,
+        ``hidden_states`` (each (B, S, d)); a tuple when ``return_dict`` is False.
+
+        No ``**kwargs``: ``generate()`` then passes the encoder only the keywords it names (it would
+        pass all it got, ``labels`` and ``logits_to_keep`` among them); the head refuses the rest."""
 
 
 class DecoderStack(Protocol):
@@ -141,15 +150,16 @@ class DecoderStack(Protocol):
         *,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
         past_key_values=None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
     ) -> BaseModelOutputWithCrossAttentions:
-        """Target ids (B, T) or embeddings (B, T, d), mask (B, past + T), the encoder output (B, S, d)
-        and mask (B, S) (seq2seq), the generation cache (updated in place) -> ``last_hidden_state``
-        (B, T, d) and, when asked, ``hidden_states`` and ``cross_attentions``."""
+        """Target ids (B, T) or embeddings (B, T, d), mask (B, past + T), position_ids (checked), the
+        encoder output (B, S, d) and mask (B, S) (seq2seq), the generation cache (updated in place) ->
+        ``last_hidden_state`` (B, T, d) and, when asked, ``hidden_states`` and ``cross_attentions``."""
 
 
 class ConvEncoder(_ConvStack):
@@ -171,10 +181,19 @@ class ConvEncoder(_ConvStack):
 
     @reads_backend_once
     def forward(
-        self, input_ids=None, *, attention_mask=None, inputs_embeds=None, output_hidden_states=False, **kwargs
+        self,
+        input_ids=None,
+        *,
+        attention_mask=None,
+        inputs_embeds=None,
+        position_ids=None,
+        output_attentions=False,
+        output_hidden_states=False,
+        return_dict=True,
     ) -> BaseModelOutput:
-        """input_ids (B, S) or inputs_embeds (B, S, d); attention_mask (B, S) with 1 at real tokens."""
-        hidden = self.embed(input_ids, inputs_embeds, attention_mask, past_length=0)
+        """input_ids (B, S) or inputs_embeds (B, S, d); attention_mask (B, S) with 1 at real tokens; see
+        `EncoderStack` (``output_attentions``: the mixers are convolutions, there are no weights to return)."""
+        hidden = self.embed(input_ids, inputs_embeds, attention_mask, 0, position_ids)
         real_tokens = token_multiplier(attention_mask, hidden.shape[1], hidden.dtype)
         all_hidden = []
         for layer in self.layers:
@@ -182,9 +201,10 @@ class ConvEncoder(_ConvStack):
             hidden = layer(hidden, real_tokens)
         hidden = self.finish(hidden)
         all_hidden.append(hidden)
-        return BaseModelOutput(
+        outputs = BaseModelOutput(
             last_hidden_state=hidden, hidden_states=tuple(all_hidden) if output_hidden_states else None
         )
+        return outputs if return_dict else outputs.to_tuple()
 
 
 class ConvDecoder(_ConvStack):
@@ -232,6 +252,7 @@ class ConvDecoder(_ConvStack):
         *,
         attention_mask=None,
         inputs_embeds=None,
+        position_ids=None,
         encoder_hidden_states=None,
         encoder_attention_mask=None,
         past_key_values=None,
@@ -242,6 +263,7 @@ class ConvDecoder(_ConvStack):
         Args:
             input_ids: (B, T) new target tokens (or inputs_embeds (B, T, d)).
             attention_mask: (B, past + T) with 1 at real tokens, or None.
+            position_ids: None, or the positions the model counts itself (`check_position_ids`).
             encoder_hidden_states / encoder_attention_mask: (B, S, d) and (B, S) for seq2seq, else None.
             past_key_values: `ConvCache` / `EncoderDecoderCache` updated in place, or None.
 
@@ -250,7 +272,7 @@ class ConvDecoder(_ConvStack):
             and ``cross_attentions`` (B, heads, T, S) per layer when asked, else None.
         """
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        hidden = self.embed(input_ids, inputs_embeds, attention_mask, past_length)
+        hidden = self.embed(input_ids, inputs_embeds, attention_mask, past_length, position_ids)
         if encoder_hidden_states is not None and encoder_hidden_states.shape[0] != hidden.shape[0]:
             raise ValueError(
                 f"the encoder's output has batch size {encoder_hidden_states.shape[0]} but "
@@ -304,6 +326,14 @@ class ConvPreTrainedModel(
         if isinstance(module, InitializesItself):
             module.init_weights()
 
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """transformers' loading, then a `NonFiniteWeightsWarning` naming the folder and every weight that
+        holds NaN or inf values (transformers loads them without a word)."""
+        loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        warn_about_non_finite_weights(loaded[0] if isinstance(loaded, tuple) else loaded, pretrained_model_name_or_path)
+        return loaded
+
     def _switch(self, name: str, value: bool | None) -> bool:
         """An output switch (``output_hidden_states``, ...): the argument when given, so that an
         explicit False wins over the config, else the config's value."""
@@ -334,6 +364,8 @@ class ConvSeq2SeqModel(ConvPreTrainedModel):
     A family plugs in its mixer core (``config.family``), or its own stacks by overriding
     ``build_encoder`` / ``build_decoder`` (SliceNet): any `EncoderStack` and `DecoderStack`.
     """
+
+    accepts_loss_kwargs = False  # no loss: Trainer must not pass it num_items_in_batch
 
     def __init__(self, config):
         super().__init__(config)
@@ -384,17 +416,26 @@ class ConvSeq2SeqModel(ConvPreTrainedModel):
         **kwargs,
     ) -> Seq2SeqModelOutput:
         """Source (B, S) and target (B, T) ids with their masks; see `Seq2SeqModelOutput`.  The
-        generation cache comes as ``cache`` (transformers >= 5.24) or ``past_key_values``."""
+        generation cache comes as ``cache`` (transformers >= 5.24) or ``past_key_values``.
+
+        Through ``kwargs`` it takes only ``position_ids`` (B, S) and ``decoder_position_ids`` (B, T), which
+        must equal the positions the model counts from the masks (`check_position_ids`; the source's are
+        checked when the encoder runs); any other keyword is refused (`refuse_unknown_arguments`).
+        """
+        refuse_unknown_arguments(self, kwargs, taken=("position_ids", "decoder_position_ids"))
         output_hidden_states = self._switch("output_hidden_states", output_hidden_states)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids,
                 attention_mask=attention_mask,
                 inputs_embeds=inputs_embeds,
+                position_ids=kwargs.get("position_ids"),
                 output_hidden_states=output_hidden_states,
             )
-        elif not isinstance(encoder_outputs, BaseModelOutput):
-            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        else:
+            check_mask_values("attention_mask", attention_mask)
+            if not isinstance(encoder_outputs, BaseModelOutput):
+                encoder_outputs = BaseModelOutput(*encoder_outputs)
         if decoder_input_ids is None and decoder_inputs_embeds is None:
             raise ValueError("pass decoder_input_ids (or labels, which are shifted into decoder_input_ids)")
         cache = self._cache_for_forward(use_cache, cache, past_key_values, self.new_cache)
@@ -402,6 +443,7 @@ class ConvSeq2SeqModel(ConvPreTrainedModel):
             decoder_input_ids,
             attention_mask=decoder_attention_mask,
             inputs_embeds=decoder_inputs_embeds,
+            position_ids=kwargs.get("decoder_position_ids"),
             encoder_hidden_states=encoder_outputs.last_hidden_state,
             encoder_attention_mask=attention_mask,
             past_key_values=cache,
@@ -490,7 +532,10 @@ class ConvForConditionalGeneration(ConvHeadBase):
         **kwargs,
     ) -> Seq2SeqLMOutput:
         """As the base model, plus ``labels`` (B, T) (-100 = ignored; decoder inputs are made from them
-        when not given) and ``logits_to_keep`` (compute logits for the last N positions only; 0 = all)."""
+        when not given), ``logits_to_keep`` (compute logits for the last N positions only; 0 = all) and,
+        through ``kwargs``, ``num_items_in_batch`` (the loss is summed and divided by it, as ``Trainer``
+        passes it under gradient accumulation)."""
+        refuse_unknown_arguments(self, kwargs, taken=("num_items_in_batch", "position_ids", "decoder_position_ids"))
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -507,6 +552,8 @@ class ConvForConditionalGeneration(ConvHeadBase):
             use_cache=use_cache,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
+            position_ids=kwargs.get("position_ids"),
+            decoder_position_ids=kwargs.get("decoder_position_ids"),
         )
         logits = self.lm_head(outputs.last_hidden_state[:, -logits_to_keep:])
         loss = None
@@ -530,6 +577,7 @@ class ConvLMModel(ConvPreTrainedModel):
     """Decoder-only stack; returns `BaseModelOutputWithPast`."""
 
     _no_split_modules = ["ConvDecoderLayer"]
+    accepts_loss_kwargs = False  # no loss: Trainer must not pass it num_items_in_batch
 
     def __init__(self, config):
         super().__init__(config)
@@ -553,18 +601,27 @@ class ConvLMModel(ConvPreTrainedModel):
         cache=None,
         inputs_embeds=None,
         use_cache=None,
+        output_attentions=None,
         output_hidden_states=None,
         return_dict=None,
         past_key_values=None,
         **kwargs,
     ) -> BaseModelOutputWithPast:
         """input_ids (B, T); attention_mask (B, past + T) with 1 at real tokens (left padding allowed);
-        the generation cache as ``cache`` (transformers >= 5.24) or ``past_key_values``."""
+        the generation cache as ``cache`` (transformers >= 5.24) or ``past_key_values``.
+        ``output_attentions``: the mixers are convolutions, there are no attention weights to return.
+
+        Through ``kwargs`` it takes only ``position_ids`` (B, T), which must equal the positions the model
+        counts from the mask and the cache (`check_position_ids`); any other keyword is refused
+        (`refuse_unknown_arguments`).
+        """
+        refuse_unknown_arguments(self, kwargs, taken=("position_ids",))
         cache = self._cache_for_forward(use_cache, cache, past_key_values, self.new_cache)
         decoder_outputs = self.decoder(
             input_ids,
             attention_mask=attention_mask,
             inputs_embeds=inputs_embeds,
+            position_ids=kwargs.get("position_ids"),
             past_key_values=cache,
             output_hidden_states=self._switch("output_hidden_states", output_hidden_states),
         )
@@ -590,6 +647,7 @@ class ConvForCausalLM(ConvHeadBase):
         inputs_embeds=None,
         labels=None,
         use_cache=None,
+        output_attentions=None,
         output_hidden_states=None,
         return_dict=None,
         logits_to_keep: int = 0,
@@ -597,9 +655,12 @@ class ConvForCausalLM(ConvHeadBase):
         **kwargs,
     ) -> CausalLMOutputWithPast:
         """As the base model, plus ``labels`` (B, T) (shifted inside the loss; -100 = ignored),
+        ``logits_to_keep`` (logits for the last N positions only; 0 = all) and, through ``kwargs``,
         ``shift_labels`` (B, T) (targets already aligned with the logits, as transformers passes them
         under sequence or context parallelism: used instead of shifting ``labels``) and
-        ``logits_to_keep`` (logits for the last N positions only; 0 = all)."""
+        ``num_items_in_batch`` (the loss is summed and divided by it, as ``Trainer`` passes it under
+        gradient accumulation)."""
+        refuse_unknown_arguments(self, kwargs, taken=("num_items_in_batch", "shift_labels", "position_ids"))
         shift_labels = kwargs.get("shift_labels")
         if labels is not None or shift_labels is not None:
             use_cache = False
@@ -611,6 +672,7 @@ class ConvForCausalLM(ConvHeadBase):
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
             output_hidden_states=output_hidden_states,
+            position_ids=kwargs.get("position_ids"),
         )
         logits = self.lm_head(outputs.last_hidden_state[:, -logits_to_keep:])
         loss = None

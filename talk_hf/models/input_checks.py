@@ -1,12 +1,18 @@
 """Checks of what a model's forward is given, each raising a ValueError that names the argument.
 
 Without them, a wrong shape or dtype surfaces as a raw torch error from deep inside a layer ("The
-size of tensor a (2) must match ...") or, for an out-of-range id on a GPU, as a device assert.
+size of tensor a (2) must match ...") or, for an out-of-range id on a GPU, as a device assert, and a
+wrong value (a mask of 2s, positions of packed rows) silently changes the outputs.  A stack runs
+them all through `check_embedding_inputs`.
 """
 
 from dataclasses import dataclass
 
 import torch
+from torch import nn
+
+from ..layers.sinusoidal_positions import positions_from_mask
+from .forward_arguments import PACKING_UNSUPPORTED
 
 
 @dataclass(frozen=True)
@@ -20,6 +26,10 @@ class InputNames:
     def embeds(self) -> str:
         return self.ids.replace("input_ids", "inputs_embeds")
 
+    @property
+    def positions(self) -> str:
+        return self.ids.replace("input_ids", "position_ids")
+
 
 def check_token_ids(name: str, input_ids: torch.Tensor, vocab_size: int) -> None:
     """Raise a ValueError naming ``name`` when a token id is outside [0, vocab_size).
@@ -32,6 +42,22 @@ def check_token_ids(name: str, input_ids: torch.Tensor, vocab_size: int) -> None
     low, high = torch.stack(torch.aminmax(input_ids)).tolist()
     if low < 0 or high >= vocab_size:
         raise ValueError(f"{name} must hold token ids in [0, {vocab_size}), got values from {low} to {high}")
+
+
+def check_mask_values(name: str, attention_mask: torch.Tensor | None) -> None:
+    """Raise a ValueError naming ``name`` when the mask holds a value other than 0 and 1.
+
+    The models read a mask as "real token or not", so a 2 or a 0.5 would change the outputs without a
+    word.  bool masks need no check.  Eager only, as `check_token_ids` (one host synchronisation).
+    """
+    if attention_mask is None or attention_mask.dtype == torch.bool or torch.compiler.is_compiling():
+        return
+    if not torch.equal(attention_mask, attention_mask.bool().to(attention_mask.dtype)):  # 3 ops on the good path
+        not_binary = (attention_mask != 0) & (attention_mask != 1)
+        values = attention_mask[not_binary].unique()[:5].tolist()
+        raise ValueError(
+            f"{name} must hold only 0 (padding) and 1 (real token), as bool, integer or float, got {values}"
+        )
 
 
 def check_stack_inputs(
@@ -77,3 +103,88 @@ def check_stack_inputs(
     if attention_mask.shape[1] != past_length + length:
         covered = f"the {past_length} cached and {length} new tokens" if past_length else f"the {length} tokens"
         raise ValueError(f"{names.mask} must cover {covered}, got length {attention_mask.shape[1]}")
+
+
+def check_position_ids(
+    name: str,
+    position_ids: torch.Tensor | None,
+    attention_mask: torch.Tensor | None,
+    past_length: int,
+    batch: int,
+    length: int,
+) -> None:
+    """Accept ``position_ids`` that equal the positions the model counts itself; refuse any other.
+
+    The model counts 0, 1, ... from each row's first real token (after the ``past_length`` cached ones),
+    `positions_from_mask`; only real tokens are compared (a padded token's position is unused).
+
+    Args:
+        name: the argument's name (``position_ids`` or ``decoder_position_ids``).
+        position_ids: (B, T), (1, T) or (T,) integer positions of the T new tokens, or None.
+        attention_mask: (B, past_length + T) with 1 at real tokens, or None (no padding).
+        past_length: tokens already in the cache.
+        batch, length: B and T of the new tokens.
+
+    Raises:
+        ValueError: wrong shape or dtype; positions restarting inside a row (packed sequences, not supported
+            yet); any other position that differs.  Inside a compiled graph the values are checked by an
+            assertion of the graph itself (no host synchronisation; on CUDA a device-side assert).
+    """
+    if position_ids is None:
+        return
+    floating = position_ids.dtype.is_floating_point or position_ids.dtype.is_complex
+    if floating or position_ids.dtype == torch.bool or position_ids.dim() not in (1, 2):
+        raise ValueError(
+            f"{name} must be integer positions of shape (batch, {length}) or ({length},), got dtype "
+            f"{position_ids.dtype} and shape {tuple(position_ids.shape)}"
+        )
+    if position_ids.shape[-1] != length or (position_ids.dim() == 2 and position_ids.shape[0] not in (1, batch)):
+        raise ValueError(
+            f"{name} must have one position per new token, shape ({batch}, {length}), got {tuple(position_ids.shape)}"
+        )
+    expected = positions_from_mask(attention_mask, length, past_length, position_ids.device)
+    real = torch.ones_like(expected, dtype=torch.bool) if attention_mask is None else attention_mask[:, -length:].bool()
+    wrong = (position_ids != expected) & real
+    if torch.compiler.is_compiling():
+        torch._assert_async(~wrong.any(), f"{name} differ from the positions the model counts from attention_mask")
+        return
+    if not wrong.any():
+        return
+    row, token = (index.item() for index in wrong.nonzero()[0])
+    given = position_ids.expand_as(wrong)
+    restarts = (given[:, 1:] <= given[:, :-1]) & real[:, 1:] & real[:, :-1]
+    if restarts.any():
+        row, token = (index.item() for index in restarts.nonzero()[0])
+        raise ValueError(
+            f"{name} restart inside row {row} (token {token + 1} has position {given[row, token + 1].item()} after "
+            f"{given[row, token].item()}): {PACKING_UNSUPPORTED}"
+        )
+    raise ValueError(
+        f"{name} must equal the positions the model counts itself (0, 1, ... from each row's first real token in "
+        f"attention_mask, after the {past_length} cached tokens), or be left out: row {row}, token {token} has "
+        f"{given[row, token].item()}, expected {expected.expand_as(wrong)[row, token].item()}"
+    )
+
+
+def check_embedding_inputs(
+    names: InputNames,
+    embeddings: nn.Embedding,
+    input_ids,
+    inputs_embeds,
+    attention_mask,
+    position_ids,
+    past_length: int,
+) -> None:
+    """Every check of one stack's inputs before it embeds them: shapes and dtypes, then (eager only) the
+    values: token ids within ``embeddings``, a mask of 0 and 1, ``position_ids`` equal to the model's own.
+
+    Args:
+        input_ids: (B, T) or None, inputs_embeds: (B, T, d) or None (exactly one of them).
+        attention_mask: (B, past_length + T) or None; position_ids: (B, T), (1, T), (T,) or None.
+    """
+    check_stack_inputs(names, input_ids, inputs_embeds, attention_mask, past_length, embeddings.embedding_dim)
+    if input_ids is not None:
+        check_token_ids(names.ids, input_ids, embeddings.num_embeddings)
+    check_mask_values(names.mask, attention_mask)
+    batch, length = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
+    check_position_ids(names.positions, position_ids, attention_mask, past_length, batch, length)

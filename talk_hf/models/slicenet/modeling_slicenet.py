@@ -27,7 +27,7 @@ from ...layers.slicenet_layers import SliceNetDecoderLayer, SliceNetEncoderLayer
 from ...ops._backend import reads_backend_once
 from ...transformers_internals import init, is_loaded_from_checkpoint, split_cache
 from ..conv_modeling import ConvForConditionalGeneration, ConvPreTrainedModel, ConvSeq2SeqModel
-from ..input_checks import InputNames, check_stack_inputs, check_token_ids
+from ..input_checks import InputNames, check_embedding_inputs
 from .configuration_slicenet import SliceNetConfig
 
 
@@ -50,17 +50,17 @@ class _SliceNetStack(nn.Module):
             config.d_model, config.timing_num_timescales, config.timing_min_timescale, config.timing_max_timescale
         )
 
-    def embed(self, input_ids, inputs_embeds, attention_mask, past_length: int) -> torch.Tensor:
+    def embed(self, input_ids, inputs_embeds, attention_mask, past_length: int, position_ids=None) -> torch.Tensor:
         """(B, T) ids or (B, T, d) embeddings -> (B, T, d) scaled embeddings.
 
-        attention_mask: (B, past_length + T) with 1 at real tokens, or None; every input is checked.
+        attention_mask: (B, past_length + T) with 1 at real tokens, or None; position_ids: None or the
+        positions counted from the mask (`check_position_ids`); every input is checked.
         In training, ``token_dropout`` of the ids become the pad id (t2t's symbol dropout).
         """
-        check_stack_inputs(
-            self.names, input_ids, inputs_embeds, attention_mask, past_length, self.embed_tokens.embedding_dim
+        check_embedding_inputs(
+            self.names, self.embed_tokens, input_ids, inputs_embeds, attention_mask, position_ids, past_length
         )
         if inputs_embeds is None:
-            check_token_ids(self.names.ids, input_ids, self.embed_tokens.num_embeddings)
             if self.training and self.token_dropout > 0:
                 dropped = torch.rand(input_ids.shape, device=input_ids.device) < self.token_dropout
                 input_ids = input_ids.masked_fill(dropped, self.pad_token_id)
@@ -99,13 +99,22 @@ class SliceNetEncoder(_SliceNetStack):
 
     @reads_backend_once
     def forward(
-        self, input_ids=None, *, attention_mask=None, inputs_embeds=None, output_hidden_states=False, **kwargs
+        self,
+        input_ids=None,
+        *,
+        attention_mask=None,
+        inputs_embeds=None,
+        position_ids=None,
+        output_attentions=False,
+        output_hidden_states=False,
+        return_dict=True,
     ) -> BaseModelOutput:
-        """input_ids (B, S) or inputs_embeds (B, S, d); attention_mask (B, S) with 1 at real tokens.
+        """input_ids (B, S) or inputs_embeds (B, S, d); attention_mask (B, S) with 1 at real tokens; see
+        `EncoderStack` (``output_attentions``: the encoder has no attention, there are no weights to return).
 
         ``hidden_states``: the input of each layer, then the (dropped out) output.
         """
-        hidden = self.embed(input_ids, inputs_embeds, attention_mask, past_length=0)
+        hidden = self.embed(input_ids, inputs_embeds, attention_mask, 0, position_ids)
         hidden = hidden + self.timing_signal(attention_mask, hidden.shape[1], 0, hidden)
         padding_mask = None if attention_mask is None else attention_mask.bool()
         all_hidden = []
@@ -114,9 +123,10 @@ class SliceNetEncoder(_SliceNetStack):
             hidden = layer(hidden, padding_mask)
         hidden = self.dropout(hidden)
         all_hidden.append(hidden)
-        return BaseModelOutput(
+        outputs = BaseModelOutput(
             last_hidden_state=hidden, hidden_states=tuple(all_hidden) if output_hidden_states else None
         )
+        return outputs if return_dict else outputs.to_tuple()
 
 
 class SliceNetDecoder(_SliceNetStack):
@@ -195,6 +205,7 @@ class SliceNetDecoder(_SliceNetStack):
         *,
         attention_mask=None,
         inputs_embeds=None,
+        position_ids=None,
         encoder_hidden_states=None,
         encoder_attention_mask=None,
         past_key_values=None,
@@ -205,6 +216,7 @@ class SliceNetDecoder(_SliceNetStack):
         Args:
             input_ids: (B, T) new target tokens (or inputs_embeds (B, T, d)).
             attention_mask: (B, past + T) with 1 at real tokens, or None.
+            position_ids: None, or the positions the model counts itself (`check_position_ids`).
             encoder_hidden_states / encoder_attention_mask: (B, S, d) encoder output and its (B, S) mask
                 (or None).
             past_key_values: the `ConvEncoderDecoderCache` (its `ConvCache` is updated in place), or None.
@@ -217,7 +229,7 @@ class SliceNetDecoder(_SliceNetStack):
         """
         past_key_values, _ = split_cache(past_key_values)
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        embedded = self.embed(input_ids, inputs_embeds, attention_mask, past_length)
+        embedded = self.embed(input_ids, inputs_embeds, attention_mask, past_length, position_ids)
         if encoder_hidden_states.shape[0] != embedded.shape[0]:
             raise ValueError(
                 f"the encoder's output has batch size {encoder_hidden_states.shape[0]} but "

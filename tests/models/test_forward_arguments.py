@@ -1,0 +1,204 @@
+"""What a forward is given beyond its named arguments, and the values of its masks and positions: a
+misspelt keyword, packed-sequence inputs, ``cache_position``, ``position_ids`` other than the model's
+own and masks of values other than 0 and 1 are refused with an error that names them; what
+transformers itself passes keeps working (``ModelTesterMixin`` in ``tests_transformers_common``).
+"""
+
+import pytest
+import torch
+from transformers import DataCollatorWithFlattening
+
+from talk_hf.models.input_checks import check_position_ids
+
+from .helpers import CASE_IDS, CASES, PAD, generation_prompt, model_inputs, random_tokens
+from .test_compile import compiled_kernels  # noqa: F401 (a fixture)
+
+LM_CASES = [case for case in CASES if not case.is_seq2seq]
+SEQ2SEQ_CASES = [case for case in CASES if case.is_seq2seq]
+PACKING = r"packed sequences \(.*DataCollatorWithFlattening.*\) are not supported yet: pad the batch instead"
+
+
+def _left_padded(case, model):
+    """Inputs whose first row is left-padded by two tokens (source for seq2seq, the tokens for an LM), with
+    a decoder mask of ones for seq2seq."""
+    inputs = model_inputs(case)
+    ids = inputs["input_ids"]
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0
+    inputs.update(input_ids=ids.masked_fill(mask == 0, PAD), attention_mask=mask)
+    if case.is_seq2seq:
+        inputs["decoder_attention_mask"] = torch.ones_like(inputs["decoder_input_ids"])
+    return inputs
+
+
+def _hf_positions(mask: torch.Tensor) -> torch.Tensor:
+    """Positions as transformers' generate() makes them from a mask: 0, 1, ... from each row's first
+    real token, 0 at padding."""
+    return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_a_misspelt_keyword_is_refused_naming_it_and_the_keywords_taken(case):
+    model = case.model()
+    inputs = model_inputs(case)
+    mask = torch.ones_like(inputs["input_ids"])
+    taken = r"; it takes: input_ids, attention_mask, "
+    with pytest.raises(TypeError, match=rf"{case.head.__name__}.forward\(\) .* attenton_mask{taken}"):
+        model(**inputs, attenton_mask=mask)
+    with pytest.raises(TypeError, match=rf"{case.base.__name__}.forward\(\) .* attenton_mask{taken}"):
+        model.model(**inputs, attenton_mask=mask)
+    if case.is_seq2seq:
+        with pytest.raises(TypeError, match=r"Encoder.forward\(\) got an unexpected keyword argument 'attenton_mask'"):
+            model.get_encoder()(inputs["input_ids"], attenton_mask=mask)
+
+
+@pytest.mark.parametrize("name", ["cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx"])
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_packing_inputs_are_refused(case, name):
+    model = case.model()
+    inputs = model_inputs(case)
+    value = torch.tensor([0, 3, 6], dtype=torch.int32)
+    for forward in (model, model.model):
+        with pytest.raises(ValueError, match=rf"got {name}: {PACKING}"):
+            forward(**inputs, **{name: value})
+
+
+@pytest.mark.parametrize(
+    "collator_options",
+    [{}, {"return_flash_attn_kwargs": True}, {"return_seq_idx": True}],
+    ids=["position_ids", "flash_attn_kwargs", "seq_idx"],
+)
+@pytest.mark.parametrize("case", LM_CASES, ids=[case.name for case in LM_CASES])
+def test_a_batch_of_data_collator_with_flattening_is_refused(case, collator_options):
+    """Two documents in one row, as padding-free training passes them: the documents would be mixed."""
+    documents = [{"input_ids": random_tokens(1, 4)[0].tolist()}, {"input_ids": random_tokens(1, 3, seed=2)[0].tolist()}]
+    batch = DataCollatorWithFlattening(**collator_options)(documents)
+    with pytest.raises(ValueError, match=PACKING):
+        case.model().train()(**batch)
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_position_ids_equal_to_the_model_s_own_are_accepted(case):
+    model = case.model()
+    inputs = _left_padded(case, model)
+    expected = model(**inputs).logits
+    positions = {"position_ids": _hf_positions(inputs["attention_mask"])}
+    if case.is_seq2seq:
+        positions["decoder_position_ids"] = torch.arange(inputs["decoder_input_ids"].shape[1])
+    torch.testing.assert_close(model(**inputs, **positions).logits, expected, rtol=0, atol=0)
+    torch.testing.assert_close(model.model(**inputs, **positions).last_hidden_state, model.model(**inputs)[0])
+
+
+@pytest.mark.parametrize("case", LM_CASES, ids=[case.name for case in LM_CASES])
+def test_generate_checks_and_accepts_the_position_ids_it_extends_at_each_step(case):
+    """generate() slices the given position_ids to the new token and adds one at each cached step."""
+    model = case.model()
+    prompt = generation_prompt(case)
+    mask = torch.ones_like(prompt["input_ids"])
+    mask[0, :2] = 0
+    prompt.update(input_ids=prompt["input_ids"].masked_fill(mask == 0, PAD), attention_mask=mask)
+    expected = model.generate(**prompt, max_new_tokens=4, do_sample=False)
+    given = model.generate(**prompt, position_ids=_hf_positions(mask), max_new_tokens=4, do_sample=False)
+    assert torch.equal(given, expected)
+    with pytest.raises(ValueError, match="position_ids must equal the positions the model counts itself"):
+        model.generate(**prompt, position_ids=_hf_positions(mask) + 1, max_new_tokens=2)
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_other_position_ids_are_refused(case):
+    model = case.model()
+    inputs = _left_padded(case, model)
+    shifted = _hf_positions(inputs["attention_mask"]) + 1
+    with pytest.raises(ValueError, match=r"position_ids must equal .*: row 0, token 2 has 1, expected 0"):
+        model(**inputs, position_ids=shifted)
+    shape = rf"\(2, {shifted.shape[1]}\)"
+    with pytest.raises(ValueError, match=rf"position_ids must have one position per new token, shape {shape}"):
+        model(**inputs, position_ids=shifted[:, 1:])
+    with pytest.raises(ValueError, match=r"position_ids must be integer positions .* got dtype torch.float32"):
+        model(**inputs, position_ids=shifted.float())
+    if case.is_seq2seq:
+        target_length = inputs["decoder_input_ids"].shape[1]
+        with pytest.raises(ValueError, match=r"decoder_position_ids restart inside row 0 .*" + PACKING):
+            model(**inputs, decoder_position_ids=torch.tensor([0, 1, 2, 0, 1, 2])[:target_length])
+
+
+def test_positions_restarting_after_left_padding_are_not_taken_for_packing():
+    """Only real tokens are compared: padding's positions (0 or 1 in transformers' releases) are free."""
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    for padding_position in (0, 1):
+        positions = _hf_positions(mask).masked_fill(mask == 0, padding_position)
+        check_position_ids("position_ids", positions, mask, past_length=0, batch=2, length=5)
+    packed = torch.tensor([[0, 0, 0, 1, 2], [0, 1, 2, 0, 1]])
+    with pytest.raises(ValueError, match=r"position_ids restart inside row 1 \(token 3 has position 0 after 2\)"):
+        check_position_ids("position_ids", packed, mask, past_length=0, batch=2, length=5)
+
+
+@pytest.mark.parametrize("case", LM_CASES[:2], ids=[case.name for case in LM_CASES[:2]])
+def test_a_compiled_graph_checks_position_ids_without_a_graph_break(case, compiled_kernels):  # noqa: F811
+    torch._dynamo.reset()
+    model = case.model()
+    inputs = _left_padded(case, model)
+    positions = _hf_positions(inputs["attention_mask"])
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(**inputs, position_ids=positions).logits, model(**inputs).logits)
+        with pytest.raises(RuntimeError, match="position_ids differ from the positions the model counts"):
+            compiled(**inputs, position_ids=positions + 1)
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_cache_position_is_refused_saying_where_positions_come_from(case):
+    model = case.model()
+    inputs = model_inputs(case)
+    with pytest.raises(TypeError, match=r"takes no cache_position .* counts positions from its cache"):
+        model(**inputs, cache_position=torch.arange(inputs["input_ids"].shape[1]))
+
+
+def _mask_names(case):
+    return ["attention_mask", "decoder_attention_mask"] if case.is_seq2seq else ["attention_mask"]
+
+
+@pytest.mark.parametrize("value", [2, 0.5, -1, float("nan")], ids=["2", "0.5", "-1", "nan"])
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_a_mask_of_values_other_than_0_and_1_is_refused(case, value):
+    model = case.model()
+    inputs = model_inputs(case)
+    for name in _mask_names(case):
+        ids = inputs["decoder_input_ids" if name.startswith("decoder") else "input_ids"]
+        mask = torch.ones(ids.shape, dtype=torch.float32 if isinstance(value, float) else torch.long)
+        mask[1, -1] = value
+        expected = "nan" if value != value else str(value)
+        with pytest.raises(ValueError, match=rf"{name} must hold only 0 \(padding\) and 1 \(real token\).*{expected}"):
+            model(**inputs, **{name: mask})
+
+
+@pytest.mark.parametrize("case", SEQ2SEQ_CASES, ids=[case.name for case in SEQ2SEQ_CASES])
+def test_a_source_mask_given_with_encoder_outputs_is_checked_too(case):
+    """generate() passes the encoder's output and the source mask at every step: the mask still counts."""
+    model = case.model()
+    inputs = model_inputs(case)
+    encoder_outputs = model.get_encoder()(inputs["input_ids"])
+    mask = torch.ones_like(inputs["input_ids"])
+    mask[0, 0] = 2
+    with pytest.raises(ValueError, match=r"attention_mask must hold only 0 \(padding\) and 1"):
+        model(decoder_input_ids=inputs["decoder_input_ids"], encoder_outputs=encoder_outputs, attention_mask=mask)
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.long, torch.int32, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_masks_of_0_and_1_are_accepted_in_any_dtype(case, dtype):
+    model = case.model()
+    inputs = _left_padded(case, model)
+    expected = model(**inputs).logits
+    typed = {name: inputs[name].to(dtype) for name in _mask_names(case)}
+    torch.testing.assert_close(model(**{**inputs, **typed}).logits, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("case", SEQ2SEQ_CASES, ids=[case.name for case in SEQ2SEQ_CASES])
+def test_the_encoder_returns_a_tuple_when_asked(case):
+    model = case.model()
+    source = model_inputs(case)["input_ids"]
+    outputs = model.get_encoder()(source, output_hidden_states=True, return_dict=False)
+    assert isinstance(outputs, tuple)
+    torch.testing.assert_close(outputs[0], model.get_encoder()(source).last_hidden_state)
+    assert len(outputs[1]) == model.config.encoder_layers + 1
