@@ -4,7 +4,9 @@ A pickle can run any code when it is loaded, so no file of a run folder is ever 
 `weights_only=False`: torch files (`.bin`, `.pkl`, `.pt`, zip archives) are checked by the CRC of
 each archive member and then loaded with torch's `weights_only=True` unpickler, which builds
 tensors, numbers, strings and containers only (and, through Accelerate's allow-list, the numpy
-arrays of the random-number states), and refuses anything else without calling it. The folders that
+arrays of the random-number states), and refuses anything else without calling it; the `.metadata`
+pickles of `torch.distributed.checkpoint` folders (FSDP) are unpickled with an allow-list of their
+data classes (`CheckpointMetadataUnpickler`). The folders that
 `save_pretrained` writes (`last/`, `best/`) record the SHA-256 of each file (`recorded_hashes`), so
 damage that leaves a file readable (tensor bytes changed in place) is found too.
 """
@@ -16,6 +18,7 @@ import zipfile
 from pathlib import Path
 
 import safetensors
+import torch
 from accelerate.utils import load as accelerate_load
 
 from .messages import first_line
@@ -39,6 +42,8 @@ def file_problem(path):
                 f.keys()
         elif path.suffix in TORCH_SUFFIXES:
             return torch_file_problem(path)
+        elif path.name.endswith(".metadata"):
+            return checkpoint_metadata_problem(path)
     except Exception as error:  # each reader raises its own kinds
         return first_line(error)
     return None
@@ -69,6 +74,38 @@ def torch_file_problem(path):
             f"can run code ({unsupported[0] if unsupported else first_line(error)})"
         )
     except Exception as error:  # torch raises many kinds
+        return first_line(error)
+    return None
+
+
+class CheckpointMetadataUnpickler(pickle.Unpickler):
+    """Unpickles the `.metadata` of a `torch.distributed.checkpoint` folder (what Accelerate saves
+    under FSDP's SHARDED_STATE_DICT, and torch reads with a plain `pickle.load`) from the data
+    classes it is made of, and refuses any other global before importing or calling it."""
+
+    PLAIN = {("torch", "Size"), ("torch.serialization", "_get_layout"), ("collections", "OrderedDict")}
+    PLAIN |= {("pathlib", name) for name in ("Path", "PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath")}
+
+    def find_class(self, module, name):
+        checkpoint_class = module.startswith("torch.distributed.checkpoint.")
+        dtype = module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)
+        if not (checkpoint_class or dtype or (module, name) in self.PLAIN):
+            raise pickle.UnpicklingError(f"Unsupported global: {module}.{name}")
+        found = super().find_class(module, name)
+        if checkpoint_class and not isinstance(found, type):
+            raise pickle.UnpicklingError(f"Unsupported global: {module}.{name} is no class")
+        return found
+
+
+def checkpoint_metadata_problem(path):
+    """Why the `torch.distributed.checkpoint` metadata file `path` does not load, or None, found
+    without running anything but the constructors of its data classes."""
+    try:
+        with open(path, "rb") as f:
+            CheckpointMetadataUnpickler(f).load()
+    except pickle.UnpicklingError as error:
+        return f"it holds objects other than checkpoint metadata, which a pickle can make run code ({error})"
+    except Exception as error:  # a damaged pickle raises many kinds
         return first_line(error)
     return None
 

@@ -2,7 +2,10 @@
 
     pytorch_model.bin, optimizer.bin, scheduler.bin, random_states_<process>.pkl
         Accelerate's files (`torch.save` archives); Accelerate loads them with torch's
-        `weights_only=True` unpickler: tensors, numbers, strings, containers, numpy's RNG arrays
+        `weights_only=True` unpickler: tensors, numbers, strings, containers, numpy's RNG arrays.
+        Under FSDP's SHARDED_STATE_DICT, `torch.distributed.checkpoint` folders instead, whose
+        `.metadata` pickle torch loads with plain `pickle.load`: it is checked first
+        (`file_checks.CheckpointMetadataUnpickler`)
     progress.json               `checkpoints.Progress`: where training stands, every field checked
     weight_average.safetensors  the `--average_last` snapshots (`averaging.WeightAverage`): tensors only
 
@@ -23,7 +26,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from .atomic_files import existing_dir, flush_to_disk
-from .file_checks import archive_problem, damaged_file
+from .file_checks import archive_problem, checkpoint_metadata_problem, damaged_file
 from .folder_saves import save_folder
 from .messages import first_line, warn
 from .options import fail
@@ -64,8 +67,10 @@ def load_state(accelerator, output_dir, progress, average=None):
     if state_dir is None:
         check_resumable(output_dir)  # fails: nothing to resume
     refuse_pickled_objects(state_dir)
-    for path in sorted(state_dir.glob("*.bin")):  # model, optimizer, scheduler: a changed byte would load
-        problem = archive_problem(path)
+    checks = [(path, archive_problem) for path in sorted(state_dir.glob("*.bin"))]  # a changed byte would load
+    checks += [(path, checkpoint_metadata_problem) for path in sorted(state_dir.rglob("*.metadata"))]  # pickle.load
+    for path, check in checks:
+        problem = check(path)
         if problem is not None:
             fail(unusable_state(state_dir, f"{path} does not load ({problem})"))
     saved_progress = read_progress(state_dir, progress)

@@ -6,6 +6,7 @@ the file, or in correct behaviour.
 
 import errno
 import json
+import pickle
 import shutil
 from collections import namedtuple
 from pathlib import Path
@@ -190,3 +191,24 @@ def test_an_atomic_write_that_finds_the_disk_full_leaves_no_partial_file(tmp_pat
     with pytest.raises(OSError):
         atomic_files.write_json(tmp_path / "args.json", {"lr": 1})
     assert list(tmp_path.iterdir()) == []
+
+
+# --- FSDP's sharded state ------------------------------------------------------------------------------
+
+
+def test_sharded_state_metadata_is_read_without_running_code(tmp_path):
+    """Under FSDP's SHARDED_STATE_DICT, state/ holds torch.distributed.checkpoint folders, whose
+    `.metadata` torch reads with a plain pickle.load: the resume checks it first with an allow-list."""
+    import torch.distributed.checkpoint as dcp
+
+    state = tmp_path / "state"
+    model = torch.nn.Linear(3, 2)
+    with pytest.warns(UserWarning):  # no process group: torch saves as one process, and says so
+        dcp.save({"model": model.state_dict(), "dtype": torch.ones(2, dtype=torch.bfloat16)}, checkpoint_id=state / "m")
+    assert file_checks.checkpoint_metadata_problem(state / "m" / ".metadata") is None
+    (state / "optimizer_0").mkdir()
+    (state / "optimizer_0" / ".metadata").write_bytes(pickle.dumps(CreatesAFile(tmp_path / MARKER)))
+    pattern = "optimizer_0/.metadata does not load \\(it holds objects other than checkpoint metadata.*Unsupported global: io.open"
+    with pytest.raises(SystemExit, match=pattern):
+        training_state.load_state(None, tmp_path, checkpoints.Progress())
+    assert not (tmp_path / MARKER).exists()
