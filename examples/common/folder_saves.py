@@ -43,11 +43,11 @@ def save_folder(accelerator, final, write):
         own_error, report = error, (first_line(error), disk_is_full(error, final.parent))
     reports = [r for r in gather_object([report]) if r is not None]
     if reports:
-        message = None
+        full = any(is_full for _, is_full in reports)
+        message = no_space_message(final, tmp, reports[0][0]) if full and accelerator.is_main_process else None
         if accelerator.is_main_process:
-            message = no_space_message(final, tmp, reports[0][0])
             shutil.rmtree(tmp, ignore_errors=True)
-        if any(full for _, full in reports):
+        if full:
             fail(message or f"no space left on device while saving {final} (the main process says how much is needed)")
         if own_error is not None:
             raise own_error

@@ -17,12 +17,12 @@ from pathlib import Path
 from .atomic_files import write_json
 
 MANIFEST = "outputs.json"
-# What a run may write into its folder besides the manifest and the lock (`run_folder.take_lock`).
-ALWAYS_WRITTEN = ("args.json", "environment.json", "log.jsonl", "tokenizer", "state", "last", "best", "resumes.jsonl")
+# What every run writes into its folder (resumes.jsonl when it resumes), besides the manifest and the
+# lock (`run_folder.take_lock`); the three after it only in the cases named.
+USUAL_OUTPUTS = ("args.json", "environment.json", "log.jsonl", "tokenizer", "state", "last", "best", "resumes.jsonl")
 TENSORBOARD_LOGS = "train"  # the Accelerate tracker's folder, when TensorBoard is installed
 TEST_RESULTS = "test_results.json"  # with a test split
 HUB_COPY = "hub"  # with --push_to_hub
-ALL_OUTPUTS = frozenset({*ALWAYS_WRITTEN, TENSORBOARD_LOGS, TEST_RESULTS, HUB_COPY, MANIFEST})
 
 
 def tensorboard_installed():
@@ -34,7 +34,7 @@ def planned_outputs(args):
     """The names a start with the settings `args` writes into its folder."""
     optional = {TENSORBOARD_LOGS: tensorboard_installed(), TEST_RESULTS: bool(args.test_split)}
     optional[HUB_COPY] = args.push_to_hub
-    return {*ALWAYS_WRITTEN, MANIFEST, *(name for name, written in optional.items() if written)}
+    return {*USUAL_OUTPUTS, MANIFEST, *(name for name, written in optional.items() if written)}
 
 
 def output_name(path):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from accelerate import Accelerator
 from common import atomic_files, checkpoints, file_checks, folder_saves, run_folder, training_state
 from transformers import AutoModelForCausalLM
 
@@ -212,3 +213,18 @@ def test_sharded_state_metadata_is_read_without_running_code(tmp_path):
     with pytest.raises(SystemExit, match=pattern):
         training_state.load_state(None, tmp_path, checkpoints.Progress())
     assert not (tmp_path / MARKER).exists()
+
+
+def test_a_save_that_fails_otherwise_leaves_the_previous_folder_and_no_partial_copy(tmp_path):
+    final = tmp_path / "last"
+    final.mkdir()
+    (final / "weights").write_text("step 1")
+
+    def write(tmp):
+        tmp.mkdir()
+        (tmp / "weights").write_text("step 2, half")
+        raise ValueError("a bug in the save")
+
+    with pytest.raises(ValueError, match="a bug in the save"):
+        folder_saves.save_folder(Accelerator(cpu=True), final, write)
+    assert not (tmp_path / "last.tmp").exists() and (final / "weights").read_text() == "step 1"
