@@ -1,6 +1,6 @@
 """What a run records about itself besides its checkpoints: the training log (`log.jsonl`, the
-Accelerate trackers and the progress bar), where it trained (`environment.json`) and its test
-result (`test_results.json`)."""
+Accelerate trackers and the progress bar; `read_log` reads it back on a resume, dropping a line
+torn by a kill), where it trained (`environment.json`) and its test result (`test_results.json`)."""
 
 import json
 import math

@@ -40,6 +40,7 @@ from .options import fail
 from .records import read_log, write_log
 from .run_settings import check_settings, resume_record, run_settings
 from .tokenizer import SPECIAL_TOKENS, get_tokenizer
+from .training_state import check_resumable
 
 LOCK, LOCK_OWNER = ".lock", ".lock.json"
 
@@ -176,16 +177,6 @@ def record_outputs_of_resume(folder, outputs):
                 "elsewhere, then resume again"
             )
     run_outputs.record(folder, outputs)
-
-
-def check_resumable(folder):
-    """Refuse `--resume` where there is no saved state to continue from."""
-    if existing_dir(Path(folder) / "state") is None:
-        fail(
-            f"--resume: nothing to resume in {folder}: {Path(folder) / 'state'} does not exist (the run stopped "
-            "before its first save, or state/ was deleted). Leave out --resume to start anew, with "
-            "--overwrite_output_dir if the folder holds a run's outputs"
-        )
 
 
 # --- the run's tokenizer --------------------------------------------------------------------------

@@ -30,7 +30,6 @@ from .file_checks import archive_problem, checkpoint_metadata_problem, damaged_f
 from .folder_saves import save_folder
 from .messages import first_line, warn
 from .options import fail
-from .run_folder import check_resumable
 
 PROGRESS_FILE = "progress.json"
 AVERAGE_FILE = "weight_average.safetensors"
@@ -63,10 +62,7 @@ def snapshot_tensors(snapshots):
 def load_state(accelerator, output_dir, progress, average=None):
     """Load the run's saved state into the prepared objects, `progress` and `average`; returns the
     folder it loaded. Raises SystemExit naming the file that does not load, with what the user can do."""
-    state_dir = existing_dir(Path(output_dir) / "state")
-    if state_dir is None:
-        check_resumable(output_dir)  # fails: nothing to resume
-    refuse_pickled_objects(state_dir)
+    state_dir = check_resumable(output_dir)
     checks = [(path, archive_problem) for path in sorted(state_dir.glob("*.bin"))]  # a changed byte would load
     checks += [(path, checkpoint_metadata_problem) for path in sorted(state_dir.rglob("*.metadata"))]  # pickle.load
     for path, check in checks:
@@ -83,6 +79,23 @@ def load_state(accelerator, output_dir, progress, average=None):
     progress.load_state_dict(saved_progress)
     if average is not None:
         average.load_state_dict({"snapshots": snapshots})
+    return state_dir
+
+
+def check_resumable(folder):
+    """The saved state of the run in `folder` (`state/`, or `state.old/` where a kill left only that).
+
+    Refuses `--resume` where there is none to continue from, or one saved in a format that would
+    run code (`refuse_pickled_objects`): checked before a resume writes anything.
+    """
+    state_dir = existing_dir(Path(folder) / "state")
+    if state_dir is None:
+        fail(
+            f"--resume: nothing to resume in {folder}: {Path(folder) / 'state'} does not exist (the run stopped "
+            "before its first save, or state/ was deleted). Leave out --resume to start anew, with "
+            "--overwrite_output_dir if the folder holds a run's outputs"
+        )
+    refuse_pickled_objects(state_dir)
     return state_dir
 
 

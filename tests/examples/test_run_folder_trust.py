@@ -18,7 +18,7 @@ from common import atomic_files, checkpoints, file_checks, folder_saves, run_fol
 from transformers import AutoModelForCausalLM
 
 from .conftest import requires_data
-from .test_run_faults import change_bytes, finished_run, run_copy, steps, train  # noqa: F401 (fixtures)
+from .test_run_faults import change_bytes, finished_run, run_copy, snapshot, steps, train  # noqa: F401 (fixtures)
 
 MARKER = "code-ran"  # the file a malicious pickle creates in the run folder when it is loaded
 
@@ -82,10 +82,11 @@ def test_a_state_saved_with_pickled_progress_is_refused_unread(run_copy):  # noq
     """The format of the scripts before progress.json: Accelerate would unpickle custom_checkpoint_0.pkl."""
     (run_copy / "state" / training_state.PROGRESS_FILE).unlink()
     plant(run_copy / "state" / "custom_checkpoint_0.pkl", run_copy / MARKER)
+    before = snapshot(run_copy)
     pattern = "custom_checkpoint_0.pkl: .* was saved by an earlier version of these scripts.* Continue the run with"
     with pytest.raises(SystemExit, match=pattern):
         train(run_copy, "--resume", "--max_steps", 7)
-    assert not (run_copy / MARKER).exists()
+    assert snapshot(run_copy) == before  # refused before the resume wrote anything (resumes.jsonl, outputs.json)
 
 
 @requires_data
