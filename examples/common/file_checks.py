@@ -145,11 +145,14 @@ def hash_problem(folder):
     """What the hashes that `folder`'s `training_state.json` records say is wrong with its files: a
     file that is missing or whose bytes changed since the save; None when all match."""
     record = Path(folder) / HASHES_FILE
-    hashes = json.loads(record.read_text()).get(HASHES_KEY) if record.is_file() else None
+    saved = json.loads(record.read_text()) if record.is_file() else None
+    hashes = saved.get(HASHES_KEY) if isinstance(saved, dict) else None
     if not isinstance(hashes, dict) or not hashes:
         return f"{record} records no {HASHES_KEY} of the folder's files, so they cannot be checked"
     for name, expected in sorted(hashes.items()):
         path = Path(folder) / name
+        if path.name != name:
+            return f"{record} records a hash of {name}, which is no file of {folder}"
         if not path.is_file():
             return f"{path} is missing"
         if sha256(path) != expected:
@@ -166,6 +169,10 @@ def saved_model_problem(folder):
     if problem is not None:
         return problem
     index = folder / "model.safetensors.index.json"  # a sharded checkpoint lists its shards
-    weights = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else []
+    listing = json.loads(index.read_text()) if index.is_file() else {"weight_map": {}}
+    weight_map = listing.get("weight_map") if isinstance(listing, dict) else None
+    if not isinstance(weight_map, dict):
+        return f"{index} holds no weight_map of the shards"
+    weights = sorted(set(weight_map.values()))
     needed = ["config.json", *(weights or ["model.safetensors"]), *TOKENIZER_FILES, HASHES_FILE]
     return missing_file(folder, needed) or hash_problem(folder)

@@ -229,3 +229,18 @@ def test_a_save_that_fails_otherwise_leaves_the_previous_folder_and_no_partial_c
     with pytest.raises(ValueError, match="a bug in the save"):
         folder_saves.save_folder(Accelerator(cpu=True), final, write)
     assert not (tmp_path / "last.tmp").exists() and (final / "weights").read_text() == "step 1"
+
+
+@pytest.mark.parametrize(
+    "record, problem",
+    [
+        ([1], "records no sha256 of the folder's files"),
+        ({"step": 6}, "records no sha256 of the folder's files"),
+        ({"sha256": {"../args.json": "0"}}, "records a hash of ../args.json, which is no file of"),
+        ({"sha256": {"config.json": "0" * 64}}, "config.json does not match the SHA-256"),
+    ],
+)
+def test_the_hashes_of_a_saved_model_folder_are_checked_as_written(tmp_path, record, problem):
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "training_state.json").write_text(json.dumps(record))
+    assert problem in file_checks.hash_problem(tmp_path)
