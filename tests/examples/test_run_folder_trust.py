@@ -15,6 +15,8 @@ import pytest
 import torch
 from accelerate import Accelerator
 from common import atomic_files, checkpoints, file_checks, folder_saves, run_folder, training_state
+from common.averaging import WeightAverage
+from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
 
 from .conftest import requires_data
@@ -244,3 +246,21 @@ def test_the_hashes_of_a_saved_model_folder_are_checked_as_written(tmp_path, rec
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "training_state.json").write_text(json.dumps(record))
     assert problem in file_checks.hash_problem(tmp_path)
+
+
+def test_averaging_snapshots_are_saved_as_tensors_and_checked_against_the_model(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    average = WeightAverage(model, 3)
+    average.add()
+    average.add()
+    save_file(
+        training_state.snapshot_tensors(average.state_dict()["snapshots"]), tmp_path / "weight_average.safetensors"
+    )
+    loaded = training_state.read_snapshots(tmp_path, WeightAverage(model, 3))
+    assert len(loaded) == 2 and all(torch.equal(a, b) for a, b in zip(loaded[1], average.snapshots[1], strict=True))
+    other = WeightAverage(torch.nn.Linear(4, 2), 3)  # another model: its weight has another shape
+    with pytest.raises(SystemExit, match="weight_average.safetensors does not hold whole snapshots of this model's 2"):
+        training_state.read_snapshots(tmp_path, other)
+    (tmp_path / "weight_average.safetensors").unlink()
+    with pytest.raises(SystemExit, match="weight_average.safetensors is missing: the saved run kept no weight snap"):
+        training_state.read_snapshots(tmp_path, other)
