@@ -6,7 +6,7 @@ transformers itself passes keeps working (``ModelTesterMixin`` in ``tests_transf
 
 import pytest
 import torch
-from transformers import DataCollatorWithFlattening
+from transformers import DataCollatorWithFlattening, Trainer, TrainingArguments
 
 from talk_hf.models.input_checks import check_position_ids
 
@@ -202,3 +202,31 @@ def test_the_encoder_returns_a_tuple_when_asked(case):
     assert isinstance(outputs, tuple)
     torch.testing.assert_close(outputs[0], model.get_encoder()(source).last_hidden_state)
     assert len(outputs[1]) == model.config.encoder_layers + 1
+
+
+@pytest.mark.parametrize("case", [CASES[0], LM_CASES[0]], ids=[CASES[0].name, LM_CASES[0].name])
+def test_trainer_gives_num_items_in_batch_to_a_base_model_s_loss_function_not_to_its_forward(case, tmp_path):
+    """A base model has no loss (``accepts_loss_kwargs = False``): with ``compute_loss_func`` and gradient
+    accumulation, Trainer passes the count to that function, and the forward, which refuses it, gets none."""
+    model = case.base(case.config()).train()
+    tokens = random_tokens(8, 6, seed=11)
+    names = ["input_ids", "labels", "decoder_input_ids"] if case.is_seq2seq else ["input_ids", "labels"]
+    rows = [dict.fromkeys(names, row) for row in tokens]
+    counts = []
+
+    def loss_of(outputs, labels, num_items_in_batch=None):
+        counts.append(num_items_in_batch)
+        return outputs.last_hidden_state.pow(2).mean()
+
+    arguments = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=2,
+        max_steps=2,
+        label_names=["labels"],
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+    )
+    Trainer(model=model, args=arguments, train_dataset=rows, compute_loss_func=loss_of).train()
+    assert counts and all(count is not None for count in counts)
