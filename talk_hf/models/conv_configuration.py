@@ -2,8 +2,10 @@
 
 A family configuration (``configuration_talk.py``, ``configuration_dynamic_conv.py``) names its
 `MixerFamily` (``family = TALK``) and declares its mixer's fields (per-layer sizes, dropout); the
-family tells these base classes how to fill and check them.  ``__post_init__`` fills the defaults
-that depend on other fields, then checks every field, with errors that name the offending field.
+family tells these base classes how to fill and check them.  As a `CheckedConfig`, a configuration
+checks every field's type, fills the defaults that depend on other fields, then checks every field's
+value and bounds (``config_checks``) and the sizes of the weights they make, with errors that name
+the offending field.
 """
 
 from __future__ import annotations
@@ -12,42 +14,22 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from transformers import PretrainedConfig
-
 from .._checks import check_int
+from .config_checks import (
+    MAX_LAYERS,
+    MAX_POSITION_OFFSET,
+    MAX_VOCAB_SIZE,
+    MAX_WIDTH,
+    CheckedConfig,
+    check_divisible,
+    check_per_layer,
+    check_probability,
+    check_token_id,
+    check_weight_size,
+)
 from .mixer_family import MixerFamily
 
 ACTIVATIONS = ("relu", "gelu", "swish", "silu", "gelu_new", "tanh")
-
-
-def check_token_id(name: str, value: Any, vocab_size: int, vocab_name: str = "vocab_size") -> None:
-    """Require an int in [0, vocab_size); ``vocab_name`` is the field that holds the size."""
-    check_int(name, value, 0)
-    if value >= vocab_size:
-        raise ValueError(f"{name}={value} must be < {vocab_name}={vocab_size}")
-
-
-def check_probability(name: str, value: Any) -> None:
-    """Require a float in [0, 1)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(f"{name} must be a probability in [0, 1), got {value!r}")
-
-
-def check_per_layer(name: str, values: Any, layers_name: str, layers: int, minimum: int) -> None:
-    """Require a list of ``layers`` ints, each >= ``minimum``."""
-    if not isinstance(values, (list, tuple)):
-        raise TypeError(f"{name} must be a list of {layers} ints (one per layer), got {type(values).__name__}")
-    if len(values) != layers:
-        raise ValueError(f"{name} must have one entry per layer: {layers_name}={layers}, got {len(values)} entries")
-    for index, value in enumerate(values):
-        check_int(f"{name}[{index}]", value, minimum)
-
-
-def check_divisible(name: str, value: int, heads_name: str, heads: int) -> None:
-    """Require ``heads >= 1`` dividing ``value``."""
-    check_int(heads_name, heads, 1)
-    if value % heads != 0:
-        raise ValueError(f"{name}={value} must be divisible by {heads_name}={heads}")
 
 
 def doubling_schedule(layers: int, first: int, largest: int) -> list[int]:
@@ -70,7 +52,7 @@ class _FamilyPresets:
         return {} if owner.family is None else getattr(owner.family, self.kind)
 
 
-class ConvLMConfigBase(PretrainedConfig):
+class ConvLMConfigBase(CheckedConfig):
     r"""Fields common to every model of the package (the decoder side and the embeddings).
 
     Args:
@@ -145,9 +127,6 @@ class ConvLMConfigBase(PretrainedConfig):
     def __post_init__(self, **kwargs):
         if self.family is None:
             raise TypeError(f"{type(self).__name__} names no MixerFamily: a family configuration sets `family`")
-        self.fill_defaults()
-        self.validate_fields()
-        self.validate_per_layer_fields()
         super().__post_init__(**kwargs)
 
     def per_layer_fields(self) -> dict[str, str]:
@@ -156,13 +135,13 @@ class ConvLMConfigBase(PretrainedConfig):
 
     def fill_defaults(self) -> None:
         """Fill the fields left None whose default depends on others: `conv_dim` and the per-layer
-        sizes (the family's schedule over the layer count, when that count is an int); subclasses
-        extend it."""
+        sizes (the family's schedule over the layer count, checked first); subclasses extend it."""
         if self.conv_dim is None:
             self.conv_dim = self.d_model
         for field, layers_field in self.per_layer_fields().items():
-            layers = getattr(self, layers_field)
-            if getattr(self, field) is None and isinstance(layers, int):
+            if getattr(self, field) is None:
+                layers = getattr(self, layers_field)
+                check_int(layers_field, layers, 1, MAX_LAYERS)
                 setattr(self, field, doubling_schedule(layers, *self.family.size_schedule))
 
     def mixer_shape(self, layer_idx: int, causal: bool) -> tuple[int, int]:
@@ -171,14 +150,21 @@ class ConvLMConfigBase(PretrainedConfig):
         stack = "decoder" if causal else "encoder"
         return getattr(self, f"{stack}_conv_heads"), getattr(self, self.family.sizes_field(stack))[layer_idx]
 
+    def check_fields(self) -> None:
+        """Check the fields, then the per-layer sizes against the layer counts, then the weights' sizes."""
+        self.validate_fields()
+        self.validate_per_layer_fields()
+        for weight, dims in self.weight_shapes().items():
+            check_weight_size(weight, *dims)
+
     def validate_fields(self) -> None:
         """Check every field but the per-layer sizes; subclasses extend the checks."""
-        check_int("vocab_size", self.vocab_size, 1)
-        check_int("d_model", self.d_model, 1)
-        check_int("conv_dim", self.conv_dim, 1)
-        check_int("decoder_layers", self.decoder_layers, 1)
-        check_int("decoder_ffn_dim", self.decoder_ffn_dim, 1)
-        check_int("position_offset", self.position_offset, 0)
+        check_int("vocab_size", self.vocab_size, 1, MAX_VOCAB_SIZE)
+        check_int("d_model", self.d_model, 1, MAX_WIDTH)
+        check_int("conv_dim", self.conv_dim, 1, MAX_WIDTH)
+        check_int("decoder_layers", self.decoder_layers, 1, MAX_LAYERS)
+        check_int("decoder_ffn_dim", self.decoder_ffn_dim, 1, MAX_WIDTH)
+        check_int("position_offset", self.position_offset, 0, MAX_POSITION_OFFSET)
         check_divisible("conv_dim", self.conv_dim, "decoder_conv_heads", self.decoder_conv_heads)
         if self.activation_function not in ACTIVATIONS:
             raise ValueError(f"activation_function must be one of {ACTIVATIONS}, got {self.activation_function!r}")
@@ -192,8 +178,23 @@ class ConvLMConfigBase(PretrainedConfig):
         """Check the family's per-layer sizes against the layer counts (after all counts are checked)."""
         for field, layers_field in self.per_layer_fields().items():
             check_per_layer(
-                field, getattr(self, field), layers_field, getattr(self, layers_field), self.family.size_minimum
+                field,
+                getattr(self, field),
+                layers_field,
+                getattr(self, layers_field),
+                self.family.size_minimum,
+                self.family.size_maximum,
             )
+
+    def weight_shapes(self) -> dict[str, tuple[tuple[str, int], ...]]:
+        """The largest weight matrices the fields make, ``{name: ((what sets a dim, its size), ...)}``
+        (`check_weight_size`); subclasses add theirs."""
+        projection = ("2 * conv_dim", 2 * self.conv_dim) if self.use_glu else ("conv_dim", self.conv_dim)
+        return {
+            "token embedding": (("vocab_size", self.vocab_size), ("d_model", self.d_model)),
+            "mixer input projection": (("d_model", self.d_model), projection),
+            "decoder FFN": (("d_model", self.d_model), ("decoder_ffn_dim", self.decoder_ffn_dim)),
+        }
 
     @classmethod
     def from_preset(cls, name: str, **overrides):
@@ -254,7 +255,7 @@ class ConvSeq2SeqConfigBase(ConvLMConfigBase):
 
     def validate_fields(self) -> None:
         super().validate_fields()
-        check_int("decoder_vocab_size", self.decoder_vocab_size, 1)
+        check_int("decoder_vocab_size", self.decoder_vocab_size, 1, MAX_VOCAB_SIZE)
         if self.share_encoder_decoder_embeddings and self.decoder_vocab_size != self.vocab_size:
             raise ValueError(
                 f"share_encoder_decoder_embeddings=True needs one vocabulary, but decoder_vocab_size="
@@ -263,8 +264,8 @@ class ConvSeq2SeqConfigBase(ConvLMConfigBase):
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             if getattr(self, name) is not None:
                 check_token_id(name, getattr(self, name), self.decoder_vocab_size, "decoder_vocab_size")
-        check_int("encoder_layers", self.encoder_layers, 1)
-        check_int("encoder_ffn_dim", self.encoder_ffn_dim, 1)
+        check_int("encoder_layers", self.encoder_layers, 1, MAX_LAYERS)
+        check_int("encoder_ffn_dim", self.encoder_ffn_dim, 1, MAX_WIDTH)
         check_divisible("conv_dim", self.conv_dim, "encoder_conv_heads", self.encoder_conv_heads)
         check_divisible("d_model", self.d_model, "decoder_attention_heads", self.decoder_attention_heads)
         check_probability("attention_dropout", self.attention_dropout)
@@ -273,6 +274,14 @@ class ConvSeq2SeqConfigBase(ConvLMConfigBase):
         check_token_id(
             "decoder_start_token_id", self.decoder_start_token_id, self.decoder_vocab_size, "decoder_vocab_size"
         )
+
+    def weight_shapes(self) -> dict[str, tuple[tuple[str, int], ...]]:
+        return {
+            **super().weight_shapes(),
+            "decoder token embedding": (("decoder_vocab_size", self.decoder_vocab_size), ("d_model", self.d_model)),
+            "encoder FFN": (("d_model", self.d_model), ("encoder_ffn_dim", self.encoder_ffn_dim)),
+            "cross-attention projection": (("d_model", self.d_model), ("d_model", self.d_model)),
+        }
 
 
 def _preset(

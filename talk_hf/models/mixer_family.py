@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..layers.mixer_block import MixerCore
+from .config_checks import MAX_WINDOW
 
 # (config, layer index, causal) -> the mixer core of that encoder (causal=False) or decoder layer.
 CoreFactory = Callable[[Any, int, bool], MixerCore]
@@ -34,6 +35,8 @@ class MixerFamily:
             ``encoder_<sizes_name>`` and ``decoder_<sizes_name>``, one int per layer
             (e.g. ``"max_offsets"``, ``"kernel_sizes"``).
         size_minimum: the smallest per-layer size allowed.
+        size_maximum: the largest per-layer size allowed (defaults to `MAX_WINDOW`, 65,536: a
+            decoder's generation cache holds about that many past inputs per layer).
         size_schedule: ``(first, largest)``: the default sizes grow as ``first, 2 * first + 1, ...``
             up to ``largest`` (`doubling_schedule`).
         dropout_field: the configuration field of the mixer's own dropout (e.g. ``"offset_dropout"``),
@@ -47,6 +50,7 @@ class MixerFamily:
     size_minimum: int
     size_schedule: tuple[int, int]
     dropout_field: str
+    size_maximum: int = MAX_WINDOW
     seq2seq_presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     lm_presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 

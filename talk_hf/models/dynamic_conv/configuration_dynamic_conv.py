@@ -20,7 +20,8 @@ def canonical_conv_type(conv_type: str) -> str:
 
 
 class _ConvTypeMixin:
-    """The ``conv_type`` default and check both DynamicConv configurations share."""
+    """The ``conv_type`` default and check, and the kernel predictor's size, that both DynamicConv
+    configurations share."""
 
     def fill_defaults(self) -> None:
         super().fill_defaults()
@@ -30,6 +31,19 @@ class _ConvTypeMixin:
         super().validate_fields()
         if self.conv_type not in CONV_TYPES:
             raise ValueError(f"conv_type must be one of {CONV_TYPES}, got {self.conv_type!r}")
+
+    def weight_shapes(self) -> dict[str, tuple[tuple[str, int], ...]]:
+        """Adds DynamicConv's kernel predictor, Linear(conv_dim -> heads * K), of each stack's widest layer."""
+        shapes = super().weight_shapes()
+        if self.conv_type == "dynamic_conv":
+            for stack in self.stacks:
+                kernel_field, heads_field = f"{stack}_kernel_sizes", f"{stack}_conv_heads"
+                outputs = getattr(self, heads_field) * max(getattr(self, kernel_field))
+                shapes[f"{stack} kernel predictor"] = (
+                    ("conv_dim", self.conv_dim),
+                    (f"{heads_field} * max({kernel_field})", outputs),
+                )
+        return shapes
 
 
 class DynamicConvConfig(_ConvTypeMixin, ConvSeq2SeqConfigBase):

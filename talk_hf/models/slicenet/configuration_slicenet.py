@@ -10,10 +10,21 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from transformers import PretrainedConfig
-
 from ..._checks import check_int
-from ..conv_configuration import check_probability, check_token_id
+from ...ops.depthwise_conv import MAX_KERNEL_SIZE
+from ..config_checks import (
+    MAX_LAYERS,
+    MAX_VOCAB_SIZE,
+    MAX_WIDTH,
+    MAX_WINDOW,
+    CheckedConfig,
+    check_positive,
+    check_probability,
+    check_token_id,
+    check_weight_size,
+)
+
+MAX_BEAMS = 1024  # default beams of generate(); the paper decodes with 4
 
 # Table 2 of the paper, in its row order: (dilations, kernel sizes, separability, d_model or None).
 # The 5-kernel row prints 4 dilations; the code's scheme "1.1.1.1.1" has 5.  Only the two large
@@ -69,11 +80,26 @@ def _check_odd_kernels(name: str, values: Any, minimum_length: int) -> None:
 
 
 def _check_dilations(name: str, values: Any, kernels_name: str, kernels: list[int]) -> None:
-    """Require one int >= 1 per kernel."""
+    """Require one int in [1, MAX_WINDOW] per kernel."""
     if not isinstance(values, (list, tuple)) or len(values) != len(kernels):
         raise ValueError(f"{name} must hold one dilation per entry of {kernels_name} ({len(kernels)}), got {values!r}")
     for index, value in enumerate(values):
-        check_int(f"{name}[{index}]", value, 1)
+        check_int(f"{name}[{index}]", value, 1, MAX_WINDOW)
+
+
+def _check_reach(kernel_field: str, kernel: int, dilation: int, step_separability: int) -> None:
+    """Require a depthwise step's (separability <= 0) kernel to fit `talk_hf.ops.depthwise_conv` (K <= 63),
+    and every step's reach (k - 1) * dilation, the past inputs a decoder step caches, to be <= MAX_WINDOW."""
+    if step_separability <= 0 and kernel > MAX_KERNEL_SIZE:
+        raise ValueError(
+            f"{kernel_field}={kernel}: a depthwise step's (separability <= 0) kernel has at most "
+            f"{MAX_KERNEL_SIZE} taps (the depthwise kernels' limit); a dilation widens its reach"
+        )
+    if (kernel - 1) * dilation > MAX_WINDOW:
+        raise ValueError(
+            f"{kernel_field}={kernel} with dilation {dilation} reaches (k - 1) * dilation = "
+            f"{(kernel - 1) * dilation:,} steps, more than {MAX_WINDOW:,}"
+        )
 
 
 def _check_groups(d_model: int, field: str, separability: int, step_separability: int) -> None:
@@ -91,12 +117,7 @@ def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
 
-def _check_positive(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name} must be a number > 0, got {value!r}")
-
-
-class SliceNetConfig(PretrainedConfig):
+class SliceNetConfig(CheckedConfig):
     r"""Configuration of [`SliceNetModel`] / [`SliceNetForConditionalGeneration`].
 
     Args:
@@ -211,11 +232,6 @@ class SliceNetConfig(PretrainedConfig):
     use_cache: bool = True
     is_encoder_decoder: bool = True
 
-    def __post_init__(self, **kwargs):
-        self.fill_defaults()
-        self.validate_fields()
-        super().__post_init__(**kwargs)
-
     def fill_defaults(self) -> None:
         """Fill the list fields left None (dataclass fields cannot default to a list)."""
         if self.kernel_sizes is None:
@@ -236,10 +252,28 @@ class SliceNetConfig(PretrainedConfig):
         """Per query step of an attention block (t2t: [s - 1, s] for s < 0)."""
         return step_separabilities(self.separability, len(self.attention_kernel_sizes))
 
-    def validate_fields(self) -> None:
+    def conv_steps(self) -> list[tuple[str, int, int, str, int]]:
+        """The convolution steps the fields size: ``(kernel field, kernel size, dilation, separability
+        field, the step's separability)`` for each step of a ConvModule, of an attention query and the
+        IO mixer."""
+        module = zip(self.kernel_sizes, self.dilations, self.module_separabilities(), strict=True)
+        attention = zip(
+            self.attention_kernel_sizes, self.attention_dilations, self.attention_separabilities(), strict=True
+        )
+        io_mixer = ("io_mixer_kernel_size", self.io_mixer_kernel_size, 1, "io_mixer_separability")
+        return (
+            [(f"kernel_sizes[{i}]", k, d, "separability", s) for i, (k, d, s) in enumerate(module)]
+            + [(f"attention_kernel_sizes[{i}]", k, d, "separability", s) for i, (k, d, s) in enumerate(attention)]
+            + [(*io_mixer, self.io_mixer_separability)]
+        )
+
+    def check_fields(self) -> None:
         """Check every field; each error names the field and what was expected."""
-        for name in ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "num_beams"):
-            check_int(name, getattr(self, name), 1)
+        check_int("vocab_size", self.vocab_size, 1, MAX_VOCAB_SIZE)
+        check_int("d_model", self.d_model, 1, MAX_WIDTH)
+        check_int("encoder_layers", self.encoder_layers, 1, MAX_LAYERS)
+        check_int("decoder_layers", self.decoder_layers, 1, MAX_LAYERS)
+        check_int("num_beams", self.num_beams, 1, MAX_BEAMS)
         _check_odd_kernels("kernel_sizes", self.kernel_sizes, 3)
         _check_dilations("dilations", self.dilations, "kernel_sizes", self.kernel_sizes)
         _check_odd_kernels("attention_kernel_sizes", self.attention_kernel_sizes, 1)
@@ -247,11 +281,11 @@ class SliceNetConfig(PretrainedConfig):
             "attention_dilations", self.attention_dilations, "attention_kernel_sizes", self.attention_kernel_sizes
         )
         _check_odd("io_mixer_kernel_size", self.io_mixer_kernel_size)
-        check_int("separability", self.separability, -self.d_model)
-        check_int("io_mixer_separability", self.io_mixer_separability, -self.d_model)
-        for step_separability in self.module_separabilities() + self.attention_separabilities():
-            _check_groups(self.d_model, "separability", self.separability, step_separability)
-        _check_groups(self.d_model, "io_mixer_separability", self.io_mixer_separability, self.io_mixer_separability)
+        check_int("separability", self.separability, -self.d_model, self.d_model)
+        check_int("io_mixer_separability", self.io_mixer_separability, -self.d_model, self.d_model)
+        for kernel_field, kernel, dilation, separability_field, step_separability in self.conv_steps():
+            _check_groups(self.d_model, separability_field, getattr(self, separability_field), step_separability)
+            _check_reach(kernel_field, kernel, dilation, step_separability)
         if self.timing_num_timescales is not None:
             check_int("timing_num_timescales", self.timing_num_timescales, 1)
             if 2 * self.timing_num_timescales > self.d_model:
@@ -260,7 +294,7 @@ class SliceNetConfig(PretrainedConfig):
                     f"<= d_model={self.d_model} channels"
                 )
         for name in ("timing_min_timescale", "timing_max_timescale", "layer_norm_eps", "initializer_gain", "init_std"):
-            _check_positive(name, getattr(self, name))
+            check_positive(name, getattr(self, name))
         check_probability("dropout", self.dropout)
         check_probability("token_dropout", self.token_dropout)
         if self.token_dropout > 0 and self.pad_token_id is None:
@@ -269,13 +303,13 @@ class SliceNetConfig(PretrainedConfig):
         _check_choice("module_residual", self.module_residual, ("t2t", "paper"))
         _check_choice("attention_residual", self.attention_residual, ("t2t", "paper"))
         _check_choice("initializer", self.initializer, ("orthogonal", "normal"))
-        if not isinstance(self.final_layer_norm, bool):
-            raise ValueError(f"final_layer_norm must be True or False, got {self.final_layer_norm!r}")
         if self.decoder_start_token_id is None:
             raise ValueError("decoder_start_token_id must be set for an encoder-decoder model")
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
             if getattr(self, name) is not None:
                 check_token_id(name, getattr(self, name), self.vocab_size)
+        check_weight_size("token embedding", ("vocab_size", self.vocab_size), ("d_model", self.d_model))
+        check_weight_size("pointwise convolution", ("d_model", self.d_model), ("d_model", self.d_model))
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> SliceNetConfig:

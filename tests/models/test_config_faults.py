@@ -1,0 +1,224 @@
+"""Fault injection into configurations and their config.json: a field of the wrong type or of an
+absurd size fails when the configuration is built, loaded or saved, with an error naming the field."""
+
+import json
+
+import pytest
+from transformers import AutoConfig
+
+import talk_hf
+from talk_hf.models.config_checks import MAX_WEIGHT_ELEMENTS
+
+from . import toy_family
+
+CONFIG_CLASSES = [
+    talk_hf.TaLKConfig,
+    talk_hf.TaLKLMConfig,
+    talk_hf.DynamicConvConfig,
+    talk_hf.DynamicConvLMConfig,
+    talk_hf.SliceNetConfig,
+]
+BOOL_FIELDS = ["scale_embedding", "tie_word_embeddings", "use_cache"]
+
+
+def _save_with(tmp_path, config, **json_fields):
+    """Save ``config`` and overwrite fields of its config.json (as a user editing it would)."""
+    config.save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **json_fields}))
+    return tmp_path
+
+
+@pytest.mark.parametrize("config_class", CONFIG_CLASSES, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("text", ["false", "no", "0", ""])
+@pytest.mark.parametrize("field", BOOL_FIELDS)
+def test_a_string_in_a_bool_field_of_config_json_fails_naming_the_field(tmp_path, config_class, text, field):
+    """A non-empty string is truthy: "false" used to turn the field on."""
+    folder = _save_with(tmp_path, config_class(), **{field: text})
+    with pytest.raises(TypeError, match=f"{field} must be True or False, got '{text}' \\(str\\)"):
+        AutoConfig.from_pretrained(folder)
+
+
+@pytest.mark.parametrize(
+    "config_class, json_fields, message",
+    [
+        (talk_hf.TaLKConfig, dict(use_glu="no"), "use_glu must be True or False, got 'no'"),
+        (talk_hf.TaLKLMConfig, dict(decoder_normalize_before=1), "decoder_normalize_before must be True or False"),
+        (talk_hf.TaLKConfig, dict(position_offset=1e12), r"position_offset must be an int, got 1000000000000.0"),
+        (talk_hf.TaLKLMConfig, dict(d_model=256.0), r"d_model must be an int, got 256.0 \(float\)"),
+        (talk_hf.DynamicConvLMConfig, dict(decoder_layers=True), "decoder_layers must be an int, got True"),
+        (talk_hf.DynamicConvConfig, dict(dropout="0.1"), "dropout must be a finite number, got '0.1'"),
+        (talk_hf.TaLKConfig, dict(init_std=None), "init_std must be a finite number, got None"),
+        (talk_hf.TaLKConfig, dict(activation_function=["relu"]), "activation_function must be a string"),
+        (talk_hf.DynamicConvConfig, dict(conv_type=None), "conv_type must be a string, got None"),
+        (talk_hf.TaLKConfig, dict(encoder_max_offsets="1,3,7"), "encoder_max_offsets must be a list of ints"),
+        (talk_hf.TaLKConfig, dict(decoder_max_offsets=[1, "3", 7]), r"decoder_max_offsets\[1\] must be an int"),
+        (talk_hf.DynamicConvLMConfig, dict(decoder_kernel_sizes=[3, 7.0, 15]), r"decoder_kernel_sizes\[1\]"),
+        (talk_hf.TaLKConfig, dict(pad_token_id="1"), "pad_token_id must be an int, got '1'"),
+        (talk_hf.SliceNetConfig, dict(final_layer_norm="yes"), "final_layer_norm must be True or False"),
+        (talk_hf.SliceNetConfig, dict(dilations=[1, 2, 1.5, 1]), r"dilations\[2\] must be an int"),
+        (talk_hf.SliceNetConfig, dict(timing_num_timescales=16.0), "timing_num_timescales must be an int"),
+    ],
+)
+def test_a_wrong_type_in_config_json_fails_naming_the_field(tmp_path, config_class, json_fields, message):
+    folder = _save_with(tmp_path, config_class(), **json_fields)
+    with pytest.raises(TypeError, match=message):
+        AutoConfig.from_pretrained(folder)
+
+
+def test_numbers_json_writes_without_a_fraction_load_into_float_fields(tmp_path):
+    folder = _save_with(tmp_path, talk_hf.TaLKConfig(), dropout=0, init_std=1)
+    loaded = AutoConfig.from_pretrained(folder)
+    assert (loaded.dropout, loaded.init_std) == (0, 1)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_float_field_must_be_finite(value):
+    with pytest.raises(TypeError, match="init_std must be a finite number"):
+        talk_hf.TaLKLMConfig(init_std=value)
+    with pytest.raises(TypeError, match="timing_max_timescale must be a finite number"):
+        talk_hf.SliceNetConfig(timing_max_timescale=value)
+
+
+def test_a_family_defined_outside_the_package_gets_the_type_checks():
+    with pytest.raises(TypeError, match="kernel_dropout must be a finite number, got '0.1'"):
+        toy_family.ToyLMConfig(kernel_dropout="0.1")
+    with pytest.raises(TypeError, match=r"encoder_kernel_widths\[0\] must be an int"):
+        toy_family.ToyConfig(encoder_kernel_widths=["3", 5, 7])
+
+
+@pytest.mark.parametrize(
+    "config_class, fields, message",
+    [
+        (talk_hf.TaLKConfig, dict(position_offset=10**12), "position_offset must be <= 1048576, got 1000000000000"),
+        (talk_hf.TaLKLMConfig, dict(vocab_size=10**12), "vocab_size must be <= 16777216"),
+        (
+            talk_hf.DynamicConvConfig,
+            dict(decoder_vocab_size=10**12, share_encoder_decoder_embeddings=False),
+            "16777216",
+        ),
+        (talk_hf.TaLKLMConfig, dict(d_model=10**12), "d_model must be <= 262144"),
+        (talk_hf.TaLKLMConfig, dict(conv_dim=10**12), "conv_dim must be <= 262144"),
+        (talk_hf.TaLKConfig, dict(encoder_ffn_dim=10**12), "encoder_ffn_dim must be <= 262144"),
+        (talk_hf.TaLKLMConfig, dict(decoder_layers=10**12), "decoder_layers must be <= 4096"),
+        (talk_hf.DynamicConvConfig, dict(encoder_layers=10**12), "encoder_layers must be <= 4096"),
+        (talk_hf.TaLKLMConfig, dict(decoder_conv_heads=10**12), "decoder_conv_heads must be <= 256"),
+        (talk_hf.TaLKConfig, dict(decoder_attention_heads=10**12), "decoder_attention_heads must be <= 256"),
+        (talk_hf.TaLKLMConfig, dict(decoder_max_offsets=[1, 10**12, 7]), r"decoder_max_offsets\[1\] must be <= 65536"),
+        (talk_hf.DynamicConvConfig, dict(encoder_kernel_sizes=[3, 7, 10**9]), r"encoder_kernel_sizes\[2\] must be <="),
+        (talk_hf.SliceNetConfig, dict(vocab_size=10**12), "vocab_size must be <= 16777216"),
+        (talk_hf.SliceNetConfig, dict(decoder_layers=10**12), "decoder_layers must be <= 4096"),
+        (talk_hf.SliceNetConfig, dict(num_beams=10**12), "num_beams must be <= 1024"),
+        (talk_hf.SliceNetConfig, dict(dilations=[1, 1, 1, 10**9]), r"dilations\[3\] must be <= 65536"),
+        (talk_hf.SliceNetConfig, dict(separability=10**12), "separability must be <= 256"),
+        (
+            talk_hf.SliceNetConfig,
+            dict(kernel_sizes=[3, 3, 10**9 + 1], dilations=[1, 1, 1], separability=1),
+            r"kernel_sizes\[2\]=1000000001 with dilation 1 reaches \(k - 1\) \* dilation = 1,000,000,000 steps",
+        ),
+        (
+            talk_hf.SliceNetConfig,
+            dict(kernel_sizes=[3, 3, 63], dilations=[1, 1, 2000]),
+            r"kernel_sizes\[2\]=63 with dilation 2000 reaches \(k - 1\) \* dilation = 124,000 steps",
+        ),
+        (
+            talk_hf.SliceNetConfig,
+            dict(kernel_sizes=[3, 3, 65]),
+            r"kernel_sizes\[2\]=65: a depthwise step's \(separability <= 0\) kernel has at most 63 taps",
+        ),
+    ],
+)
+def test_an_absurd_size_fails_naming_the_field(config_class, fields, message):
+    with pytest.raises(ValueError, match=message):
+        config_class(**fields)
+
+
+def test_an_absurd_size_in_config_json_fails_naming_the_field(tmp_path):
+    folder = _save_with(tmp_path, talk_hf.TaLKConfig(), position_offset=10**12)
+    with pytest.raises(ValueError, match="position_offset must be <= 1048576, got 1000000000000"):
+        AutoConfig.from_pretrained(folder)
+
+
+@pytest.mark.parametrize(
+    "config_class, fields, message",
+    [
+        (
+            talk_hf.TaLKLMConfig,
+            dict(vocab_size=2**24, d_model=2**10),
+            r"token embedding would be vocab_size \(16,777,216\) x d_model \(1,024\) = 17,179,869,184 elements",
+        ),
+        (
+            talk_hf.TaLKConfig,
+            dict(
+                d_model=2**17,
+                conv_dim=8,
+                encoder_ffn_dim=8,
+                decoder_ffn_dim=8,
+                vocab_size=8,
+                pad_token_id=None,
+                bos_token_id=None,
+                eos_token_id=None,
+                decoder_start_token_id=0,
+            ),
+            r"cross-attention projection would be d_model \(131,072\) x d_model \(131,072\)",
+        ),
+        (
+            talk_hf.DynamicConvLMConfig,
+            dict(d_model=2**16, decoder_conv_heads=2**10, decoder_kernel_sizes=[3, 7, 2**16]),
+            r"decoder kernel predictor would be conv_dim \(65,536\) x decoder_conv_heads \* max\(decoder_kernel_sizes\)",
+        ),
+        (
+            talk_hf.SliceNetConfig,
+            dict(vocab_size=2**24, d_model=2**10),
+            r"token embedding would be vocab_size \(16,777,216\) x d_model \(1,024\)",
+        ),
+    ],
+)
+def test_a_weight_matrix_beyond_the_limit_fails_naming_the_fields(config_class, fields, message):
+    with pytest.raises(ValueError, match=message):
+        config_class(**fields)
+
+
+def test_sizes_of_real_models_pass_up_to_the_limits():
+    talk_hf.TaLKLMConfig.from_preset("wikitext-103")  # vocabulary 267,744 x 1,024
+    at_the_limit = talk_hf.DynamicConvLMConfig(vocab_size=2**24, d_model=MAX_WEIGHT_ELEMENTS // 2**24)
+    assert at_the_limit.vocab_size * at_the_limit.d_model == MAX_WEIGHT_ELEMENTS
+    talk_hf.TaLKLMConfig(position_offset=2**20, decoder_max_offsets=[2**16, 3, 7])
+    talk_hf.SliceNetConfig(kernel_sizes=[3, 3, 63], dilations=[1, 1, 1056])  # reach 62 x 1,056 = 65,472
+
+
+@pytest.mark.parametrize(
+    "config_class, alias, field, value, message",
+    [
+        (talk_hf.TaLKConfig, "hidden_size", "d_model", 30, "conv_dim=30 must be divisible by decoder_conv_heads=4"),
+        (talk_hf.TaLKLMConfig, "num_hidden_layers", "decoder_layers", 10**12, "decoder_layers must be <= 4096"),
+        (talk_hf.DynamicConvConfig, "num_attention_heads", "decoder_attention_heads", 3, "decoder_attention_heads=3"),
+        (talk_hf.SliceNetConfig, "hidden_size", "d_model", 10**12, "d_model must be <= 262144"),
+    ],
+)
+def test_fields_set_by_their_transformers_alias_are_checked(config_class, alias, field, value, message):
+    """``hidden_size=`` used to be set after the checks (and after the defaults that follow d_model)."""
+    with pytest.raises(ValueError, match=message):
+        config_class(**{alias: value})
+
+
+def test_defaults_follow_a_field_set_by_its_alias():
+    config = talk_hf.TaLKConfig(hidden_size=64, num_hidden_layers=5)
+    assert (config.d_model, config.conv_dim) == (64, 64)
+    assert config.encoder_max_offsets == [1, 3, 7, 15, 15]
+
+
+@pytest.mark.parametrize(
+    "config_class, field, value, error",
+    [
+        (talk_hf.TaLKConfig, "use_glu", "no", TypeError),
+        (talk_hf.DynamicConvLMConfig, "vocab_size", 10**12, ValueError),
+        (talk_hf.SliceNetConfig, "scale_embedding", "false", TypeError),
+    ],
+)
+def test_a_field_set_wrong_after_construction_fails_on_save(tmp_path, config_class, field, value, error):
+    config = config_class()
+    setattr(config, field, value)
+    with pytest.raises(error, match=field):
+        config.save_pretrained(tmp_path)
+    assert not (tmp_path / "config.json").exists()
