@@ -18,6 +18,7 @@ particular to its task. Modules:
                    test_results.json
 * `clock`       -- training time, which the time budget and the evaluation pace are measured on
 * `signals`     -- terminal stops: they stop a script anywhere and cost the time budget nothing
+* `threads`     -- the thread count of a CPU run: the cores other processes leave free, unless --threads
 * `run_folder`  -- the output folder: one run at a time, a fresh start or a resume, the run's tokenizer
 * `run_outputs` -- outputs.json, the manifest of what a run wrote: all that --overwrite_output_dir deletes
 * `run_settings` -- args.json, and how a resume's settings compare with it
