@@ -3,9 +3,10 @@
 torch's intra-op thread pool waits at every parallel operator for its slowest thread, and a thread
 whose core another process holds runs only when the scheduler lets it: the Multi30k main job,
 started on a two-core machine while another process held one core, trained 950 steps in its 10
-minutes instead of about 3,500 on the idle machine. So a CPU run that is not told `--threads` first measures, for `SAMPLE_SECONDS`, how
-many of its cores other processes keep busy (`other_load`), takes one thread per core left free (at
-least one, at most torch's own count: `choose_threads`) and says so in one line. `--threads N`
+minutes instead of about 3,500 on the idle machine. So a CPU run that is not told `--threads`
+first measures, for `SAMPLE_SECONDS`, how many of its cores other processes keep busy
+(`other_load`), takes one thread per core left free (at least one, at most torch's own count:
+`choose_threads`) and says so in one line. `--threads N`
 sets the count without measuring; GPU runs keep torch's default. The machine can get busier later:
 `clock.SlowdownDetector` warns when the steps slow down.
 """
