@@ -63,8 +63,10 @@ _ITEM_NAMES = {bool: "bools", int: "ints", float: "numbers", str: "strings"}
 
 
 class CheckedConfig(PretrainedConfig):
-    """A configuration whose fields are checked when it is built, loaded (``from_pretrained``,
-    ``from_dict``) or saved (``save_pretrained`` calls ``validate``).
+    """A configuration whose fields are checked whenever they are set through transformers' API:
+    when it is built, loaded (``from_dict``, hence ``from_pretrained``, including the field values
+    passed to it as keywords, which transformers sets after building), updated (``update``,
+    ``update_from_string``) or saved (``save_pretrained`` calls ``validate``).
 
     On construction, in order: the aliases of ``attribute_map`` passed as keywords (``hidden_size=``)
     are applied to the fields they name; every declared field's type is checked
@@ -87,12 +89,30 @@ class CheckedConfig(PretrainedConfig):
         """Check every field's value (types already checked); errors name the field."""
         raise NotImplementedError(f"{type(self).__name__} must implement check_fields")
 
+    def check(self) -> None:
+        """Check every field's type, then its value."""
+        check_field_types(self)
+        self.check_fields()
+
     def validate(self) -> None:
         """transformers' validation hook (``save_pretrained`` calls it), with the package's checks:
         a field set to a wrong value after construction fails here instead of being saved."""
         super().validate()
-        check_field_types(self)
-        self.check_fields()
+        self.check()
+
+    @classmethod
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs):
+        loaded = super().from_dict(config_dict, **kwargs)
+        (loaded[0] if isinstance(loaded, tuple) else loaded).check()  # (config, unused kwargs) on request
+        return loaded
+
+    def update(self, config_dict: dict[str, Any]) -> None:
+        super().update(config_dict)
+        self.check()
+
+    def update_from_string(self, update_str: str) -> None:
+        super().update_from_string(update_str)
+        self.check()
 
 
 @functools.cache

@@ -222,3 +222,29 @@ def test_a_field_set_wrong_after_construction_fails_on_save(tmp_path, config_cla
     with pytest.raises(error, match=field):
         config.save_pretrained(tmp_path)
     assert not (tmp_path / "config.json").exists()
+
+
+@pytest.mark.parametrize(
+    "overrides, error, message",
+    [
+        (dict(use_glu="no"), TypeError, "use_glu must be True or False, got 'no'"),
+        (dict(position_offset=10**12), ValueError, "position_offset must be <= 1048576"),
+    ],
+)
+def test_field_values_passed_to_from_pretrained_are_checked(tmp_path, overrides, error, message):
+    """transformers sets them on the loaded configuration, after building it."""
+    talk_hf.TaLKConfig().save_pretrained(tmp_path)
+    with pytest.raises(error, match=message):
+        AutoConfig.from_pretrained(tmp_path, **overrides)
+    assert AutoConfig.from_pretrained(tmp_path, use_glu=False).use_glu is False
+
+
+def test_updates_are_checked():
+    config = talk_hf.DynamicConvLMConfig()
+    with pytest.raises(ValueError, match="vocab_size must be <= 16777216"):
+        config.update_from_string("vocab_size=1000000000000")
+    with pytest.raises(ValueError, match="decoder_kernel_sizes must have one entry per layer"):
+        talk_hf.DynamicConvLMConfig().update({"decoder_layers": 4})
+    config = talk_hf.DynamicConvLMConfig()
+    config.update({"decoder_layers": 4, "decoder_kernel_sizes": [3, 5, 7, 9]})
+    assert config.decoder_kernel_sizes == [3, 5, 7, 9]
