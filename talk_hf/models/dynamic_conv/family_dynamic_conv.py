@@ -5,8 +5,8 @@ kernel size, a kernel predicted per token (``conv_type="dynamic_conv"``) or lear
 from __future__ import annotations
 
 from ...layers.dynamic_conv_mixer import DynamicConvCore, LightConvCore
-from ..conv_configuration import with_paper_presets
 from ..mixer_family import MixerFamily
+from ..paper_presets import with_paper_presets
 
 
 def make_dynamic_conv_core(config, layer_idx: int, causal: bool) -> DynamicConvCore | LightConvCore:

@@ -183,6 +183,10 @@ class SliceNetConfig(CheckedConfig):
 
     Presets: `SliceNetConfig.from_preset(name, **overrides)`, see `presets`; the rows of the paper's
     Table 2: `SliceNetConfig.from_table2_row(row, d_model=...)`.
+
+    Types and bounds as for every configuration of the package (`talk_hf.models.config_checks`),
+    plus: a depthwise step's (separability <= 0) kernel has at most 63 taps (the depthwise kernels'
+    limit), every step reaches (k - 1) * dilation <= 65,536 steps back, and `num_beams` <= 1,024.
     """
 
     model_type = "slicenet"

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ...layers.talk_mixer import TaLKCore
-from ..conv_configuration import with_paper_presets
 from ..mixer_family import MixerFamily
+from ..paper_presets import with_paper_presets
 
 
 def make_talk_core(config, layer_idx: int, causal: bool) -> TaLKCore:
