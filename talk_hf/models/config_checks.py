@@ -1,7 +1,7 @@
 """Checks of configuration fields: their types, their bounds, and the sizes of the weights they make.
 
 Every configuration of the package derives from `CheckedConfig`, which runs these checks whenever a
-configuration is built, loaded from ``config.json`` or saved, so that a wrong value fails there,
+configuration is built, loaded from ``config.json``, updated or saved, so that a wrong value fails there,
 with an error that names the field, instead of being taken for something else or failing later in
 a model, a kernel or an allocator.
 
@@ -40,8 +40,8 @@ from transformers import PretrainedConfig
 
 from .._checks import check_int
 
-# Tokens of a vocabulary (vocab_size, decoder_vocab_size): 16,777,216, 8x the largest released
-# vocabularies' (~256k).
+# Tokens of a vocabulary (vocab_size, decoder_vocab_size): 16,777,216, 64x the largest vocabularies
+# of released models (~256k).
 MAX_VOCAB_SIZE = 2**24
 # Widths (d_model, conv_dim, FFN widths): 262,144, 3.5x the widest released FFN (PaLM's 73,728).
 MAX_WIDTH = 2**18
