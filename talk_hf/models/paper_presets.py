@@ -1,4 +1,4 @@
-"""The papers' named configurations (DESIGN section 4) of the generic models, for any family.
+"""The papers' named configurations of the generic models (Wu et al. 2019, Lioutas & Guo 2020), for any family.
 
 A family's presets differ only in its per-layer sizes (`with_paper_presets` takes them); the widths,
 layer counts, heads, GLU switch and regularisation are the papers'.
@@ -61,7 +61,7 @@ def seq2seq_presets(
     iwslt_decoder_sizes: list[int],
     small_sizes: list[int],
 ) -> dict[str, dict[str, Any]]:
-    """The papers' encoder-decoder presets (DESIGN section 4) for one family.
+    """The papers' encoder-decoder presets for one family.
 
     Args:
         sizes_name: the family's per-layer field suffix (``max_offsets`` or ``kernel_sizes``).
