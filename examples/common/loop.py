@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, PartialState
 from accelerate.utils import GradientAccumulationPlugin, set_seed
 from transformers import get_scheduler
 
@@ -31,7 +31,7 @@ import talk_hf
 
 from . import checkpoints, run_folder, run_outputs
 from .averaging import weight_average
-from .batching import make_train_loader
+from .batching import TokenBatchSampler, make_train_loader
 from .checkpoints import Progress
 from .clock import SlowdownDetector, TrainingClock, crossed_multiple
 from .folder_saves import full_disk_is_an_error
@@ -153,9 +153,10 @@ def train(accelerator, args, *, model, examples, lengths, collate, loss_fn, eval
     """
     accelerator.print(f"{args.model_type}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
     micro_batches_per_step = accelerator.num_processes * args.gradient_accumulation_steps
-    train_loader, sampler = make_train_loader(
-        examples, lengths, collate, max_tokens=args.max_tokens, seed=args.seed, multiple_of=micro_batches_per_step
-    )
+    with batches_that_fit(args):
+        train_loader, sampler = make_train_loader(
+            examples, lengths, collate, max_tokens=args.max_tokens, seed=args.seed, multiple_of=micro_batches_per_step
+        )
     steps_per_epoch = len(sampler) // micro_batches_per_step
     max_steps = total_steps(args, steps_per_epoch)
     settings = Settings.from_args(args, max_steps=max_steps, metric=metric, maximize=maximize)
@@ -173,6 +174,27 @@ def train(accelerator, args, *, model, examples, lengths, collate, loss_fn, eval
         tokenizer=tokenizer,
         settings=settings,
     )
+
+
+def check_batches(args, lengths) -> None:
+    """Stop (`options.fail`) when training examples of token counts `lengths` cannot fill one
+    optimizer step of `args` (an example longer than `--max_tokens`, or fewer batches than processes
+    x `--gradient_accumulation_steps`). The scripts call it before `training_run` writes anything."""
+    micro_batches_per_step = PartialState().num_processes * args.gradient_accumulation_steps
+    with batches_that_fit(args):
+        TokenBatchSampler(lengths, args.max_tokens, multiple_of=micro_batches_per_step)
+
+
+@contextmanager
+def batches_that_fit(args):
+    """`TokenBatchSampler`'s refusal of the training examples as a script error naming the flags."""
+    try:
+        yield
+    except ValueError as error:
+        fail(
+            f"the training data cannot fill an optimizer step of --max_tokens {args.max_tokens} and "
+            f"--gradient_accumulation_steps {args.gradient_accumulation_steps}: {error}"
+        )
 
 
 def total_steps(args, steps_per_epoch: int) -> int:

@@ -126,6 +126,8 @@ def main(argv=None):
     # they refuse leaves no run behind; a resume reads the run's tokenizer once it holds the folder.
     tokenizer = None if args.resume else run_folder.new_tokenizer(args, texts["train"]["text"])
     blocks = None if args.resume else make_blocks(args, tokenizer, texts)
+    if blocks is not None:
+        loop.check_batches(args, [args.block_size] * len(blocks["train"]))
     with loop.training_run(args) as accelerator:
         tokenizer = run_folder.run_tokenizer(accelerator, args, tokenizer)
         blocks = blocks or make_blocks(args, tokenizer, texts)

@@ -143,11 +143,18 @@ def main(argv=None):
     # that text they refuse leaves no run behind; a resume reads the run's tokenizer once it holds the folder.
     tokenizer = None if args.resume else run_folder.new_tokenizer(args, training_texts(pairs), add_eos=True)
     train = None if args.resume else training_examples(args, tokenizer, pairs["train"])
+    if train is not None:
+        loop.check_batches(args, example_lengths(train))
     with loop.training_run(args) as accelerator:
         tokenizer = run_folder.run_tokenizer(accelerator, args, tokenizer)
         train = train or training_examples(args, tokenizer, pairs["train"])
         train_model(accelerator, args, tokenizer, train, pairs)
         report(accelerator, args, pairs["test"])
+
+
+def example_lengths(train):
+    """The token count that batches of the encoded pairs `train` are sized by: the longer side's."""
+    return [max(len(example["source"]), len(example["target"])) for example in train]
 
 
 def training_texts(pairs):
@@ -175,7 +182,7 @@ def train_model(accelerator, args, tokenizer, train, pairs):
         args,
         model=model,
         examples=train,
-        lengths=[max(len(e["source"]), len(e["target"])) for e in train],
+        lengths=example_lengths(train),
         collate=TranslationCollator(tokenizer.pad_token_id, config.decoder_start_token_id),
         loss_fn=loss_fn,
         evaluate=evaluate,

@@ -120,6 +120,17 @@ def test_an_example_longer_than_max_tokens_is_named():
         TokenBatchSampler([3, 4, 9, 2], max_tokens=8)
 
 
+@pytest.mark.parametrize("script", [LM_SCRIPT, "translation/train.py"])
+def test_training_data_too_small_for_one_optimizer_step_stops_before_anything_is_written(tmp_path, script):
+    data = lm_data(tmp_path / "data") if script == LM_SCRIPT else translation_data(tmp_path / "data")
+    flags = LM_FLAGS if script == LM_SCRIPT else ["--max_tokens", "64", "--max_length", "16"]
+    message = start_error(script, data, tmp_path / "run", *flags, "--gradient_accumulation_steps", "1000")
+    assert message.startswith("error: the training data cannot fill an optimizer step of --max_tokens ")
+    assert (
+        "--gradient_accumulation_steps 1000: " in message and "fewer than the 1000 that one optimizer step" in message
+    )
+
+
 def test_the_same_command_runs_once_the_data_is_fixed(tmp_path):
     data = lm_data(tmp_path / "data", valid=[])
     flags = [*LM_FLAGS, "--max_steps", "2", "--threads", "1"]
