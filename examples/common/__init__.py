@@ -7,8 +7,12 @@ particular to its task. Modules:
 * `tokenizer`   -- train a BPE or word-level tokenizer and wrap it as a `PreTrainedTokenizerFast`
 * `batching`    -- batches by token count (fairseq's max-tokens), the training loader, collators, LM blocks
 * `models`      -- `build_model`: our models and same-size transformers baselines
-* `options`     -- the command-line options every Accelerate script shares, and their checks
-* `loop`        -- the Accelerate training loop: `training_run`, `train`, `fit`, `train_step`
+* `options`     -- the command-line options every Accelerate script shares, and `fail`
+* `option_checks` -- their checks: ranges, flags that go together, sizes that make a valid model
+* `training_run` -- the run's Accelerator, in its locked output folder
+* `optimizer_steps` -- whether the data fills an optimizer step, how many steps, AdamW and its schedule
+* `loop`        -- the Accelerate training loop: `train`, `fit`, `train_step`
+* `loop_settings` -- `Settings`: what `fit` reads of the command line, and the test hook that stops a run
 * `losses`      -- the training loss, per-sequence NLL and the validation loss meter
 * `checkpoints` -- `Progress`, saving last/ and best/ (with their files' hashes), resuming, reloading best/
 * `training_state` -- state/: Accelerate's files, progress.json and the averaging snapshots, loaded so that

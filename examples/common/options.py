@@ -1,12 +1,11 @@
-"""Command-line options shared by the Accelerate scripts, and their checks."""
+"""The command-line options that every Accelerate script shares: their groups, their help, what some of
+them mean (`model_sizes`, `recipe_dropout`, which may change on resume), and `fail`, how a script stops
+on a bad one. Their checks are `option_checks`'s."""
 
 import argparse
 import copy
-import math
-import os
-from pathlib import Path
 
-from .models import build_config, model_types, presets_of
+from .models import model_types, presets_of
 from .tokenizer import KINDS, SPECIAL_TOKENS
 
 # The settings a resume may change without --allow_changed_args: when training stops, how often it
@@ -199,95 +198,6 @@ def add_training_options(parser, lr, max_tokens, schedule, warmup_steps, label_s
     group.add_argument("--eval_batch_size", type=int, default=64, help="sequences per evaluation batch and process")
     group.add_argument("--push_to_hub", action="store_true", help="upload best/ to --hub_model_id at the end")
     group.add_argument("--hub_model_id", help="owner/name on the Hub, for --push_to_hub")
-
-
-def check_args(args):
-    """Raise a clear `SystemExit` for flags that are out of range, do not fit together or name paths
-    that do not exist: all before any work. (What the output folder holds is checked once it is
-    locked: `run_folder.open_run`.)"""
-    if args.data_dir is not None and not Path(args.data_dir).is_dir():
-        fail(f"--data_dir {args.data_dir} is not a folder")
-    if args.tokenizer is not None and args.tokenizer.startswith((".", "/")) and not os.path.isdir(args.tokenizer):
-        fail(f"--tokenizer {args.tokenizer} is not a folder")
-    check_start_flags(args)
-    if args.push_to_hub and not args.hub_model_id:
-        fail("--push_to_hub needs --hub_model_id")
-    check_at_least(args, 1, "max_tokens", "gradient_accumulation_steps", "eval_every", "save_every", "log_every")
-    check_at_least(args, 1, "eval_batch_size", "max_steps", "max_train_samples", "max_eval_samples", "threads")
-    check_at_least(args, 1, "min_frequency", "d_model", "ffn_dim", "encoder_layers", "decoder_layers", "heads")
-    check_at_least(args, 0, "warmup_steps")
-    if args.vocab_size <= len(SPECIAL_TOKENS):
-        fail(
-            f"--vocab_size must be at least {len(SPECIAL_TOKENS) + 1}, not {args.vocab_size}: "
-            f"{len(SPECIAL_TOKENS)} ids go to the special tokens {', '.join(SPECIAL_TOKENS.values())}"
-        )
-    if args.average_last == 1 or args.average_last < 0:
-        fail("--average_last must be 0 (off) or >= 2")
-    if not 0 <= args.seed < 2**32:
-        fail(f"--seed must be in [0, 2**32) (the range numpy accepts), not {args.seed}")
-    check_numbers(args)
-    check_model_flags(args)
-    return args
-
-
-def check_start_flags(args):
-    """--resume, --overwrite_output_dir and --allow_changed_args: which go together."""
-    if args.resume and args.overwrite_output_dir:
-        fail("--resume continues the run in --output_dir, --overwrite_output_dir deletes it: give one of them")
-    if args.allow_changed_args and not args.resume:
-        fail("--allow_changed_args applies to --resume only: a new run takes the settings it is given")
-
-
-def check_at_least(args, minimum, *names):
-    """Fail for the first of the integer options `names` below `minimum` (None: not given, fine)."""
-    for name in names:
-        value = getattr(args, name, None)
-        if value is not None and value < minimum:
-            fail(f"--{name} must be >= {minimum}, not {value}")
-
-
-def check_numbers(args):
-    """The float options: finite, and in their ranges (None: not given, fine)."""
-    for name in ("lr", "epochs", "max_train_minutes", "eval_every_minutes"):
-        value = getattr(args, name)
-        if value is not None and not (math.isfinite(value) and value > 0):
-            fail(f"--{name} must be a number > 0, not {value}")
-    for name in ("weight_decay", "clip_norm"):
-        value = getattr(args, name)
-        if not (math.isfinite(value) and value >= 0):
-            fail(f"--{name} must be a number >= 0, not {value}")
-    for name in ("label_smoothing", "dropout"):
-        value = getattr(args, name)
-        if value is not None and not 0 <= value < 1:
-            fail(f"--{name} must be in [0, 1), not {value}")
-
-
-class _TokenIdsOnly:
-    """What `build_config` reads of a tokenizer, to check the model flags before there is one."""
-
-    pad_token_id, bos_token_id, eos_token_id = 0, 1, 2
-
-    def __len__(self):
-        return 64
-
-
-def check_model_flags(args):
-    """Fail when the model flags make no valid configuration (e.g. --d_model not a multiple of
-    --heads, or a flag the model type does not have), with the configuration's own rules."""
-    encoder_decoder = hasattr(args, "encoder_layers")  # add_model_options adds it for encoder-decoders only
-    presets = presets_of(args.model_type, encoder_decoder)
-    if args.preset not in presets:
-        fail(
-            f"--preset {args.preset} is not a preset of --model_type {args.model_type}: give one of {', '.join(presets)}"
-        )
-    try:
-        build_config(args.model_type, _TokenIdsOnly(), encoder_decoder, args.preset, **model_sizes(args))
-    except ValueError as error:
-        fail(f"--model_type {args.model_type} --preset {args.preset} with the given sizes is no valid model: {error}")
-
-
-def parse_args(parser, argv=None):
-    return check_args(parser.parse_args(argv))
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):

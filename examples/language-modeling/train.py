@@ -21,11 +21,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for `common`
 
 import torch  # noqa: E402
-from common import checkpoints, hub, loop, options, records, run_folder, signals  # noqa: E402
+from common import checkpoints, hub, loop, optimizer_steps, option_checks, options, records, run_folder, signals  # noqa: E402
 from common.batching import collate_lm, lm_blocks  # noqa: E402
 from common.data import load_splits, split_name  # noqa: E402
 from common.losses import LossMeter, sequence_nll, token_loss  # noqa: E402
 from common.models import build_model  # noqa: E402
+from common.training_run import training_run  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 import talk_hf  # noqa: E402,F401  (registers our models with the Auto classes)
@@ -62,8 +63,8 @@ def parse_args(argv=None):
         label_smoothing=0.0,
         metric="valid_ppl",
     )
-    args = options.parse_args(parser, argv)
-    options.check_at_least(args, 1, "block_size")
+    args = option_checks.parse_args(parser, argv)
+    option_checks.check_at_least(args, 1, "block_size")
     if args.lr is None:  # resolved here, so args.json records the rate that ran
         args.lr = default_lr(args.block_size)
     if args.max_tokens < args.block_size:
@@ -127,8 +128,8 @@ def main(argv=None):
     tokenizer = None if args.resume else run_folder.new_tokenizer(args, texts["train"]["text"])
     blocks = None if args.resume else make_blocks(args, tokenizer, texts)
     if blocks is not None:
-        loop.check_batches(args, [args.block_size] * len(blocks["train"]))
-    with loop.training_run(args) as accelerator:
+        optimizer_steps.check_batches(args, [args.block_size] * len(blocks["train"]))
+    with training_run(args) as accelerator:
         tokenizer = run_folder.run_tokenizer(accelerator, args, tokenizer)
         blocks = blocks or make_blocks(args, tokenizer, texts)
         train_model(accelerator, args, tokenizer, blocks)

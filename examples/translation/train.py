@@ -22,11 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for `
 
 import sacrebleu  # noqa: E402
 import torch  # noqa: E402
-from common import checkpoints, hub, loop, options, records, run_folder, signals  # noqa: E402
+from common import checkpoints, hub, loop, optimizer_steps, option_checks, options, records, run_folder, signals  # noqa: E402
 from common.batching import TranslationCollator  # noqa: E402
 from common.data import load_splits, split_name  # noqa: E402
 from common.losses import LossMeter, sequence_nll, token_loss  # noqa: E402
 from common.models import build_model  # noqa: E402
+from common.training_run import training_run  # noqa: E402
 from transformers import AutoModelForSeq2SeqLM  # noqa: E402
 
 import talk_hf  # noqa: E402,F401  (registers our models with the Auto classes)
@@ -54,8 +55,8 @@ def parse_args(argv=None):
     options.add_training_options(
         parser, lr=1e-3, max_tokens=512, schedule="inverse_sqrt", warmup_steps=150, label_smoothing=0.1, metric="bleu"
     )
-    args = options.parse_args(parser, argv)
-    options.check_at_least(args, 1, "max_length", "num_beams", "valid_num_beams")
+    args = option_checks.parse_args(parser, argv)
+    option_checks.check_at_least(args, 1, "max_length", "num_beams", "valid_num_beams")
     if args.source_lang == args.target_lang:
         options.fail(f"--source_lang and --target_lang are both {args.source_lang!r}: translation needs two languages")
     if args.max_tokens < args.max_length:  # so that every pair trained on fits in a batch
@@ -144,8 +145,8 @@ def main(argv=None):
     tokenizer = None if args.resume else run_folder.new_tokenizer(args, training_texts(pairs), add_eos=True)
     train = None if args.resume else training_examples(args, tokenizer, pairs["train"])
     if train is not None:
-        loop.check_batches(args, example_lengths(train))
-    with loop.training_run(args) as accelerator:
+        optimizer_steps.check_batches(args, example_lengths(train))
+    with training_run(args) as accelerator:
         tokenizer = run_folder.run_tokenizer(accelerator, args, tokenizer)
         train = train or training_examples(args, tokenizer, pairs["train"])
         train_model(accelerator, args, tokenizer, train, pairs)

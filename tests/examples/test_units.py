@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator
-from common import checkpoints, clock, hub, loop, options, records, signals
+from common import checkpoints, clock, hub, loop_settings, options, records, signals
 from common.atomic_files import existing_dir, replace_dir
 from common.averaging import WeightAverage
 from common.batching import TokenBatchSampler, TranslationCollator, collate_lm, lm_blocks
@@ -489,14 +489,14 @@ def test_the_crash_of_the_resume_tests_is_a_test_hook_not_an_option(monkeypatch)
     """`TALK_HF_TEST_STOP_AFTER_STEPS` (see test_train_scripts.py) is read by the loop; no flag sets it."""
     with pytest.raises(SystemExit):  # argparse: unrecognized arguments
         load_script("translation/train.py").parse_args(["--output_dir", "x", "--stop_after_steps", "3"])
-    monkeypatch.delenv(loop.STOP_AFTER_STEPS, raising=False)
-    assert loop.stop_after_steps_hook() is None
-    monkeypatch.setenv(loop.STOP_AFTER_STEPS, "7")
-    assert loop.stop_after_steps_hook() == 7
+    monkeypatch.delenv(loop_settings.STOP_AFTER_STEPS, raising=False)
+    assert loop_settings.stop_after_steps_hook() is None
+    monkeypatch.setenv(loop_settings.STOP_AFTER_STEPS, "7")
+    assert loop_settings.stop_after_steps_hook() == 7
     for value in ("0", "-1", "seven"):
-        monkeypatch.setenv(loop.STOP_AFTER_STEPS, value)
-        with pytest.raises(SystemExit, match=f"^error: {loop.STOP_AFTER_STEPS} .* >= 1, not '{value}'"):
-            loop.stop_after_steps_hook()
+        monkeypatch.setenv(loop_settings.STOP_AFTER_STEPS, value)
+        with pytest.raises(SystemExit, match=f"^error: {loop_settings.STOP_AFTER_STEPS} .* >= 1, not '{value}'"):
+            loop_settings.stop_after_steps_hook()
 
 
 @pytest.mark.parametrize(

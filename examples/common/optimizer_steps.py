@@ -1,0 +1,51 @@
+"""The optimizer steps of a run: whether the training data fills one, how many to train, and the
+optimizer and learning-rate schedule that take them.
+
+A step consumes `--gradient_accumulation_steps` micro-batches of at most `--max_tokens` padded tokens
+on each process (`batching.TokenBatchSampler`).
+"""
+
+import math
+from contextlib import contextmanager
+
+import torch
+from accelerate import PartialState
+from transformers import get_scheduler
+
+from .batching import TokenBatchSampler
+from .options import fail
+
+
+def check_batches(args, lengths) -> None:
+    """Stop (`options.fail`) when training examples of token counts `lengths` cannot fill one
+    optimizer step of `args` (an example longer than `--max_tokens`, or fewer batches than processes
+    x `--gradient_accumulation_steps`). The scripts call it before `training_run` writes anything."""
+    micro_batches_per_step = PartialState().num_processes * args.gradient_accumulation_steps
+    with batches_that_fit(args):
+        TokenBatchSampler(lengths, args.max_tokens, multiple_of=micro_batches_per_step)
+
+
+@contextmanager
+def batches_that_fit(args):
+    """`TokenBatchSampler`'s refusal of the training examples as a script error naming the flags."""
+    try:
+        yield
+    except ValueError as error:
+        fail(
+            f"the training data cannot fill an optimizer step of --max_tokens {args.max_tokens} and "
+            f"--gradient_accumulation_steps {args.gradient_accumulation_steps}: {error}"
+        )
+
+
+def total_steps(args, *, steps_per_epoch: int) -> int:
+    """The optimizer steps to train: `--max_steps`, or `--epochs` worth of them."""
+    return args.max_steps if args.max_steps is not None else max(1, math.ceil(args.epochs * steps_per_epoch))
+
+
+def make_optimizer(model, args, *, max_steps: int):
+    """AdamW (betas 0.9/0.98 as in the papers) and the warmup schedule, decaying over `max_steps`."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=args.weight_decay)
+    scheduler = get_scheduler(
+        args.schedule, optimizer, num_warmup_steps=args.warmup_steps, num_training_steps=max_steps
+    )
+    return optimizer, scheduler
