@@ -11,6 +11,9 @@ import torch
 
 from talk_hf.ops._unverified import UNVERIFIED_CUDA_ENV
 
+# Where the benchmarks write their JSON unless --out says otherwise.
+RESULTS = Path(__file__).parent / "results"
+
 
 def cpu_name() -> str:
     """The CPU model from /proc/cpuinfo (Linux), else what ``platform`` knows."""
@@ -33,6 +36,22 @@ def synchronize(device: torch.device | str) -> None:
     device = torch.device(device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def process_status_bytes(field: str) -> int | None:
+    """A memory field of /proc/self/status in bytes, e.g. ``VmRSS`` (resident now) or ``VmHWM`` (its
+    peak); None where there is no /proc (not Linux).
+
+    Both belong to this process image: unlike getrusage's ru_maxrss they are not inherited from the
+    parent that forked a measuring subprocess.
+    """
+    status = Path("/proc/self/status")
+    if not status.exists():
+        return None
+    for line in status.read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    return None
 
 
 def run_metadata(device: torch.device | str) -> dict:
@@ -76,7 +95,7 @@ def parse_cpu_args(parser):
 def write_report(report: dict, out: Path | None, default_name: str, announce: bool = True) -> None:
     """Write a benchmark's JSON to ``out`` (default: benchmarks/results/``default_name``); with
     ``announce``, print its ``summary`` when it has one, and say where it went."""
-    out = out or Path(__file__).parent / "results" / default_name
+    out = out or RESULTS / default_name
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2, default=str) + "\n")
     if not announce:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -46,13 +47,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _device import device_name, synchronize  # noqa: E402
+from _device import RESULTS, UNVERIFIED_CUDA_ENV, device_name, process_status_bytes, synchronize  # noqa: E402
 
 import talk_hf  # noqa: E402
 from talk_hf.ops import dynamic_conv, light_conv, talk_conv  # noqa: E402
 
 
-def build_case(name: str, batch: int, length: int, channels: int, heads: int, device, dtype, backend=None):
+def build_case(name: str, *, batch: int, length: int, channels: int, heads: int, device, dtype, backend=None):
     """Make the inputs of one benchmark case and return (run, inputs_needing_grad).
 
     ``run()`` computes the op's (B, T, C) output from freshly built leaf inputs; ``backend`` is
@@ -94,7 +95,6 @@ def build_case(name: str, batch: int, length: int, channels: int, heads: int, de
 # The benchmark backend that runs the "cuda" backend with the streaming kernels of these ops.
 STREAM_BACKEND = "cuda-stream"
 STREAM_OPS = "talk_conv,dynamic_conv,light_conv"
-UNVERIFIED_CUDA_ENV = "TALK_HF_UNVERIFIED_CUDA"
 CASES = ["talk_bidirectional", "talk_causal", "dynamic_conv_k3", "dynamic_conv_k31", "light_conv_k31", "sdpa"]
 ATTENTION = ("sdpa", "sdpa_flash_bf16")
 TABLE6 = {
@@ -105,6 +105,56 @@ TABLE6 = {
     "lengths": [10, 100, 1000, 10000],
     "cases": ["talk_bidirectional", "dynamic_conv_k3", "dynamic_conv_k31", "sdpa_flash_bf16", "sdpa"],
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One measurement: the op or attention ``name`` (a key of ``CASES`` or ``ATTENTION``) on
+    (``batch``, ``length``, ``channels``) inputs with ``heads`` heads, on ``device`` in ``dtype``."""
+
+    name: str
+    batch: int
+    length: int
+    channels: int
+    heads: int
+    device: torch.device
+    dtype: torch.dtype
+
+    def build(self, backend=None):
+        """``build_case`` of this case: (run, inputs_needing_grad)."""
+        return build_case(
+            self.name,
+            batch=self.batch,
+            length=self.length,
+            channels=self.channels,
+            heads=self.heads,
+            device=self.device,
+            dtype=self.dtype,
+            backend=backend,
+        )
+
+    def peak_of_arguments(self, backend: str) -> list[str]:
+        """The ``--peak-of`` values that name this case on the CPU (`from_peak_of` reads them)."""
+        sizes = (self.batch, self.length, self.channels, self.heads)
+        return [self.name, *map(str, sizes), str(self.dtype).removeprefix("torch."), backend]
+
+    @classmethod
+    def from_peak_of(cls, values: list[str]) -> tuple[Case, str]:
+        """The CPU case and the backend that ``--peak-of`` names."""
+        name, batch, length, channels, heads, dtype_name, backend = values
+        sizes = dict(batch=int(batch), length=int(length), channels=int(channels), heads=int(heads))
+        return cls(name, **sizes, device=torch.device("cpu"), dtype=getattr(torch, dtype_name)), backend
+
+
+@dataclasses.dataclass(frozen=True)
+class References:
+    """The same-run ceilings the ops are held against: a device-to-device copy's bandwidth (100% of
+    the bandwidth fractions), ``clone()``'s (a copy into a new tensor) and a matrix product's FLOP/s
+    (100% of the flop fractions)."""
+
+    copy_bytes_per_s: float
+    clone_bytes_per_s: float
+    matmul_flops_per_s: float
 
 
 @contextlib.contextmanager
@@ -122,56 +172,58 @@ def kernel_set(backend: str | None):
             os.environ[UNVERIFIED_CUDA_ENV] = saved
 
 
-def bytes_moved(name, batch, length, channels, heads, dtype):
+def bytes_moved(case: Case) -> tuple[int, int]:
     """(forward, backward) bytes an op must move at least: each input and output once.
 
     Forward reads x and the offsets (or kernel) and writes the output; backward reads the output
     gradient, x and the offsets (or kernel) and writes their gradients.
     """
+    name, tokens_by_heads = case.name, case.batch * case.length * case.heads
     if name.startswith("talk"):
-        side = batch * length * heads * (2 if name == "talk_bidirectional" else 1)
+        side = tokens_by_heads * (2 if name == "talk_bidirectional" else 1)
     elif name.startswith("dynamic_conv_k"):
-        side = batch * length * heads * int(name.removeprefix("dynamic_conv_k"))
+        side = tokens_by_heads * int(name.removeprefix("dynamic_conv_k"))
     else:  # light_conv: a small (H, K) kernel
-        side = heads * int(name.removeprefix("light_conv_k"))
-    tokens = batch * length * channels
-    size = torch.finfo(dtype).bits // 8
+        side = case.heads * int(name.removeprefix("light_conv_k"))
+    tokens = case.batch * case.length * case.channels
+    size = torch.finfo(case.dtype).bits // 8
     return (2 * tokens + side) * size, (3 * tokens + 2 * side) * size
 
 
-def copy_bytes_per_second(device, nbytes: int, min_seconds: float) -> float:
-    """Bandwidth of a device-to-device copy of ``nbytes`` (read + write), the reference of 100%."""
-    source = torch.empty(nbytes // 4, device=device, dtype=torch.float32).uniform_()
-    target = torch.empty_like(source)
-    return 2 * nbytes / median_seconds(lambda: target.copy_(source), device, min_seconds)
-
-
-def clone_bytes_per_second(device, nbytes: int, min_seconds: float) -> float:
-    """Bandwidth of ``clone()`` of ``nbytes``: a copy into a freshly allocated tensor, as every op
-    that returns a new tensor does (on the CPU the new pages' first-touch faults are included)."""
-    source = torch.empty(nbytes // 4, device=device, dtype=torch.float32).uniform_()
-    return 2 * nbytes / median_seconds(source.clone, device, min_seconds)
-
-
-def matmul_flops_per_second(device, dtype, min_seconds: float) -> float:
-    """FLOP/s of a square matrix product (2,048 on the CPU, 8,192 on a GPU), the compute ceiling
-    that the kernels with many flops per byte (dynamic_conv with k = 31) are held against."""
-    size = 8192 if device.type == "cuda" else 2048
-    a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
-    return 2 * size**3 / median_seconds(lambda: a @ b, device, min_seconds)
-
-
-def conv_flops(name, batch, length, channels):
+def conv_flops(case: Case) -> tuple[int, int] | None:
     """(forward, backward) multiply-adds x 2 of a convolution case (None for the others): K per
     output element forward; K for grad x and K for the weight gradient backward."""
     for prefix in ("dynamic_conv_k", "light_conv_k"):
-        if name.startswith(prefix):
-            forward = 2 * batch * length * channels * int(name.removeprefix(prefix))
+        if case.name.startswith(prefix):
+            forward = 2 * case.batch * case.length * case.channels * int(case.name.removeprefix(prefix))
             return forward, 2 * forward
     return None
 
 
-def median_seconds(step, device, min_seconds: float, max_repeats: int = 50) -> float:
+def measure_references(device, *, dtype, nbytes: int, min_seconds: float) -> References:
+    """Copy and ``clone()`` bandwidth over ``nbytes`` (at least 256 MiB for the copy on a GPU, 64 MiB
+    otherwise) and the FLOP/s of a square matrix product (2,048 on the CPU, 8,192 on a GPU).
+
+    ``clone()`` is what every op that returns a new tensor does: on the CPU the new pages'
+    first-touch faults are included (unless THP_MEM_ALLOC_ENABLE=1).
+    """
+    copy_bytes = max(nbytes, 2**28 if device.type == "cuda" else 2**26)
+    copy_source = torch.empty(copy_bytes // 4, device=device, dtype=torch.float32).uniform_()
+    copy_target = torch.empty_like(copy_source)
+    copy_seconds = median_seconds(lambda: copy_target.copy_(copy_source), device=device, min_seconds=min_seconds)
+    clone_source = torch.empty(max(nbytes, 2**26) // 4, device=device, dtype=torch.float32).uniform_()
+    clone_seconds = median_seconds(clone_source.clone, device=device, min_seconds=min_seconds)
+    size = 8192 if device.type == "cuda" else 2048
+    a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
+    matmul_seconds = median_seconds(lambda: a @ b, device=device, min_seconds=min_seconds)
+    return References(
+        copy_bytes_per_s=2 * copy_source.nbytes / copy_seconds,
+        clone_bytes_per_s=2 * clone_source.nbytes / clone_seconds,
+        matmul_flops_per_s=2 * size**3 / matmul_seconds,
+    )
+
+
+def median_seconds(step, *, device, min_seconds: float, max_repeats: int = 50) -> float:
     """Median wall time of ``step()`` after one warm-up call, repeated for at least ``min_seconds``."""
     step()
     synchronize(device)
@@ -186,14 +238,14 @@ def median_seconds(step, device, min_seconds: float, max_repeats: int = 50) -> f
     return statistics.median(times)
 
 
-def time_case(name, batch, length, channels, heads, device, dtype, min_seconds, backend=None):
+def time_case(case: Case, *, min_seconds: float, backend=None) -> tuple[float, float]:
     """Forward and forward+backward median seconds of one case.
 
     The backward pass starts from a fixed random gradient of the output, as inside a model: a
     ``.sum().backward()`` would add a reduction over the output and the writing out of its
     expanded all-ones gradient (the kernels read a contiguous one) to the op's time.
     """
-    run, inputs = build_case(name, batch, length, channels, heads, device, dtype, backend)
+    run, inputs = case.build(backend)
     with torch.no_grad():
         output_gradient = torch.randn_like(run())
 
@@ -206,63 +258,127 @@ def time_case(name, batch, length, channels, heads, device, dtype, min_seconds, 
             tensor.grad = None
         run().backward(output_gradient)
 
-    return median_seconds(forward, device, min_seconds), median_seconds(forward_backward, device, min_seconds)
+    return (
+        median_seconds(forward, device=case.device, min_seconds=min_seconds),
+        median_seconds(forward_backward, device=case.device, min_seconds=min_seconds),
+    )
 
 
-def memory_status_bytes(field: str) -> int:
-    """A memory field of /proc/self/status (Linux), e.g. VmRSS (now) or VmHWM (peak), in bytes.
-
-    Both belong to this process image: unlike getrusage's ru_maxrss they are not inherited from
-    the parent that forked the measuring subprocess.
-    """
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"{field} not found in /proc/self/status")
-
-
-def peak_forward_bytes(name, batch, length, channels, heads, device, dtype, backend="auto") -> int:
+def peak_forward_bytes(case: Case, *, backend: str = "auto") -> int:
     """Peak memory one forward pass adds on top of its inputs.
 
     On CUDA the allocator's peak counter; on the CPU the process high-water mark, measured in a
     fresh subprocess (``--peak-of``) so that earlier cases cannot hide this one's peak.
     """
-    if device.type == "cuda":
-        run, _ = build_case(name, batch, length, channels, heads, device, dtype, backend)
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        before = torch.cuda.memory_allocated(device)
+    if case.device.type == "cuda":
+        run, _ = case.build(backend)
+        torch.cuda.synchronize(case.device)
+        torch.cuda.reset_peak_memory_stats(case.device)
+        before = torch.cuda.memory_allocated(case.device)
         with torch.no_grad():
             run()
-        torch.cuda.synchronize(device)
-        return torch.cuda.max_memory_allocated(device) - before
-    command = [
-        sys.executable,
-        __file__,
-        "--peak-of",
-        name,
-        str(batch),
-        str(length),
-        str(channels),
-        str(heads),
-        str(dtype).removeprefix("torch."),
-        backend,
-    ]
+        torch.cuda.synchronize(case.device)
+        return torch.cuda.max_memory_allocated(case.device) - before
+    command = [sys.executable, __file__, "--peak-of", *case.peak_of_arguments(backend)]
     return int(subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip())
 
 
-def report_cpu_peak(name, batch, length, channels, heads, dtype_name, backend) -> None:
+def report_cpu_peak(case: Case, *, backend: str) -> None:
     """Subprocess side of :func:`peak_forward_bytes`: print the forward pass's extra peak RSS."""
-    dtype = getattr(torch, dtype_name)
-    warm_up, _ = build_case(name, 1, 8, channels, heads, torch.device("cpu"), dtype, backend)
+    warm_up, _ = dataclasses.replace(case, batch=1, length=8).build(backend)
     with torch.no_grad():  # loads libraries and starts thread pools before the measurement
         warm_up()
-    run, _ = build_case(name, batch, length, channels, heads, torch.device("cpu"), dtype, backend)
-    before = memory_status_bytes("VmRSS")
+    run, _ = case.build(backend)
+    before = process_status_bytes("VmRSS")
+    if before is None:
+        raise RuntimeError("peak memory on the CPU is read from /proc/self/status (Linux): pass --skip-peak")
     with torch.no_grad():
         run()
-    print(max(memory_status_bytes("VmHWM") - before, 0))
+    print(max(process_status_bytes("VmHWM") - before, 0))
+
+
+def measure_row(case: Case, *, backend: str, references: References, min_seconds: float, skip_peak: bool) -> dict:
+    """The report's row of one case on one benchmark backend (``-`` for attention): seconds, peak
+    memory, and for the ops the fractions of the same-run `references` they reach.  A case that
+    runs out of GPU memory (like self-attention at T = 10,000 in the paper) gets a row saying so."""
+    op_backend = None if case.name in ATTENTION else backend
+    head = {"case": case.name, "backend": backend, "length": case.length}
+    try:
+        with kernel_set(op_backend) as ops_backend:
+            forward, forward_backward = time_case(case, min_seconds=min_seconds, backend=ops_backend)
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        print(f"T={case.length:6d} {case.name:20s} {backend:11s} out of memory")
+        return {**head, "error": "out of memory"}
+    row = {**head, "forward_s": forward, "forward_backward_s": forward_backward, "iterations_per_s": 1 / forward}
+    if not skip_peak:
+        with kernel_set(op_backend) as ops_backend:
+            row["forward_peak_bytes"] = peak_forward_bytes(case, backend=ops_backend or "auto")
+    if case.name not in ATTENTION:
+        row |= fractions_of_ceilings(case, forward=forward, forward_backward=forward_backward, references=references)
+    return row
+
+
+def fractions_of_ceilings(case: Case, *, forward: float, forward_backward: float, references: References) -> dict:
+    """The op's achieved bandwidth (and, for a convolution, FLOP/s) as fractions of the same-run
+    copy (matrix product), forward and backward (forward+backward minus forward)."""
+    backward = max(forward_backward - forward, 1e-9)
+    forward_bytes, backward_bytes = bytes_moved(case)
+    fractions = {
+        "forward_bandwidth_fraction": forward_bytes / forward / references.copy_bytes_per_s,
+        "backward_bandwidth_fraction": backward_bytes / backward / references.copy_bytes_per_s,
+    }
+    flops = conv_flops(case)
+    if flops:
+        fractions["forward_flops_fraction"] = flops[0] / forward / references.matmul_flops_per_s
+        fractions["backward_flops_fraction"] = flops[1] / backward / references.matmul_flops_per_s
+    return fractions
+
+
+def add_ratios(rows: list[dict], *, length: int) -> tuple[list[dict], dict]:
+    """Give the measured rows of ``length`` their ratios: attention's time over theirs
+    (``sdpa_over_op_*``, ``sdpa_flash_over_op_*``) and, on ``cuda-stream``, the tiled kernels' time
+    over theirs (``tiled_over_stream_*``).  Returns those rows and the attention rows by case."""
+    measured = [row for row in rows if "error" not in row and row["length"] == length]
+    baselines = {row["case"]: row for row in measured if row["case"] in ATTENTION}
+    tiled = {row["case"]: row for row in measured if row["backend"] == "cuda"}
+    for row in measured:
+        for attention, label in (("sdpa", "sdpa"), ("sdpa_flash_bf16", "sdpa_flash")):
+            if attention in baselines:
+                for phase in ("forward", "forward_backward"):
+                    row[f"{label}_over_op_{phase}"] = baselines[attention][f"{phase}_s"] / row[f"{phase}_s"]
+        if row["backend"] == STREAM_BACKEND and row["case"] in tiled:
+            for phase in ("forward", "forward_backward"):
+                row[f"tiled_over_stream_{phase}"] = tiled[row["case"]][f"{phase}_s"] / row[f"{phase}_s"]
+    return measured, baselines
+
+
+def describe(row: dict, *, baselines: dict) -> str:
+    """One printed line of a measured row: times, peak memory and the ratios and fractions it has."""
+    parts = [
+        f"T={row['length']:6d} {row['case']:20s} {row['backend']:11s} fwd {row['forward_s'] * 1e3:9.3f} ms"
+        f"  fwd+bwd {row['forward_backward_s'] * 1e3:9.3f} ms  {row['iterations_per_s']:9.1f} it/s"
+    ]
+    if "forward_peak_bytes" in row:
+        parts.append(f"  peak {row['forward_peak_bytes'] / 2**20:8.1f} MiB")
+    if "sdpa" in baselines:
+        parts.append(
+            f"  SDPA/op fwd {row['sdpa_over_op_forward']:7.1f}x fwd+bwd {row['sdpa_over_op_forward_backward']:7.1f}x"
+        )
+    if "sdpa_flash_bf16" in baselines:
+        parts.append(f"  flash/op fwd {row['sdpa_flash_over_op_forward']:7.1f}x")
+    if "forward_bandwidth_fraction" in row:
+        parts.append(
+            f"  bandwidth fwd {row['forward_bandwidth_fraction']:5.0%} bwd {row['backward_bandwidth_fraction']:5.0%}"
+        )
+    if "forward_flops_fraction" in row:
+        parts.append(f"  flops fwd {row['forward_flops_fraction']:5.0%} bwd {row['backward_flops_fraction']:5.0%}")
+    if "tiled_over_stream_forward" in row:
+        parts.append(
+            f"  tiled/stream fwd {row['tiled_over_stream_forward']:5.2f}x"
+            f" fwd+bwd {row['tiled_over_stream_forward_backward']:5.2f}x"
+        )
+    return "".join(parts)
 
 
 def log_log_slope(lengths, seconds) -> float:
@@ -270,6 +386,20 @@ def log_log_slope(lengths, seconds) -> float:
     xs, ys = [math.log(t) for t in lengths], [math.log(s) for s in seconds]
     mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
     return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum((x - mean_x) ** 2 for x in xs)
+
+
+def forward_time_slopes(rows: list[dict], cases: list[str]) -> dict[str, float]:
+    """Each case's (and backend's) `log_log_slope` of forward time, where it has two lengths or more;
+    keyed ``case`` on ``auto`` and for attention, ``case[backend]`` otherwise."""
+    slopes = {}
+    for name in cases:
+        for backend in {row["backend"] for row in rows if row["case"] == name}:
+            case_rows = [r for r in rows if r["case"] == name and r["backend"] == backend and "error" not in r]
+            if len(case_rows) > 1:
+                slopes[name if backend in ("-", "auto") else f"{name}[{backend}]"] = log_log_slope(
+                    [r["length"] for r in case_rows], [r["forward_s"] for r in case_rows]
+                )
+    return slopes
 
 
 def environment(device: torch.device) -> dict:
@@ -291,7 +421,9 @@ def environment(device: torch.device) -> dict:
     }
 
 
-def main() -> None:
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line; with ``--table6``, the paper's setting in place of the shape, lengths,
+    cases and backends."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096, 8192, 16384])
     parser.add_argument("--batch", type=int, default=2)
@@ -318,159 +450,57 @@ def main() -> None:
         "--out", type=Path, default=None, help="JSON path (default benchmarks/results/ops_<device>.json)"
     )
     parser.add_argument("--peak-of", nargs=7, metavar="ARG", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if not args.table6:
+        return args
+    on_gpu = torch.device(args.device).type == "cuda"
+    backends = ["cuda", STREAM_BACKEND, "torch"] if on_gpu else [torch.device(args.device).type, "torch"]
+    return argparse.Namespace(**{**vars(args), **TABLE6, "backends": backends})
+
+
+def write_results(out: Path, *, environment: dict, shape: dict, references: References, rows, slopes=None) -> None:
+    """Write what is measured so far (after every length: a killed run keeps its rows)."""
+    result = {"environment": environment, "shape": shape, **vars(references), "rows": rows}
+    out.write_text(json.dumps({**result, "forward_time_slope": slopes or {}}, indent=2))
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
     if args.peak_of:
-        name, *sizes, dtype_name, backend = args.peak_of
-        report_cpu_peak(name, *map(int, sizes), dtype_name, backend)
+        case, backend = Case.from_peak_of(args.peak_of)
+        report_cpu_peak(case, backend=backend)
         return
-
-    device = torch.device(args.device)
-    if args.table6:
-        for key, value in TABLE6.items():
-            setattr(args, key, value)
-        args.backends = [device.type, STREAM_BACKEND, "torch"] if device.type == "cuda" else [device.type, "torch"]
-    dtype = getattr(torch, args.dtype)
+    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     shape = {"batch": args.batch, "channels": args.channels, "heads": args.heads, "dtype": args.dtype}
-    largest_x = args.batch * max(args.lengths) * args.channels * torch.finfo(dtype).bits // 8
-    copy_bandwidth = copy_bytes_per_second(
-        device, max(largest_x, 2**28 if device.type == "cuda" else 2**26), args.min_seconds
-    )
-    print(
-        f"device {environment(device)['device']} ({device.type}), B={args.batch} C={args.channels} H={args.heads} {args.dtype}"
-    )
+    print(f"device {device_name(device)} ({device.type}), B={args.batch} C={args.channels} H={args.heads} {args.dtype}")
     print("talk_bidirectional: max_left=max_right=31; talk_causal: max_left=63; conv kernels centred")
-    clone_bandwidth = clone_bytes_per_second(device, max(largest_x, 2**26), args.min_seconds)
-    matmul_flops = matmul_flops_per_second(device, dtype, args.min_seconds)
+    largest_x = args.batch * max(args.lengths) * args.channels * torch.finfo(dtype).bits // 8
+    references = measure_references(device, dtype=dtype, nbytes=largest_x, min_seconds=args.min_seconds)
     print(
-        f"device-to-device copy: {copy_bandwidth / 1e9:.1f} GB/s (100% of the bandwidth fractions); "
-        f"clone (into a new tensor): {clone_bandwidth / 1e9:.1f} GB/s; matmul: {matmul_flops / 1e9:.0f} GFLOP/s "
-        f"(100% of the flop fractions)"
+        f"device-to-device copy: {references.copy_bytes_per_s / 1e9:.1f} GB/s (100% of the bandwidth fractions); "
+        f"clone (into a new tensor): {references.clone_bytes_per_s / 1e9:.1f} GB/s; "
+        f"matmul: {references.matmul_flops_per_s / 1e9:.0f} GFLOP/s (100% of the flop fractions)"
     )
-    stem = "table6" if args.table6 else "ops"
-    out = args.out or ROOT / "benchmarks" / "results" / f"{stem}_{device.type}.json"
+    out = args.out or RESULTS / f"{'table6' if args.table6 else 'ops'}_{device.type}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-
-    def save(rows, slopes=None):
-        """Write what is measured so far (after every length: a killed run keeps its rows)."""
-        result = {
-            "environment": environment(device),
-            "shape": shape,
-            "copy_bytes_per_s": copy_bandwidth,
-            "clone_bytes_per_s": clone_bandwidth,
-            "matmul_flops_per_s": matmul_flops,
-            "rows": rows,
-        }
-        out.write_text(json.dumps({**result, "forward_time_slope": slopes or {}}, indent=2))
-
+    report = dict(environment=environment(device), shape=shape, references=references)
+    timing = dict(references=references, min_seconds=args.min_seconds, skip_peak=args.skip_peak)
     rows = []
     for length in args.lengths:
+        sizes = dict(batch=args.batch, length=length, channels=args.channels, heads=args.heads)
         for name in args.cases:
+            case = Case(name, **sizes, device=device, dtype=dtype)
             for backend in ["-"] if name in ATTENTION else args.backends:
-                try:
-                    with kernel_set(None if name in ATTENTION else backend) as op_backend:
-                        forward, forward_backward = time_case(
-                            name,
-                            args.batch,
-                            length,
-                            args.channels,
-                            args.heads,
-                            device,
-                            dtype,
-                            args.min_seconds,
-                            op_backend,
-                        )
-                except torch.cuda.OutOfMemoryError:  # like self-attention at T = 10,000 in the paper
-                    torch.cuda.empty_cache()
-                    print(f"T={length:6d} {name:20s} {backend:11s} out of memory")
-                    rows.append({"case": name, "backend": backend, "length": length, "error": "out of memory"})
-                    continue
-                row = {
-                    "case": name,
-                    "backend": backend,
-                    "length": length,
-                    "forward_s": forward,
-                    "forward_backward_s": forward_backward,
-                    "iterations_per_s": 1 / forward,
-                }
-                if not args.skip_peak:
-                    with kernel_set(None if name in ATTENTION else backend) as op_backend:
-                        row["forward_peak_bytes"] = peak_forward_bytes(
-                            name, args.batch, length, args.channels, args.heads, device, dtype, op_backend or "auto"
-                        )
-                if name not in ATTENTION:
-                    forward_bytes, backward_bytes = bytes_moved(
-                        name, args.batch, length, args.channels, args.heads, dtype
-                    )
-                    row["forward_bandwidth_fraction"] = forward_bytes / forward / copy_bandwidth
-                    row["backward_bandwidth_fraction"] = (
-                        backward_bytes / max(forward_backward - forward, 1e-9) / copy_bandwidth
-                    )
-                    flops = conv_flops(name, args.batch, length, args.channels)
-                    if flops:
-                        row["forward_flops_fraction"] = flops[0] / forward / matmul_flops
-                        row["backward_flops_fraction"] = flops[1] / max(forward_backward - forward, 1e-9) / matmul_flops
-                rows.append(row)
-        measured = [r for r in rows if "error" not in r]
-        baselines = {r["case"]: r for r in measured if r["case"] in ATTENTION and r["length"] == length}
-        tiled = {r["case"]: r for r in measured if r["backend"] == "cuda" and r["length"] == length}
-        for row in measured:
-            if row["length"] != length:
-                continue
-            for attention, label in (("sdpa", "sdpa"), ("sdpa_flash_bf16", "sdpa_flash")):
-                if attention in baselines:
-                    row[f"{label}_over_op_forward"] = baselines[attention]["forward_s"] / row["forward_s"]
-                    row[f"{label}_over_op_forward_backward"] = (
-                        baselines[attention]["forward_backward_s"] / row["forward_backward_s"]
-                    )
-            if row["backend"] == STREAM_BACKEND and row["case"] in tiled:
-                for phase in ("forward", "forward_backward"):
-                    row[f"tiled_over_stream_{phase}"] = tiled[row["case"]][f"{phase}_s"] / row[f"{phase}_s"]
-            print(
-                f"T={length:6d} {row['case']:20s} {row['backend']:11s} fwd {row['forward_s'] * 1e3:9.3f} ms"
-                f"  fwd+bwd {row['forward_backward_s'] * 1e3:9.3f} ms  {row['iterations_per_s']:9.1f} it/s"
-                + (f"  peak {row['forward_peak_bytes'] / 2**20:8.1f} MiB" if "forward_peak_bytes" in row else "")
-                + (
-                    f"  SDPA/op fwd {row['sdpa_over_op_forward']:7.1f}x fwd+bwd {row['sdpa_over_op_forward_backward']:7.1f}x"
-                    if "sdpa" in baselines
-                    else ""
-                )
-                + (
-                    f"  flash/op fwd {row['sdpa_flash_over_op_forward']:7.1f}x"
-                    if "sdpa_flash_bf16" in baselines
-                    else ""
-                )
-                + (
-                    f"  bandwidth fwd {row['forward_bandwidth_fraction']:5.0%} bwd {row['backward_bandwidth_fraction']:5.0%}"
-                    if "forward_bandwidth_fraction" in row
-                    else ""
-                )
-                + (
-                    f"  flops fwd {row['forward_flops_fraction']:5.0%} bwd {row['backward_flops_fraction']:5.0%}"
-                    if "forward_flops_fraction" in row
-                    else ""
-                )
-                + (
-                    f"  tiled/stream fwd {row['tiled_over_stream_forward']:5.2f}x"
-                    f" fwd+bwd {row['tiled_over_stream_forward_backward']:5.2f}x"
-                    if "tiled_over_stream_forward" in row
-                    else ""
-                )
-            )
-        save(rows)
-
-    slopes = {}
-    for name in args.cases:
-        for backend in {r["backend"] for r in rows if r["case"] == name}:
-            case_rows = [r for r in rows if r["case"] == name and r["backend"] == backend and "error" not in r]
-            if len(case_rows) > 1:
-                slopes[name if backend in ("-", "auto") else f"{name}[{backend}]"] = log_log_slope(
-                    [r["length"] for r in case_rows], [r["forward_s"] for r in case_rows]
-                )
+                rows.append(measure_row(case, backend=backend, **timing))
+        length_rows, baselines = add_ratios(rows, length=length)
+        for row in length_rows:
+            print(describe(row, baselines=baselines))
+        write_results(out, **report, rows=rows)
+    slopes = forward_time_slopes(rows, args.cases)
     print(
         "time growth with T (log-log slope of forward time; 1.0 = linear):", {k: round(v, 2) for k, v in slopes.items()}
     )
-
-    save(rows, slopes)
+    write_results(out, **report, rows=rows, slopes=slopes)
     print(f"saved {out}")
 
 
