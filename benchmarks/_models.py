@@ -1,8 +1,12 @@
 """Our models and same-size Transformer baselines, built alike for the benchmarks.
 
-Every model gets the same width d, depth L, heads H, FFN size f and vocabulary V.  Our layers'
-reach grows like the papers' schedules (3, 7, 15, 31, 31, ...); DynamicConv gets kernels of the
-same reach (K - 1 = max offset).  The baselines use SDPA and transformers' own caches.
+Our models are the generative heads of every registered family whose configurations take these
+shapes (those with a `talk_hf.MixerFamily`: TaLK, DynamicConv, and any family registered with
+`talk_hf.register_family`; SliceNet, without FFN or heads, is not one).  Every model gets the same
+width d, depth L, heads H, FFN size f and vocabulary V.  Our layers' reach grows like the papers'
+schedules (3, 7, 15, 31, 31, ...), each family's per-layer sizes set to that reach
+(`MixerFamily.size_of_reach`: DynamicConv's kernels have K - 1 = reach).  The baselines use SDPA and
+transformers' own caches.
 """
 
 from __future__ import annotations
@@ -12,10 +16,30 @@ from dataclasses import dataclass
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, MarianConfig, MarianMTModel
 
-import talk_hf
+from talk_hf.models.conv_configuration import doubling_schedule
+from talk_hf.models.families import MODEL_FAMILIES, ModelType
 
-CAUSAL_LM_MODELS = ("TaLKForCausalLM", "DynamicConvForCausalLM", "GPT2 (baseline)")
-SEQ2SEQ_MODELS = ("TaLKForConditionalGeneration", "DynamicConvForConditionalGeneration", "Marian (baseline)")
+LM_BASELINE, SEQ2SEQ_BASELINE = "GPT2 (baseline)", "Marian (baseline)"
+
+
+def _ours(encoder_decoder: bool) -> dict[str, ModelType]:
+    """The registered heads that take a `ModelShape`, by class name: encoder-decoder or causal LM."""
+    return {
+        model_type.head_class.__name__: model_type
+        for model_type in MODEL_FAMILIES
+        if getattr(model_type.config_class, "family", None) is not None
+        and (model_type.head_auto_class == "AutoModelForSeq2SeqLM") == encoder_decoder
+    }
+
+
+def causal_lm_models() -> tuple[str, ...]:
+    """The causal LMs benchmarked: ours (registered now), then GPT-2."""
+    return (*_ours(encoder_decoder=False), LM_BASELINE)
+
+
+def seq2seq_models() -> tuple[str, ...]:
+    """The encoder-decoders benchmarked: ours (registered now), then Marian."""
+    return (*_ours(encoder_decoder=True), SEQ2SEQ_BASELINE)
 
 
 @dataclass(frozen=True)
@@ -44,63 +68,41 @@ def add_shape_options(parser, defaults: ModelShape = ModelShape()) -> None:
 
 def baseline_of(name: str) -> str:
     """The Transformer that model ``name`` is compared with."""
-    return "Marian (baseline)" if name in SEQ2SEQ_MODELS else "GPT2 (baseline)"
+    return SEQ2SEQ_BASELINE if name in seq2seq_models() else LM_BASELINE
+
+
+def build_ours(model_type: ModelType, shape: ModelShape, dropout: float | None = None) -> torch.nn.Module:
+    """The registered head ``model_type`` of ``shape``; ``dropout``: see `build_model`."""
+    config_class = model_type.config_class
+    family = config_class.family
+    sizes = [family.size_of_reach(reach) for reach in doubling_schedule(shape.layers, 3, 31)]
+    fields = {
+        "vocab_size": shape.vocab,
+        "d_model": shape.d_model,
+        **{f"{stack}_layers": shape.layers for stack in config_class.stacks},
+        **{f"{stack}_ffn_dim": shape.ffn for stack in config_class.stacks},
+        **{f"{stack}_conv_heads": shape.heads for stack in config_class.stacks},
+        **{family.sizes_field(stack): sizes for stack in config_class.stacks},
+    }
+    if model_type.head_auto_class == "AutoModelForSeq2SeqLM":
+        fields["decoder_attention_heads"] = shape.heads
+    if dropout is not None:
+        dropout_fields = ("dropout", "attention_dropout", "activation_dropout", "input_dropout", family.dropout_field)
+        fields.update(dict.fromkeys(dropout_fields, dropout))
+    return model_type.head_class(config_class(**fields))
 
 
 def build_model(name: str, shape: ModelShape, max_positions: int, dropout: float | None = None) -> torch.nn.Module:
-    """Model ``name`` (one of CAUSAL_LM_MODELS or SEQ2SEQ_MODELS) of ``shape``, in float32.
+    """Model ``name`` (one of `causal_lm_models()` or `seq2seq_models()`) of ``shape``, in float32.
 
     max_positions: the longest sequence the baselines' position tables cover.
     dropout: every dropout probability of the model (residual, attention, activation, embedding,
         offsets or kernels), or None for each config's defaults.
     """
-    offsets = talk_hf.models.conv_configuration.doubling_schedule(shape.layers, 3, 31)
-    kernels = [size + 1 for size in offsets]  # the same reach: K - 1 = max offset
-    lm = {
-        "vocab_size": shape.vocab,
-        "d_model": shape.d_model,
-        "decoder_layers": shape.layers,
-        "decoder_ffn_dim": shape.ffn,
-        "decoder_conv_heads": shape.heads,
-    }
-    s2s = {
-        **lm,
-        "encoder_layers": shape.layers,
-        "encoder_ffn_dim": shape.ffn,
-        "encoder_conv_heads": shape.heads,
-        "decoder_attention_heads": shape.heads,
-    }
-    ours = {  # name: (model class, config class, config fields)
-        "TaLKForCausalLM": (talk_hf.TaLKForCausalLM, talk_hf.TaLKLMConfig, {**lm, "decoder_max_offsets": offsets}),
-        "DynamicConvForCausalLM": (
-            talk_hf.DynamicConvForCausalLM,
-            talk_hf.DynamicConvLMConfig,
-            {**lm, "decoder_kernel_sizes": kernels},
-        ),
-        "TaLKForConditionalGeneration": (
-            talk_hf.TaLKForConditionalGeneration,
-            talk_hf.TaLKConfig,
-            {**s2s, "encoder_max_offsets": offsets, "decoder_max_offsets": offsets},
-        ),
-        "DynamicConvForConditionalGeneration": (
-            talk_hf.DynamicConvForConditionalGeneration,
-            talk_hf.DynamicConvConfig,
-            {**s2s, "encoder_kernel_sizes": kernels, "decoder_kernel_sizes": kernels},
-        ),
-    }
+    ours = {**_ours(encoder_decoder=False), **_ours(encoder_decoder=True)}
     if name in ours:
-        model_class, config_class, fields = ours[name]
-        if dropout is not None:
-            dropout_fields = (
-                "dropout",
-                "attention_dropout",
-                "activation_dropout",
-                "input_dropout",
-                config_class.family.dropout_field,
-            )
-            fields = {**fields, **dict.fromkeys(dropout_fields, dropout)}
-        return model_class(config_class(**fields))
-    if name == "GPT2 (baseline)":
+        return build_ours(ours[name], shape, dropout)
+    if name == LM_BASELINE:
         gpt2_dropout = {} if dropout is None else dict.fromkeys(("resid_pdrop", "embd_pdrop", "attn_pdrop"), dropout)
         return GPT2LMHeadModel(
             GPT2Config(
@@ -116,7 +118,7 @@ def build_model(name: str, shape: ModelShape, max_positions: int, dropout: float
                 **gpt2_dropout,
             )
         )
-    if name == "Marian (baseline)":
+    if name == SEQ2SEQ_BASELINE:
         marian_dropout = (
             {} if dropout is None else dict.fromkeys(("dropout", "attention_dropout", "activation_dropout"), dropout)
         )
@@ -137,4 +139,4 @@ def build_model(name: str, shape: ModelShape, max_positions: int, dropout: float
                 **marian_dropout,
             )
         )
-    raise ValueError(f"unknown model {name!r}; expected one of {CAUSAL_LM_MODELS + SEQ2SEQ_MODELS}")
+    raise ValueError(f"unknown model {name!r}; expected one of {causal_lm_models() + seq2seq_models()}")

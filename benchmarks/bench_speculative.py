@@ -28,14 +28,14 @@ import time
 
 import torch
 from _device import add_cpu_options, parse_cpu_args, run_metadata, synchronize, write_report
-from _models import CAUSAL_LM_MODELS, ModelShape, add_shape_options, build_model
+from _models import ModelShape, add_shape_options, build_model, causal_lm_models
 
 
 def build_models(args) -> dict[str, torch.nn.Module]:
-    """Our two LM families and GPT-2 (SDPA) of `_models`, without dropout."""
+    """Our LMs (every registered family's) and GPT-2 (SDPA) of `_models`, without dropout."""
     max_positions = args.block + args.new_tokens + args.period * args.prompt_repeats
     return {
-        name: build_model(name, ModelShape.from_args(args), max_positions, dropout=0.0) for name in CAUSAL_LM_MODELS
+        name: build_model(name, ModelShape.from_args(args), max_positions, dropout=0.0) for name in causal_lm_models()
     }
 
 

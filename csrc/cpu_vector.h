@@ -1,4 +1,4 @@
-// Vector-register helpers of the C++ CPU kernels (cpu_ops.cpp, cpu_linear.cpp): GCC/Clang vector
+// Vector-register helpers of the C++ CPU kernels (csrc/<op>/<op>_cpu.cpp): GCC/Clang vector
 // extensions, lowered to whatever the build targets (AVX, SSE or scalar code).
 #pragma once
 

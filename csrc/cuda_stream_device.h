@@ -1,6 +1,7 @@
-// Shared pieces of the streaming CUDA kernels (cuda_talk_stream.cu, cuda_conv_stream.cu): vector
-// loads and stores of one thread's channels, and the host checks that choose the vector width and
-// decide whether 32-bit indices and the shared-memory budget hold.  Included by .cu files only.
+// Shared pieces of the streaming CUDA kernels (talk_conv_cuda_stream.cu,
+// dynamic_conv_cuda_stream.cu): vector loads and stores of one thread's channels, and the host
+// checks that choose the vector width and decide whether 32-bit indices and the shared-memory
+// budget hold.  Included by .cu files only.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,4 +1,4 @@
-// The entry points every compiled backend (cpu_ops.cpp, cuda_ops.cu) implements.
+// The entry points every compiled backend (csrc/<op>/<op>_cpu.cpp, <op>_cuda.cu) implements.
 // Shapes: x, grad_out, out (B, T, C); offsets (B, T, H); weight (B, T, H, K) with any strides
 // (LightConv passes its (H, K) kernel expanded with zero batch and time strides).
 // Inputs are checked by talk_hf.ops._validation before they get here.
@@ -32,7 +32,7 @@ at::Tensor conv_forward(const at::Tensor& x, const at::Tensor& weight, int64_t p
 std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out, const at::Tensor& x,
                                                  const at::Tensor& weight, int64_t padding_l, bool sum_weight_gradient);
 
-// Depthwise convolution (cpu_depthwise.cpp, cuda_depthwise.cu), weight (C, K) static per channel:
+// Depthwise convolution (depthwise_conv/depthwise_conv_cpu.cpp, depthwise_conv_cuda.cu), weight (C, K) static per channel:
 // out[b, t, c] = sum_k weight[c, k] * u[b, t + k * dilation - left, c], zero outside [0, T), of
 // the gated input u = relu(x) (with `relu`) times input_scale[b, t] (when given: (B, T), SliceNet's
 // padding mask), or u = x.

@@ -1,6 +1,7 @@
-// Per-element math of the operators, shared by the C++ CPU kernels (cpu_ops.cpp) and the CUDA
-// kernels (cuda_ops.cu): every function here is `__host__ __device__` under nvcc and a plain
-// inline function under a C++ compiler, so the CPU tests exercise the arithmetic the GPU runs.
+// Per-element math of the operators, shared by the C++ CPU kernels (csrc/<op>/<op>_cpu.cpp) and
+// the CUDA kernels (csrc/<op>/<op>_cuda*.cu): every function here is `__host__ __device__` under
+// nvcc and a plain inline function under a C++ compiler, so the CPU tests exercise the arithmetic
+// the GPU runs.
 //
 // Notation (talk_conv, as talk_hf/ops/talk.py states it): a token's window is [u_a, u_b) in token units with
 //   u_a = clamp(t - offset_left * max_left, 0, T - 1)

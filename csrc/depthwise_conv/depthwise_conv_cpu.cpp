@@ -1,5 +1,5 @@
 // C++ CPU kernels of depthwise_conv (one static kernel per channel), built just in time by
-// talk_hf.ops._extension with cpu_ops.cpp (which holds the module's bindings):
+// talk_hf.ops._extension with the other CPU kernels (cpu_bindings.cpp holds the module's bindings):
 //   out[b, t, c] = sum_k w[c, k] * u[b, t + k * dilation - left, c],   zero outside [0, T),
 // u = x, or its gated form relu(x) * scale[b, t] (each part optional).
 //

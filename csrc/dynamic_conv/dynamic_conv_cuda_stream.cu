@@ -2,7 +2,7 @@
 // behind the switch $TALK_HF_UNVERIFIED_CUDA=dynamic_conv,light_conv until a GPU has verified them
 // (cuda_stream.h).  The tap arithmetic (conv_source, in_sequence) is talk_math.h's, shared with the
 // CPU kernels.  LightConv runs as DynamicConv with its (H, K) kernel expanded to zero batch and time
-// strides; its weight gradient is the per-token one summed over batch and time, as in cuda_ops.cu.
+// strides; its weight gradient is the per-token one summed over batch and time, as in dynamic_conv_cuda.cu.
 //
 // Forward and grad_x (conv_stream_kernel, kTranspose false / true): one thread owns V consecutive
 // channels of one head (V = 16 bytes / element size: 4 float32, 8 bfloat16/float16, 2 float64; 1

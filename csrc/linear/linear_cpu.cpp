@@ -6,7 +6,7 @@
 // streams most (out, 512) float32 weights at 60-70% of the speed of a plain sequential read on
 // the AMD EPYC we measured (benchmarks/bench_linear.py); reading the rows one after the other in
 // memory order gets close to it.  Threads split the output features into contiguous blocks.
-#include "cpu_linear.h"
+#include "linear/linear_cpu.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>

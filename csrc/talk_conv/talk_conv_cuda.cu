@@ -1,10 +1,6 @@
-// CUDA kernels of talk_conv and dynamic_conv/light_conv, built just in time by
-// talk_hf.ops._extension.  The per-element math comes from talk_math.h, shared with the C++ CPU
-// kernels that the CPU test suite runs.
-//
-// Layout: a thread block covers one batch row, a tile of time steps and kChannels consecutive
-// channels (threadIdx.x = channel, so every row access of a warp is coalesced); threadIdx.y
-// splits the tile's rows.  Indices are 64-bit.  Accumulation is float32 (float64 for float64).
+// CUDA kernels of talk_conv, built just in time by talk_hf.ops._extension.  The per-element math
+// comes from talk_math.h, shared with the C++ CPU kernels that the CPU test suite runs; the block
+// layout from cuda_tiles.h.
 //
 // talk_conv forward: one pass over the rows the tile's offsets reach, kept in shared memory as a
 // local prefix sum (in chunks, so any reach works), then the interpolation at both edges.
@@ -20,21 +16,19 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include "cuda_tiles.h"
 #include "ops.h"
 #include "tensors.h"
 
 namespace talk_hf {
 namespace {
 
-constexpr int kChannels = 32;  // channels per block: blockDim.x
-constexpr int kRows = 8;       // blockDim.y of the forward kernels
-constexpr int kTile = 128;     // time steps per block of the forward kernels
+using namespace tiled;
+
 constexpr int kBackwardTile = 32;
 constexpr int kSharedBytes = 40 * 1024;  // stays under the 48 KiB default
-constexpr int kWarpSize = 32;
-constexpr unsigned kFullWarp = 0xffffffffu;  // every lane of a warp takes part in a shuffle
-constexpr int kReachThreads = 256;           // threads per block of talk_reach_kernel
-constexpr int kReachBlocks = 1024;           // most blocks of talk_reach_kernel (it strides over the rest)
+constexpr int kReachThreads = 256;       // threads per block of talk_reach_kernel
+constexpr int kReachBlocks = 1024;       // most blocks of talk_reach_kernel (it strides over the rest)
 
 // Rows of the forward's shared prefix sum: row 0 carries the sum of the previous chunk.
 template <typename acc_t>
@@ -46,40 +40,6 @@ constexpr int prefix_rows() {
 template <typename acc_t>
 constexpr int backward_rows() {
   return kSharedBytes / ((kBackwardTile + 1) * kChannels * static_cast<int>(sizeof(acc_t)));
-}
-
-struct Layout {
-  int64_t length, channels, head_size;
-};
-
-// Block coordinates shared by the tile kernels: batch row, tile [first, end), channel, head.
-struct TileCoordinates {
-  int64_t b, first, end, channel, head;
-  bool active;  // the channel exists (the last chunk of channels may be partial)
-
-  __device__ TileCoordinates(const Layout& layout, int64_t tile) {
-    b = blockIdx.z;
-    first = static_cast<int64_t>(blockIdx.x) * tile;
-    end = first + tile < layout.length ? first + tile : layout.length;
-    channel = static_cast<int64_t>(blockIdx.y) * kChannels + threadIdx.x;
-    active = channel < layout.channels;
-    head = active ? channel / layout.head_size : 0;
-  }
-  __device__ int64_t offset(int64_t t, const Layout& layout) const {
-    return (b * layout.length + t) * layout.channels + channel;
-  }
-};
-
-dim3 tile_grid(int64_t batch, const Layout& layout, int64_t tile) {
-  TORCH_CHECK(batch <= 65535, "the CUDA kernels take at most 65535 batch rows, got ", batch);
-  return dim3(static_cast<unsigned>(ceil_div(layout.length, tile)),
-              static_cast<unsigned>(ceil_div(layout.channels, kChannels)), static_cast<unsigned>(batch));
-}
-
-template <typename acc_t>
-__device__ acc_t warp_sum(acc_t value) {
-  for (int lanes = kWarpSize / 2; lanes > 0; lanes /= 2) value += __shfl_down_sync(kFullWarp, value, lanes);
-  return value;
 }
 
 // In-place inclusive scan of rows [1, rows] of each channel's column of prefix (plus the carry in
@@ -270,56 +230,6 @@ __global__ void talk_grad_offsets_kernel(TalkOffsets<scalar_t, acc_t> offsets, L
   }
 }
 
-// DynamicConv forward (transpose = false): out[t] = sum_k w[t, k] * x[t + k - padding_l];
-// grad_x (transpose = true): grad_x[j] = sum_k w[j - k + padding_l, k] * grad_out[j - k + padding_l].
-template <typename scalar_t, typename acc_t, bool transpose>
-__global__ void __launch_bounds__(kChannels* kRows)
-    conv_kernel(StridedWeight<scalar_t> weight, Layout layout, int64_t taps, int64_t padding_l,
-                const scalar_t* __restrict__ input, scalar_t* __restrict__ output) {
-  const TileCoordinates tile(layout, kTile);
-  if (!tile.active) return;
-  for (int64_t t = tile.first + threadIdx.y; t < tile.end; t += kRows) {
-    acc_t sum = 0;
-    for (int64_t k = 0; k < taps; ++k) {
-      const int64_t other = transpose ? t - k + padding_l : conv_source(t, k, padding_l);
-      if (!in_sequence(other, layout.length)) continue;
-      const acc_t tap = static_cast<acc_t>(weight(tile.b, transpose ? other : t, tile.head, k));
-      sum += tap * static_cast<acc_t>(input[tile.offset(other, layout)]);
-    }
-    output[tile.offset(t, layout)] = static_cast<scalar_t>(sum);
-  }
-}
-
-// One warp per (b, t, h): grad_weight[b, t, h, k] = <grad_out[t], x[t + k - padding_l]> over the head.
-template <typename scalar_t, typename acc_t>
-__global__ void conv_grad_weight_kernel(Layout layout, int64_t heads, int64_t taps, int64_t padding_l, int64_t count,
-                                        const scalar_t* __restrict__ x, const scalar_t* __restrict__ grad_out,
-                                        acc_t* __restrict__ grad_weight) {
-  const int64_t index = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpSize;
-  if (index >= count) return;
-  const int lane = threadIdx.x % kWarpSize;
-  const int64_t h = index % heads, t = (index / heads) % layout.length, b = index / (heads * layout.length);
-  const scalar_t* grad_row = grad_out + (b * layout.length + t) * layout.channels + h * layout.head_size;
-  for (int64_t k = 0; k < taps; ++k) {
-    const int64_t source = conv_source(t, k, padding_l);
-    acc_t dot = 0;
-    if (in_sequence(source, layout.length)) {
-      const scalar_t* x_row = x + (b * layout.length + source) * layout.channels + h * layout.head_size;
-      for (int64_t c = lane; c < layout.head_size; c += kWarpSize) dot += static_cast<acc_t>(grad_row[c]) * static_cast<acc_t>(x_row[c]);
-    }
-    dot = warp_sum(dot);
-    if (lane == 0) grad_weight[index * taps + k] = dot;
-  }
-}
-
-constexpr int kWarpsPerBlock = 8;
-
-unsigned warp_blocks(int64_t warps) { return static_cast<unsigned>(ceil_div(warps, kWarpsPerBlock)); }
-
-Layout layout_of(const at::Tensor& x, int64_t heads) {
-  return Layout{x.size(1), x.size(2), x.size(2) / heads};
-}
-
 }  // namespace
 
 at::Tensor talk_forward(const at::Tensor& x_in, const at::Tensor& offset_left_in,
@@ -378,55 +288,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward(const at::Tensor& g
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return {grad_x, grad_left, grad_right};
-}
-
-at::Tensor conv_forward(const at::Tensor& x_in, const at::Tensor& weight, int64_t padding_l) {
-  const c10::cuda::CUDAGuard guard(x_in.device());
-  const at::Tensor x = x_in.contiguous();
-  at::Tensor out = at::empty(x.sizes(), x.options());
-  if (x.numel() == 0) return out;
-  const Layout layout = layout_of(x, weight.size(2));
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "conv_forward_cuda", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    conv_kernel<scalar_t, acc_t, false><<<tile_grid(x.size(0), layout, kTile), dim3(kChannels, kRows), 0, stream>>>(
-        strided_weight<scalar_t>(weight), layout, weight.size(3), padding_l, x.const_data_ptr<scalar_t>(),
-        out.mutable_data_ptr<scalar_t>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
-  return out;
-}
-
-std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out_in, const at::Tensor& x_in,
-                                                 const at::Tensor& weight, int64_t padding_l, bool sum_weight_gradient) {
-  const c10::cuda::CUDAGuard guard(x_in.device());
-  const at::Tensor grad_out = grad_out_in.contiguous();
-  const at::Tensor x = x_in.contiguous();
-  const int64_t heads = weight.size(2), taps = weight.size(3);
-  at::Tensor grad_x = at::empty(x.sizes(), x.options());
-  at::Tensor grad_weight =
-      at::empty({x.size(0), x.size(1), heads, taps}, x.options().dtype(at::toOpMathType(x.scalar_type())));
-  // The weight's gradient per token; LightConv's is its sum over batch and time.
-  const auto weight_gradient = [&]() { return sum_weight_gradient ? grad_weight.sum({0, 1}) : grad_weight; };
-  if (x.numel() == 0) {  // C == 0: the weight still has its shape
-    grad_weight.zero_();
-    return {grad_x, weight_gradient()};
-  }
-  const Layout layout = layout_of(x, heads);
-  const int64_t pairs = x.size(0) * x.size(1) * heads;
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "conv_backward_cuda", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    conv_kernel<scalar_t, acc_t, true><<<tile_grid(x.size(0), layout, kTile), dim3(kChannels, kRows), 0, stream>>>(
-        strided_weight<scalar_t>(weight), layout, taps, padding_l, grad_out.const_data_ptr<scalar_t>(),
-        grad_x.mutable_data_ptr<scalar_t>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    conv_grad_weight_kernel<scalar_t, acc_t><<<warp_blocks(pairs), kWarpSize * kWarpsPerBlock, 0, stream>>>(
-        layout, heads, taps, padding_l, pairs, x.const_data_ptr<scalar_t>(), grad_out.const_data_ptr<scalar_t>(),
-        grad_weight.mutable_data_ptr<acc_t>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  });
-  return {grad_x, weight_gradient()};
 }
 
 }  // namespace talk_hf

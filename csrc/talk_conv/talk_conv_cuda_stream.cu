@@ -6,7 +6,7 @@
 // Design: one thread owns V consecutive channels of one head (V = 16 bytes / element size: 4 float32,
 // 8 bfloat16/float16, 2 float64; 1 where a head's channels do not split into aligned vectors) in
 // one batch row and walks a chunk of time in order.  Indices are 32-bit (larger tensors fall back to
-// the tiled kernels of cuda_ops.cu).  Accumulation is float32 (float64 for float64).  Nothing reads
+// the tiled kernels of talk_conv_cuda.cu).  Accumulation is float32 (float64 for float64).  Nothing reads
 // back to the host: the backward's reach over all tokens is reduced on the device.
 //
 // Forward (talk_stream_forward_kernel): the thread keeps a running prefix sum P of its channels from

@@ -1,54 +1,40 @@
 """`build_model`: a freshly initialised model of any `--model_type`, for translation or LM.
 
-Our models start from a named preset of their configuration (`XConfig.from_preset`), with the
-size flags overriding it. The `transformer` baseline is built from transformers' own classes
-(MarianMT for translation: post-norm, sinusoidal positions, like the papers' Transformer; GPT-2
-for LM) with the sizes read off the TaLK configuration of the same preset and flags, so that a
-baseline and our models compared by one script always have the same width, depth and heads.
+Our models are those of the families registered with `talk_hf.register_family`, under the names
+`talk_hf.models.families.script_model_types` gives them (a family's name, or its variants' names:
+`light_conv` is DynamicConv with `conv_type="light_conv"`). They start from a named preset of their
+configuration (`XConfig.from_preset`), with the size flags overriding the fields of their names.
+The `transformer` baseline is built from transformers' own classes (MarianMT for translation:
+post-norm, sinusoidal positions, like the papers' Transformer; GPT-2 for LM) with the sizes read
+off the TaLK configuration of the same preset and flags, so that a baseline and our models
+compared by one script always have the same width, depth and heads.
 """
 
-from typing import NamedTuple
+import dataclasses
 
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, GPT2Config, MarianConfig
 
 from talk_hf import MODEL_FAMILIES
-from talk_hf.models.families import family_of
+from talk_hf.models.families import script_model_types
 
-
-class _Ours(NamedTuple):
-    """What a `--model_type` of ours builds."""
-
-    translation: str  # the talk_hf model type of its encoder-decoder configuration
-    language_model: str | None  # and of its decoder-only one (None: it has none)
-    fixed: dict  # configuration fields the model type fixes
-
-
-_OURS = {
-    "talk": _Ours("talk", "talk_lm", {}),
-    "dynamic_conv": _Ours("dynamic_conv", "dynamic_conv_lm", {"conv_type": "dynamic_conv"}),
-    "light_conv": _Ours("dynamic_conv", "dynamic_conv_lm", {"conv_type": "light_conv"}),
-    # SliceNet's kernel sizes are per step of every module, not per layer; it has no FFN and one head.
-    "slicenet": _Ours("slicenet", None, {}),
-}
-MODEL_TYPES = (*_OURS, "transformer")  # transformer: transformers' own Marian / GPT-2, as large as TaLK
-
-
-def _config_class(model_type, encoder_decoder):
-    """talk_hf's configuration class of our `model_type`, encoder-decoder or decoder-only; None
-    where the model type has no such form."""
-    ours = _OURS[model_type]
-    name = ours.translation if encoder_decoder else ours.language_model
-    return None if name is None else family_of(name)[0]
+BASELINE = "transformer"  # transformers' own Marian / GPT-2, as large as TaLK
 
 
 def model_types(encoder_decoder):
-    """The `--model_type` choices of a translation (True) or language-modelling (False) script."""
-    return tuple(name for name in MODEL_TYPES if name not in _OURS or _config_class(name, encoder_decoder) is not None)
+    """The `--model_type` choices of a translation (True) or language-modelling (False) script: the
+    registered families' (`script_model_types`) that have that form, then the baseline."""
+    ours = [name for name, forms in script_model_types().items() if forms.config_class(encoder_decoder) is not None]
+    return (*ours, BASELINE)
+
+
+def _config_class(model_type, encoder_decoder):
+    """talk_hf's configuration class of our `model_type`, encoder-decoder or decoder-only."""
+    return script_model_types()[model_type].config_class(encoder_decoder)
 
 
 def presets_of(model_type, encoder_decoder):
     """The `--preset` names of `model_type` (the baseline takes TaLK's sizes, so TaLK's presets)."""
-    config_class = _config_class("talk" if model_type == "transformer" else model_type, encoder_decoder)
+    config_class = _config_class("talk" if model_type == BASELINE else model_type, encoder_decoder)
     return tuple(sorted(config_class.presets))
 
 
@@ -58,7 +44,7 @@ def is_ours(config):
 
 
 def _size_fields(
-    family,
+    model_type,
     encoder_decoder,
     d_model=None,
     ffn_dim=None,
@@ -67,29 +53,38 @@ def _size_fields(
     heads=None,
     dropout=None,
 ):
-    """Config fields for the size flags that were given (None leaves the preset's value)."""
-    if family == "slicenet":
-        given = [f"--{name}" for name, value in (("ffn_dim", ffn_dim), ("heads", heads)) if value is not None]
-        if given:
-            raise ValueError(
-                f"{' and '.join(given)} do not apply to slicenet (no feed-forward blocks, one attention head)"
-            )
-        fields = dict(d_model=d_model, dropout=dropout, encoder_layers=encoder_layers, decoder_layers=decoder_layers)
-        return {name: value for name, value in fields.items() if value is not None}
-    lists = _config_class(family, True).family.sizes_name  # the suffix of the per-layer size fields
-    sides = ("encoder", "decoder") if encoder_decoder else ("decoder",)
-    fields = {"d_model": d_model, "dropout": dropout}
-    for side in sides:
-        fields[f"{side}_ffn_dim"] = ffn_dim
-        fields[f"{side}_conv_heads"] = heads
+    """Config fields for the size flags that were given (None leaves the preset's value).
+
+    A flag sets the fields of its name in every stack; one whose fields the configuration lacks
+    (SliceNet's: no feed-forward blocks, one attention head) raises ValueError.
+    """
+    config_class = _config_class(model_type, encoder_decoder)
+    stacks = ("encoder", "decoder") if encoder_decoder else ("decoder",)
+    heads_fields = [f"{stack}_conv_heads" for stack in stacks]
     if encoder_decoder:
-        fields["decoder_attention_heads"] = heads
-        fields["encoder_layers"] = encoder_layers
-    fields["decoder_layers"] = decoder_layers
-    fields = {k: v for k, v in fields.items() if v is not None}
-    for side in sides:
-        if f"{side}_layers" in fields:  # the preset's per-layer list no longer fits: use the default schedule
-            fields[f"{side}_{lists}"] = None
+        heads_fields.append("decoder_attention_heads")  # the cross-attention's
+    flags = {  # flag: (its value, the fields it sets)
+        "d_model": (d_model, ["d_model"]),
+        "ffn_dim": (ffn_dim, [f"{stack}_ffn_dim" for stack in stacks]),
+        "encoder_layers": (encoder_layers, ["encoder_layers"]),
+        "decoder_layers": (decoder_layers, ["decoder_layers"]),
+        "heads": (heads, heads_fields),
+        "dropout": (dropout, ["dropout"]),
+    }
+    declared = {field.name for field in dataclasses.fields(config_class)}
+    given = {flag: (value, fields) for flag, (value, fields) in flags.items() if value is not None}
+    inapplicable = {flag: fields for flag, (_, fields) in given.items() if not declared.issuperset(fields)}
+    if inapplicable:
+        lacking = sorted({field for fields in inapplicable.values() for field in fields} - declared)
+        raise ValueError(
+            f"{' and '.join(f'--{flag}' for flag in inapplicable)} do not apply to {model_type} "
+            f"(its configuration has no {', '.join(lacking)})"
+        )
+    fields = {field: value for value, names in given.values() for field in names}
+    family = getattr(config_class, "family", None)  # a MixerFamily: per-layer sizes, one per layer
+    for stack in stacks:
+        if family is not None and f"{stack}_layers" in fields:  # the preset's per-layer list no longer fits
+            fields[family.sizes_field(stack)] = None  # the family's default schedule
     return fields
 
 
@@ -104,7 +99,7 @@ def our_config(model_type, tokenizer, encoder_decoder, preset="small", **sizes):
     }
     if encoder_decoder:
         ids["decoder_start_token_id"] = tokenizer.eos_token_id  # like fairseq and BART
-    fields = {**_size_fields(model_type, encoder_decoder, **sizes), **_OURS[model_type].fixed, **ids}
+    fields = {**_size_fields(model_type, encoder_decoder, **sizes), **script_model_types()[model_type].fields, **ids}
     return config_class.from_preset(preset, **fields)
 
 
@@ -158,7 +153,7 @@ def build_config(model_type, tokenizer, encoder_decoder, preset="small", max_pos
     """
     if model_type not in model_types(encoder_decoder):
         raise ValueError(f"model_type must be one of {model_types(encoder_decoder)}, not {model_type!r}")
-    if model_type == "transformer":
+    if model_type == BASELINE:
         return baseline_config(tokenizer, encoder_decoder, preset, max_positions, **sizes)
     return our_config(model_type, tokenizer, encoder_decoder, preset, **sizes)
 
@@ -169,7 +164,7 @@ def build_model(
     """A randomly initialised model.
 
     Args:
-        model_type: one of `MODEL_TYPES`.
+        model_type: one of `model_types(encoder_decoder)`: a registered family's or the baseline.
         tokenizer: gives the vocabulary size and the special token ids.
         encoder_decoder: True for translation (`AutoModelForSeq2SeqLM`), False for a causal LM.
         preset: the name of our configurations' preset that sets the sizes (`small` fits a CPU).

@@ -129,6 +129,12 @@ class ConvLMConfigBase(CheckedConfig):
     eos_token_id: int | None = 2
     use_cache: bool = True
 
+    def __init_subclass__(cls, **kwargs):
+        """Check, when a family configuration is defined, that it declares the fields its family names."""
+        super().__init_subclass__(**kwargs)  # transformers makes the class a dataclass here
+        if cls.family is not None:
+            cls.family.check_fields_of(cls)
+
     def __post_init__(self, **kwargs):
         if self.family is None:
             raise TypeError(f"{type(self).__name__} names no MixerFamily: a family configuration sets `family`")

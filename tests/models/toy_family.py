@@ -4,7 +4,9 @@ Its mixer is a plain depthwise convolution: one learned filter per channel, of a
 layer (``encoder_kernel_widths`` / ``decoder_kernel_widths``), centred in the encoder and causal in
 the decoder, with DropConnect on the filters (``kernel_dropout``).  Everything else (embeddings,
 blocks, cross-attention, cache, generation, heads, Auto classes) is the generic models'.  The model
-tests run on it (``helpers.CASES``: ``toy-seq2seq`` and ``toy-lm``).
+tests run on it (``helpers.CASES``: ``toy-seq2seq`` and ``toy-lm``); once this module is imported,
+the training scripts take ``--model_type toy`` and the benchmarks list ``ToyForCausalLM`` and
+``ToyForConditionalGeneration`` (``tests/examples/test_registered_family.py``).
 """
 
 from __future__ import annotations
@@ -61,11 +63,16 @@ def make_toy_core(config, layer_idx: int, causal: bool) -> DepthwiseConvCore:
 
 
 TOY = talk_hf.MixerFamily(
+    name="toy",  # the training scripts' --model_type
     make_core=make_toy_core,
     sizes_name="kernel_widths",
     size_minimum=1,
     size_schedule=(3, 7),
     dropout_field="kernel_dropout",
+    size_counts_the_token=True,  # a causal filter of K taps reaches K - 1 tokens back
+    # The scripts' default --preset: the configurations' defaults (256 wide, 3 layers a stack) fit a CPU.
+    seq2seq_presets={"small": {}},
+    lm_presets={"small": {}},
 )
 
 

@@ -19,11 +19,15 @@ def make_dynamic_conv_core(config, layer_idx: int, causal: bool) -> DynamicConvC
 # Default kernel sizes 3, 7, 15, 31, 31, ...
 DYNAMIC_CONV = with_paper_presets(
     MixerFamily(
+        name="dynamic_conv",
         make_core=make_dynamic_conv_core,
         sizes_name="kernel_sizes",
         size_minimum=1,
         size_schedule=(3, 31),
         dropout_field="weight_dropout",
+        # One family, two model types for the training scripts: the configurations' `conv_type`.
+        variants={"dynamic_conv": {"conv_type": "dynamic_conv"}, "light_conv": {"conv_type": "light_conv"}},
+        size_counts_the_token=True,  # a causal kernel of K taps reaches K - 1 tokens back
     ),
     iwslt_encoder_sizes=[3, 7, 15, 31, 31, 31, 31],
     iwslt_decoder_sizes=[3, 7, 15, 31, 31, 31],

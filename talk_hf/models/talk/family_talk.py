@@ -16,6 +16,7 @@ def make_talk_core(config, layer_idx: int, causal: bool) -> TaLKCore:
 # Default maximum offsets 1, 3, 7, 15, 15, ...
 TALK = with_paper_presets(
     MixerFamily(
+        name="talk",
         make_core=make_talk_core,
         sizes_name="max_offsets",
         size_minimum=0,
