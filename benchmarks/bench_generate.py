@@ -27,7 +27,7 @@ import time
 
 import torch
 from _device import add_cpu_options, parse_cpu_args, run_metadata, synchronize, write_report
-from _models import ModelShape, add_shape_options, baseline_of, build_model, causal_lm_models, seq2seq_models
+from _models import CAUSAL_LM_MODELS, SEQ2SEQ_MODELS, ModelShape, add_shape_options, baseline_of, build_model
 
 from talk_hf.transformers_internals import CACHE_NAME  # the cache's argument name (renamed in transformers 5.24)
 
@@ -39,8 +39,8 @@ def build_models(args) -> dict[str, tuple[torch.nn.Module, bool]]:
     max_positions = max(max(args.positions) + args.steps * args.rounds + args.warmup, args.source_length) + 8
     shape = ModelShape.from_args(args)
     return {
-        name: (build_model(name, shape, max_positions).to(args.device).eval(), name in seq2seq_models())
-        for name in causal_lm_models() + seq2seq_models()
+        name: (build_model(name, shape, max_positions).to(args.device).eval(), name in SEQ2SEQ_MODELS)
+        for name in CAUSAL_LM_MODELS + SEQ2SEQ_MODELS
     }
 
 
@@ -64,16 +64,12 @@ class Decoder:
     """One model decoding ``rows`` sequences from position ``position`` on, one token per step."""
 
     @torch.no_grad()
-    def __init__(self, model, is_seq2seq: bool, rows: int, beams: int, position: int, args):
+    def __init__(self, model, *, is_seq2seq: bool, rows: int, beams: int, position: int, args):
         """Prefill one row of ``position`` tokens, then repeat the state to ``rows`` rows (the
-        step time depends on the state's size, not on its values; this keeps prefill cheap)."""
-        self.model, self.is_seq2seq, self.rows, self.position, self.device = (
-            model,
-            is_seq2seq,
-            rows,
-            position,
-            args.device,
-        )
+        step time depends on the state's size, not on its values; this keeps prefill cheap).
+        ``rows`` holds ``beams`` beams of each sequence; ``args``: the command line's sizes."""
+        self.model, self.is_seq2seq, self.rows, self.position = model, is_seq2seq, rows, position
+        self.device = args.device
         self.generator = torch.Generator().manual_seed(0)
         self.vocab = args.vocab
         self.inputs, self.key = {}, "input_ids"
@@ -131,11 +127,11 @@ class Decoder:
         }
 
 
-def measure_setting(models: dict, rows: int, beams: int, args) -> dict:
+def measure_setting(models: dict, *, rows: int, beams: int, args) -> dict:
     """Step times of every model at every position, in interleaved rounds over all (model,
     position) pairs, so that load from other processes hits every measurement alike."""
     decoders = {
-        (name, position): Decoder(model, is_seq2seq, rows, beams, position, args)
+        (name, position): Decoder(model, is_seq2seq=is_seq2seq, rows=rows, beams=beams, position=position, args=args)
         for name, (model, is_seq2seq) in models.items()
         for position in args.positions
     }
@@ -196,7 +192,7 @@ def main() -> None:
     results = {}
     for setting in args.settings:
         batch, beams = SETTINGS[setting]
-        results[setting] = measure_setting(models, batch * beams, beams, args)
+        results[setting] = measure_setting(models, rows=batch * beams, beams=beams, args=args)
         for name, per_position in results[setting].items():
             for position, measured in per_position.items():
                 print(

@@ -25,8 +25,6 @@ Results are printed and saved as JSON under benchmarks/results/.
         --skip-peak --out benchmarks/results/ops_cpu_long.json   # the README's long-sequence table
 """
 
-from __future__ import annotations
-
 import argparse
 import contextlib
 import dataclasses
@@ -139,7 +137,7 @@ class Case:
         return [self.name, *map(str, sizes), str(self.dtype).removeprefix("torch."), backend]
 
     @classmethod
-    def from_peak_of(cls, values: list[str]) -> tuple[Case, str]:
+    def from_peak_of(cls, values: list[str]) -> tuple["Case", str]:
         """The CPU case and the backend that ``--peak-of`` names."""
         name, batch, length, channels, heads, dtype_name, backend = values
         sizes = dict(batch=int(batch), length=int(length), channels=int(channels), heads=int(heads))

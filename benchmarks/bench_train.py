@@ -41,24 +41,12 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import torch
-from _device import add_cpu_options, run_metadata, synchronize, write_report
-from _models import ModelShape, add_shape_options, baseline_of, build_model, causal_lm_models, seq2seq_models
+from _device import add_cpu_options, process_status_bytes, run_metadata, synchronize, write_report
+from _models import CAUSAL_LM_MODELS, SEQ2SEQ_MODELS, ModelShape, add_shape_options, baseline_of, build_model
 
 OUT_OF_MEMORY_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc")
-
-
-def resident_bytes(field: str) -> int | None:
-    """``VmRSS`` (now) or ``VmHWM`` (the peak) of this process in bytes, from /proc (Linux only)."""
-    status = Path("/proc/self/status")
-    if not status.exists():
-        return None
-    for line in status.read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    return None
 
 
 def memory_in_use(device: str, peak: bool) -> int | None:
@@ -66,7 +54,7 @@ def memory_in_use(device: str, peak: bool) -> int | None:
     resident memory on the CPU."""
     if device.startswith("cuda"):
         return torch.cuda.max_memory_allocated(device) if peak else torch.cuda.memory_allocated(device)
-    return resident_bytes("VmHWM" if peak else "VmRSS")
+    return process_status_bytes("VmHWM" if peak else "VmRSS")
 
 
 def make_batch(name: str, length: int, rows: int, args, generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -75,7 +63,7 @@ def make_batch(name: str, length: int, rows: int, args, generator: torch.Generat
     def ids(columns: int) -> torch.Tensor:
         return torch.randint(3, args.vocab, (rows, columns), generator=generator).to(args.device)
 
-    if name in seq2seq_models():
+    if name in SEQ2SEQ_MODELS:
         # No attention mask: nothing is padded, and without one every model takes its fastest
         # path (an all-ones mask makes transformers test it on every call before dropping it).
         return {"input_ids": ids(args.source_length), "labels": ids(args.target_length)}
@@ -118,7 +106,7 @@ def measure_one(name: str, length: int, rows: int, args) -> dict:
 
 def run_in_subprocess(name: str, length: int, rows: int, args) -> dict:
     """``measure_one`` in a fresh Python process (its own peak memory); out of memory is a result."""
-    command = [sys.executable, __file__, "--one", name, str(length), str(rows), *args.child_args]
+    command = [sys.executable, __file__, "--one", name, str(length), str(rows), *child_arguments(args)]
     completed = subprocess.run(command, capture_output=True, text=True)
     lines = completed.stdout.strip().splitlines()
     if completed.returncode == 0 and lines:
@@ -132,7 +120,7 @@ def run_in_subprocess(name: str, length: int, rows: int, args) -> dict:
 
 def tokens_per_step(name: str, length: int, rows: int, args) -> int:
     """Tokens one step trains on: the block's tokens (LM), source + target tokens (seq2seq)."""
-    if name in seq2seq_models():
+    if name in SEQ2SEQ_MODELS:
         return rows * (args.source_length + args.target_length)
     return rows * length
 
@@ -163,6 +151,8 @@ def summarise(results: dict) -> dict:
 
 
 def parse_args(argv=None):
+    """The command line ``argv`` (None: ``sys.argv``), its models each with its baseline and its
+    blocks within ``--tokens``."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     add_shape_options(parser, ModelShape(d_model=256, layers=4, heads=4, ffn=1024, vocab=8000))
@@ -174,7 +164,7 @@ def parse_args(argv=None):
     parser.add_argument(
         "--models",
         nargs="+",
-        default=list(causal_lm_models() + seq2seq_models()),
+        default=list(CAUSAL_LM_MODELS + SEQ2SEQ_MODELS),
         help="a subset of the models (each needs its baseline)",
     )
     parser.add_argument(
@@ -199,36 +189,28 @@ def parse_args(argv=None):
             parser.error(f"--models: {name} needs its baseline {baseline_of(name)!r} too")
     if any(block > args.tokens for block in args.blocks):
         parser.error(f"--tokens ({args.tokens}) must be at least the longest block ({max(args.blocks)})")
-    # What a child process gets: every option but --one, --out and --models.
-    args.child_args = [
-        "--device",
-        args.device,
-        "--d-model",
-        str(args.d_model),
-        "--layers",
-        str(args.layers),
-        "--heads",
-        str(args.heads),
-        "--ffn",
-        str(args.ffn),
-        "--vocab",
-        str(args.vocab),
-        "--source-length",
-        str(args.source_length),
-        "--target-length",
-        str(args.target_length),
-        "--warmup",
-        str(args.warmup),
-        "--steps",
-        str(args.steps),
-        "--mixed-precision",
-        args.mixed_precision,
-    ]
-    if args.threads:
-        args.child_args += ["--threads", str(args.threads)]
-    if args.dropout is not None:
-        args.child_args += ["--dropout", str(args.dropout)]
     return args
+
+
+def child_arguments(args) -> list[str]:
+    """The command line of a child process (`run_in_subprocess`): every option of ``args`` but
+    --one, --out and --models; --threads and --dropout where they are given."""
+    values = {
+        "--device": args.device,
+        "--d-model": args.d_model,
+        "--layers": args.layers,
+        "--heads": args.heads,
+        "--ffn": args.ffn,
+        "--vocab": args.vocab,
+        "--source-length": args.source_length,
+        "--target-length": args.target_length,
+        "--warmup": args.warmup,
+        "--steps": args.steps,
+        "--mixed-precision": args.mixed_precision,
+        "--threads": args.threads or None,
+        "--dropout": args.dropout,
+    }
+    return [text for flag, value in values.items() if value is not None for text in (flag, str(value))]
 
 
 def main(argv=None) -> None:
@@ -241,12 +223,9 @@ def main(argv=None) -> None:
         return
 
     settings = [
-        (name, block, args.tokens // block)
-        for block in args.blocks
-        for name in args.models
-        if name in causal_lm_models()
+        (name, block, args.tokens // block) for block in args.blocks for name in args.models if name in CAUSAL_LM_MODELS
     ]
-    settings += [(name, args.source_length, args.seq2seq_rows) for name in args.models if name in seq2seq_models()]
+    settings += [(name, args.source_length, args.seq2seq_rows) for name in args.models if name in SEQ2SEQ_MODELS]
     results: dict[str, dict[str, dict]] = {}
     default_name = f"train_{args.device.split(':')[0]}.json"
     for name, length, rows in settings:
@@ -255,20 +234,21 @@ def main(argv=None) -> None:
         measured.update(rows=rows, tokens_per_step=tokens)
         if measured["status"] == "ok":
             measured["tokens_per_s"] = tokens / measured["step_s"]
-            print(
-                f"{name:38s} length {length:>6d} x {rows:>3d} rows  step {measured['step_s']:8.3f} s  "
-                f"{measured['tokens_per_s']:9.0f} tokens/s  peak {measured['peak_memory_bytes'] / 2**30:6.2f} GiB "
-                f"({measured['training_memory_bytes'] / 2**30:6.2f} GiB above the weights and inputs)",
-                flush=True,
-            )
-        else:
-            print(
-                f"{name:38s} length {length:>6d} x {rows:>3d} rows  {measured['status']}: {measured['error']}",
-                flush=True,
-            )
+        print(f"{name:38s} length {length:>6d} x {rows:>3d} rows  {describe(measured)}", flush=True)
         results.setdefault(name, {})[str(length)] = measured
         write_report(report_of(args, results), args.out, default_name, announce=False)  # kept if cut short
     write_report(report_of(args, results), args.out, default_name)
+
+
+def describe(measured: dict) -> str:
+    """A printed line's account of one measurement: speed and memory, or why there is none."""
+    if measured["status"] != "ok":
+        return f"{measured['status']}: {measured['error']}"
+    return (
+        f"step {measured['step_s']:8.3f} s  {measured['tokens_per_s']:9.0f} tokens/s  "
+        f"peak {measured['peak_memory_bytes'] / 2**30:6.2f} GiB "
+        f"({measured['training_memory_bytes'] / 2**30:6.2f} GiB above the weights and inputs)"
+    )
 
 
 def report_of(args, results: dict) -> dict:

@@ -19,7 +19,7 @@ import time
 
 import torch
 from _device import add_cpu_options, parse_cpu_args, run_metadata, write_report
-from _models import add_shape_options, baseline_of, causal_lm_models
+from _models import CAUSAL_LM_MODELS, add_shape_options, baseline_of
 from bench_generate import Decoder, build_models
 from torch.profiler import ProfilerActivity, profile
 from transformers.pytorch_utils import Conv1D
@@ -63,7 +63,9 @@ def operator_counts(decoder: Decoder, steps: int) -> tuple[float, float]:
     return operators / steps, syncs / steps
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line, and what bench_generate's model builder and Decoder read besides: the
+    device, and steps x rounds, the positions a decoder covers."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_shape_options(parser)
     parser.add_argument("--positions", type=int, nargs="+", default=[16, 2048])
@@ -71,76 +73,99 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=60, help="timed calls per measurement")
     add_cpu_options(parser)
     args = parse_cpu_args(parser)
-    # What bench_generate's model builder and Decoder read (steps x rounds: positions to cover).
-    args.device, args.steps, args.rounds, args.warmup = "cpu", args.repeats + 10, 1, 5
+    return argparse.Namespace(**vars(args), device="cpu", steps=args.repeats + 10, rounds=1, warmup=5)
 
+
+def median_cpu_seconds(decoders: dict, *, products: dict, repeats: int) -> tuple[dict, dict]:
+    """Median CPU seconds of each decoder's step and of its model's matrix products alone, by
+    (model, position): ``repeats`` rounds over every decoder, one step then the products, so that
+    load from other processes hits every measurement alike."""
+    step_times = {key: [] for key in decoders}
+    product_times = {key: [] for key in decoders}
+    for _ in range(repeats):
+        for key, decoder in decoders.items():
+            step_times[key].append(cpu_seconds(lambda decoder=decoder: decoder.step(record=False)))
+            product_times[key].append(cpu_seconds(products[key[0]][0]))
+    median = {key: statistics.median(times) for key, times in step_times.items()}
+    return median, {key: statistics.median(times) for key, times in product_times.items()}
+
+
+def profile_step(decoder: Decoder, *, label: str, step_s: float, products_s: float, weight_bytes: int) -> dict:
+    """The result of one (model, position), printed after ``label``: step and matrix-product CPU
+    seconds, the rest, and the operators and host syncs of a step."""
+    operators, syncs = operator_counts(decoder, 10)
+    print(
+        f"{label} step {step_s * 1e3:6.2f} ms  matrix products {products_s * 1e3:6.2f} ms "
+        f"({weight_bytes / products_s / 1e9:5.1f} GB/s)  rest {(step_s - products_s) * 1e3:5.2f} ms  "
+        f"{operators:5.0f} ops  {syncs:.0f} syncs",
+        flush=True,
+    )
+    return {
+        "step_cpu_s": step_s,
+        "matrix_products_cpu_s": products_s,
+        "other_cpu_s": step_s - products_s,
+        "operators_per_step": operators,
+        "host_syncs_per_step": syncs,
+    }
+
+
+def positions_from_mask_seconds(length: int) -> float:
+    """Median CPU seconds of `positions_from_mask` over an all-ones mask of ``length``."""
+    mask = torch.ones(1, length, dtype=torch.long)
+    return statistics.median(cpu_seconds(lambda: positions_from_mask(mask, 1, length - 1, "cpu")) for _ in range(1000))
+
+
+def summarise(results: dict) -> dict:
+    """Each model's linear weight bytes and step CPU time over its baseline's, at each position."""
+    summary = {}
+    for name, measured in results.items():
+        baseline = results[baseline_of(name)]
+        summary[name] = {
+            "linear_weight_bytes_over_baseline": measured["linear_weight_bytes"] / baseline["linear_weight_bytes"],
+            **{
+                f"step_over_baseline_at_{p}": measured["positions"][p]["step_cpu_s"]
+                / baseline["positions"][p]["step_cpu_s"]
+                for p in measured["positions"]
+            },
+        }
+    return summary
+
+
+def main() -> None:
+    args = parse_args()
     # Language models only: a seq2seq step skips the encoder's and the cross-attention keys' and
     # values' projections, which the matrix-product floor would have to leave out by name.
-    models = {name: model for name, (model, _) in build_models(args).items() if name in causal_lm_models()}
+    models = {name: model for name, (model, _) in build_models(args).items() if name in CAUSAL_LM_MODELS}
     products = {name: matrix_products(model) for name, model in models.items()}
     decoders = {
-        (name, position): Decoder(model, False, 1, 1, position, args)
+        (name, position): Decoder(model, is_seq2seq=False, rows=1, beams=1, position=position, args=args)
         for name, model in models.items()
         for position in args.positions
     }
     for decoder in decoders.values():
         for _ in range(args.warmup):
             decoder.step(record=False)
-    # Rounds over every (model, position): one step, then the matrix products alone, so that load
-    # from other processes hits every measurement alike.
-    step_times = {key: [] for key in decoders}
-    product_times = {key: [] for key in decoders}
-    for _ in range(args.repeats):
-        for key, decoder in decoders.items():
-            step_times[key].append(cpu_seconds(lambda decoder=decoder: decoder.step(record=False)))
-            product_times[key].append(cpu_seconds(products[key[0]][0]))
-
+    step_s, products_s = median_cpu_seconds(decoders, products=products, repeats=args.repeats)
     results = {name: {"linear_weight_bytes": products[name][1], "positions": {}} for name in models}
     for (name, position), decoder in decoders.items():
-        step_s, products_s = (
-            statistics.median(step_times[name, position]),
-            statistics.median(product_times[name, position]),
+        results[name]["positions"][str(position)] = profile_step(
+            decoder,
+            label=f"{name:24s} P={position:>5d}",
+            step_s=step_s[name, position],
+            products_s=products_s[name, position],
+            weight_bytes=products[name][1],
         )
-        operators, syncs = operator_counts(decoder, 10)
-        results[name]["positions"][str(position)] = {
-            "step_cpu_s": step_s,
-            "matrix_products_cpu_s": products_s,
-            "other_cpu_s": step_s - products_s,
-            "operators_per_step": operators,
-            "host_syncs_per_step": syncs,
-        }
-        print(
-            f"{name:24s} P={position:>5d} step {step_s * 1e3:6.2f} ms  matrix products {products_s * 1e3:6.2f} ms "
-            f"({products[name][1] / products_s / 1e9:5.1f} GB/s)  rest {(step_s - products_s) * 1e3:5.2f} ms  "
-            f"{operators:5.0f} ops  {syncs:.0f} syncs",
-            flush=True,
-        )
-
-    mask = torch.ones(1, max(args.positions) + 1, dtype=torch.long)
-    positions_s = statistics.median(
-        cpu_seconds(lambda: positions_from_mask(mask, 1, mask.shape[1] - 1, "cpu")) for _ in range(1000)
-    )
-    summary = {
-        name: {
-            "linear_weight_bytes_over_baseline": measured["linear_weight_bytes"]
-            / results[baseline_of(name)]["linear_weight_bytes"],
-            **{
-                f"step_over_baseline_at_{p}": measured["positions"][p]["step_cpu_s"]
-                / results[baseline_of(name)]["positions"][p]["step_cpu_s"]
-                for p in measured["positions"]
-            },
-        }
-        for name, measured in results.items()
-    }
+    mask_length = max(args.positions) + 1
+    positions_s = positions_from_mask_seconds(mask_length)
     report = {
         "benchmark": "profile_decode",
         **run_metadata("cpu"),
         "shapes": {key: getattr(args, key) for key in ("d_model", "layers", "heads", "ffn", "vocab", "positions")},
         "results": results,
-        "positions_from_mask_cpu_s": {str(mask.shape[1]): positions_s},
-        "summary": summary,
+        "positions_from_mask_cpu_s": {str(mask_length): positions_s},
+        "summary": summarise(results),
     }
-    print(f"positions_from_mask over a mask of {mask.shape[1]}: {positions_s * 1e6:.1f} us")
+    print(f"positions_from_mask over a mask of {mask_length}: {positions_s * 1e6:.1f} us")
     write_report(report, args.out, "profile_decode_cpu.json")
 
 

@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import bench_train  # noqa: E402
-from _models import causal_lm_models, seq2seq_models  # noqa: E402
+from _models import CAUSAL_LM_MODELS, SEQ2SEQ_MODELS  # noqa: E402
 
 TINY = [
     "--d-model",
@@ -43,10 +43,11 @@ TINY = [
 
 
 @pytest.mark.parametrize("mixed_precision", ["no", "bf16"])
-@pytest.mark.parametrize("name", causal_lm_models() + seq2seq_models())
+@pytest.mark.parametrize("name", CAUSAL_LM_MODELS + SEQ2SEQ_MODELS)
 def test_one_training_step_of_every_model_reports_time_and_memory(name, mixed_precision):
     args = bench_train.parse_args([*TINY, "--mixed-precision", mixed_precision])
-    assert args.child_args[args.child_args.index("--mixed-precision") + 1] == mixed_precision
+    child = bench_train.child_arguments(args)
+    assert child[child.index("--mixed-precision") + 1] == mixed_precision
     measured = bench_train.measure_one(name, 16, 2, args)
     assert measured["status"] == "ok"
     assert len(measured["step_times_s"]) == 2 and measured["step_s"] > 0
@@ -65,8 +66,8 @@ def test_bf16_runs_the_forward_under_autocast():
 
 def test_dropout_reaches_every_dropout_of_every_model_and_the_children():
     args = bench_train.parse_args([*TINY, "--dropout", "0"])
-    assert args.child_args[-2:] == ["--dropout", "0.0"]
-    for name in causal_lm_models() + seq2seq_models():
+    assert bench_train.child_arguments(args)[-2:] == ["--dropout", "0.0"]
+    for name in CAUSAL_LM_MODELS + SEQ2SEQ_MODELS:
         model = bench_train.build_model(name, bench_train.ModelShape.from_args(args), 32, args.dropout)
         # GPT-2's summary_first_dropout belongs to a classification head its LM does not have.
         probabilities = {
@@ -76,7 +77,7 @@ def test_dropout_reaches_every_dropout_of_every_model_and_the_children():
         }
         assert probabilities and set(probabilities.values()) == {0.0}, (name, probabilities)
     default = bench_train.parse_args(TINY)
-    assert default.dropout is None and "--dropout" not in default.child_args
+    assert default.dropout is None and "--dropout" not in bench_train.child_arguments(default)
 
 
 def test_summary_ratios_and_a_baseline_that_ran_out_of_memory():
