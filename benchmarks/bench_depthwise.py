@@ -58,7 +58,7 @@ def median_time(function, repeats: int) -> float:
     return statistics.median(times)
 
 
-def time_case(case: dict, repeats: int) -> dict:
+def time_case(case: dict, *, repeats: int) -> dict:
     """Seconds of each measurement of one case, interleaved so that load changes hit all alike."""
     x = torch.randn(case["batch"], case["length"], case["channels"], requires_grad=True)
     weight = torch.randn(case["channels"], case["kernel_size"], requires_grad=True)
@@ -120,6 +120,18 @@ def table_row(case: dict, summary: dict) -> str:
     )
 
 
+def spread_over_rounds(per_round: list[dict]) -> dict:
+    """Each ratio's median, min and max over the rounds (``ratios`` of one case, one per round)."""
+    return {
+        name: {
+            "median": statistics.median(r[name] for r in per_round),
+            "min": min(r[name] for r in per_round),
+            "max": max(r[name] for r in per_round),
+        }
+        for name in per_round[0]
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3, help="sweeps over all cases (spread of the ratios)")
@@ -127,20 +139,12 @@ def main() -> None:
     add_cpu_options(parser)
     args = parse_cpu_args(parser)
     prepare_backend("cpu", "cpu")
-    rounds = [[ratios(time_case(case, args.repeats)) for case in cases()] for _ in range(args.rounds)]
+    rounds = [[ratios(time_case(case, repeats=args.repeats)) for case in cases()] for _ in range(args.rounds)]
     results = []
     header = f"{'B':>4} {'T':>5} {'C':>4} {'k':>3} {'d':>2} {'padding':8} {'fwd x':>14} {'bwd x':>14} {'fwd+bwd x':>14}"
     print(header + f" {'fwd/copy ours|conv1d':>22} {'bwd/copy ours|conv1d':>22}")
     for index, case in enumerate(cases()):
-        per_round = [round_[index] for round_ in rounds]
-        summary = {
-            name: {
-                "median": statistics.median(r[name] for r in per_round),
-                "min": min(r[name] for r in per_round),
-                "max": max(r[name] for r in per_round),
-            }
-            for name in per_round[0]
-        }
+        summary = spread_over_rounds([round_[index] for round_ in rounds])
         results.append(dict(case, **summary))
         print(table_row(case, summary))
     report = dict(

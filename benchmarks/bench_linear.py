@@ -56,7 +56,7 @@ def methods() -> dict:
     }
 
 
-def measure(out_features: int, in_features: int, rows: int, args) -> dict:
+def measure(out_features: int, in_features: int, *, rows: int, args) -> dict:
     """Weight GB/s of every method (median over rounds) for one shape and row count."""
     weight_bytes = out_features * in_features * 4
     copies = max(2, args.megabytes * 2**20 // weight_bytes)
@@ -91,7 +91,9 @@ def main() -> None:
     add_cpu_options(parser)
     args = parse_cpu_args(parser)
     shapes = weight_shapes(ModelShape.from_args(args))
-    results = {name: {str(rows): measure(*shape, rows, args) for rows in args.rows} for name, shape in shapes.items()}
+    results = {
+        name: {str(rows): measure(*shape, rows=rows, args=args) for rows in args.rows} for name, shape in shapes.items()
+    }
     summary = {
         name: {rows: round(figures["kernel_speedup"], 2) for rows, figures in per_rows.items()}
         for name, per_rows in results.items()

@@ -120,16 +120,7 @@ class Case:
 
     def build(self, backend=None):
         """``build_case`` of this case: (run, inputs_needing_grad)."""
-        return build_case(
-            self.name,
-            batch=self.batch,
-            length=self.length,
-            channels=self.channels,
-            heads=self.heads,
-            device=self.device,
-            dtype=self.dtype,
-            backend=backend,
-        )
+        return build_case(**vars(self), backend=backend)
 
     def peak_of_arguments(self, backend: str) -> list[str]:
         """The ``--peak-of`` values that name this case on the CPU (`from_peak_of` reads them)."""
