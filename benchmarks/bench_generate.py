@@ -27,7 +27,7 @@ import time
 
 import torch
 from _device import add_cpu_options, parse_cpu_args, run_metadata, synchronize, write_report
-from _models import CAUSAL_LM_MODELS, SEQ2SEQ_MODELS, ModelShape, add_shape_options, baseline_of, build_model
+from _models import ModelShape, add_shape_options, baseline_of, build_model, causal_lm_models, seq2seq_models
 
 from talk_hf.transformers_internals import CACHE_NAME  # the cache's argument name (renamed in transformers 5.24)
 
@@ -39,8 +39,8 @@ def build_models(args) -> dict[str, tuple[torch.nn.Module, bool]]:
     max_positions = max(max(args.positions) + args.steps * args.rounds + args.warmup, args.source_length) + 8
     shape = ModelShape.from_args(args)
     return {
-        name: (build_model(name, shape, max_positions).to(args.device).eval(), name in SEQ2SEQ_MODELS)
-        for name in CAUSAL_LM_MODELS + SEQ2SEQ_MODELS
+        name: (build_model(name, shape, max_positions).to(args.device).eval(), name in seq2seq_models())
+        for name in causal_lm_models() + seq2seq_models()
     }
 
 

@@ -44,7 +44,7 @@ import time
 
 import torch
 from _device import add_cpu_options, process_status_bytes, run_metadata, synchronize, write_report
-from _models import CAUSAL_LM_MODELS, SEQ2SEQ_MODELS, ModelShape, add_shape_options, baseline_of, build_model
+from _models import ModelShape, add_shape_options, baseline_of, build_model, causal_lm_models, seq2seq_models
 
 OUT_OF_MEMORY_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc")
 
@@ -63,7 +63,7 @@ def make_batch(name: str, length: int, rows: int, args, generator: torch.Generat
     def ids(columns: int) -> torch.Tensor:
         return torch.randint(3, args.vocab, (rows, columns), generator=generator).to(args.device)
 
-    if name in SEQ2SEQ_MODELS:
+    if name in seq2seq_models():
         # No attention mask: nothing is padded, and without one every model takes its fastest
         # path (an all-ones mask makes transformers test it on every call before dropping it).
         return {"input_ids": ids(args.source_length), "labels": ids(args.target_length)}
@@ -120,7 +120,7 @@ def run_in_subprocess(name: str, length: int, rows: int, args) -> dict:
 
 def tokens_per_step(name: str, length: int, rows: int, args) -> int:
     """Tokens one step trains on: the block's tokens (LM), source + target tokens (seq2seq)."""
-    if name in SEQ2SEQ_MODELS:
+    if name in seq2seq_models():
         return rows * (args.source_length + args.target_length)
     return rows * length
 
@@ -164,7 +164,7 @@ def parse_args(argv=None):
     parser.add_argument(
         "--models",
         nargs="+",
-        default=list(CAUSAL_LM_MODELS + SEQ2SEQ_MODELS),
+        default=list(causal_lm_models() + seq2seq_models()),
         help="a subset of the models (each needs its baseline)",
     )
     parser.add_argument(
@@ -223,9 +223,12 @@ def main(argv=None) -> None:
         return
 
     settings = [
-        (name, block, args.tokens // block) for block in args.blocks for name in args.models if name in CAUSAL_LM_MODELS
+        (name, block, args.tokens // block)
+        for block in args.blocks
+        for name in args.models
+        if name in causal_lm_models()
     ]
-    settings += [(name, args.source_length, args.seq2seq_rows) for name in args.models if name in SEQ2SEQ_MODELS]
+    settings += [(name, args.source_length, args.seq2seq_rows) for name in args.models if name in seq2seq_models()]
     results: dict[str, dict[str, dict]] = {}
     default_name = f"train_{args.device.split(':')[0]}.json"
     for name, length, rows in settings:

@@ -19,7 +19,7 @@ import time
 
 import torch
 from _device import add_cpu_options, parse_cpu_args, run_metadata, write_report
-from _models import CAUSAL_LM_MODELS, add_shape_options, baseline_of
+from _models import add_shape_options, baseline_of, causal_lm_models
 from bench_generate import Decoder, build_models
 from torch.profiler import ProfilerActivity, profile
 from transformers.pytorch_utils import Conv1D
@@ -135,7 +135,7 @@ def main() -> None:
     args = parse_args()
     # Language models only: a seq2seq step skips the encoder's and the cross-attention keys' and
     # values' projections, which the matrix-product floor would have to leave out by name.
-    models = {name: model for name, (model, _) in build_models(args).items() if name in CAUSAL_LM_MODELS}
+    models = {name: model for name, (model, _) in build_models(args).items() if name in causal_lm_models()}
     products = {name: matrix_products(model) for name, model in models.items()}
     decoders = {
         (name, position): Decoder(model, is_seq2seq=False, rows=1, beams=1, position=position, args=args)

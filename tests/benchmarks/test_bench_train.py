@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import bench_train  # noqa: E402
-from _models import CAUSAL_LM_MODELS, SEQ2SEQ_MODELS  # noqa: E402
+from _models import causal_lm_models, seq2seq_models  # noqa: E402
 
 TINY = [
     "--d-model",
@@ -43,7 +43,7 @@ TINY = [
 
 
 @pytest.mark.parametrize("mixed_precision", ["no", "bf16"])
-@pytest.mark.parametrize("name", CAUSAL_LM_MODELS + SEQ2SEQ_MODELS)
+@pytest.mark.parametrize("name", causal_lm_models() + seq2seq_models())
 def test_one_training_step_of_every_model_reports_time_and_memory(name, mixed_precision):
     args = bench_train.parse_args([*TINY, "--mixed-precision", mixed_precision])
     child = bench_train.child_arguments(args)
@@ -67,7 +67,7 @@ def test_bf16_runs_the_forward_under_autocast():
 def test_dropout_reaches_every_dropout_of_every_model_and_the_children():
     args = bench_train.parse_args([*TINY, "--dropout", "0"])
     assert bench_train.child_arguments(args)[-2:] == ["--dropout", "0.0"]
-    for name in CAUSAL_LM_MODELS + SEQ2SEQ_MODELS:
+    for name in causal_lm_models() + seq2seq_models():
         model = bench_train.build_model(name, bench_train.ModelShape.from_args(args), 32, args.dropout)
         # GPT-2's summary_first_dropout belongs to a classification head its LM does not have.
         probabilities = {
