@@ -6,11 +6,22 @@
 * :func:`depthwise_conv` — one static kernel per channel, causal or centred, with dilation.
 * :func:`prepare_backend` — build and load the compiled kernels for a device now, not inside the
   first timed step.
+
+Each op with compiled kernels is one folder (``talk_conv/``, ``dynamic_conv/`` for DynamicConv and
+LightConv, ``depthwise_conv/``): its public function with its checks (the folder's ``__init__``),
+its PyTorch path (``*_torch``), the registration of its kernels by the shared `CompiledOp`
+(``*_compiled``, from :mod:`._compiled_op`) and its loop-form definition, the reference of the tests
+(``*_naive``); its C++ and CUDA sources sit in ``csrc/<op>/``.  The two linear maps the layers run,
+``linear`` (the few-row product of a decoding step) and ``grouped_linear`` (SliceNet's grouped 1x1
+convolution), are one module each: each holds its public function and its PyTorch definition,
+with no registration (nothing of them is opaque to ``torch.compile``).  Backend choice and the
+switch for unverified CUDA kernels: :mod:`._backend`.  Module file names are unique across
+talk_hf: :func:`talk_hf.export_for_remote_code` copies the modules into one flat folder.
 """
 
 from ._backend import prepare_backend
 from .depthwise_conv import depthwise_conv
 from .dynamic_conv import dynamic_conv, light_conv
-from .talk import talk_conv
+from .talk_conv import talk_conv
 
 __all__ = ["talk_conv", "dynamic_conv", "light_conv", "depthwise_conv", "prepare_backend"]

@@ -1,4 +1,5 @@
-"""Choice of the implementation ("backend") that runs an operator.
+"""Choice of the implementation ("backend") that runs an operator, and the switch for unverified
+CUDA kernels.
 
 * ``"torch"``: the pure-PyTorch reference, on any device;
 * ``"cpu"``: the compiled C++ kernels (``csrc/cpu_ops.cpp``), CPU tensors only;
@@ -11,6 +12,14 @@ explicit ``backend=`` argument wins over the variable.  Inside a model's forward
 `reads_backend_once`) the variable is read once, when the forward starts, for all its ops.  Asking
 for ``"cpu"`` or ``"cuda"`` where that extension cannot load raises
 :class:`._extension.ExtensionUnavailable`.
+
+The switch: a new or rewritten CUDA kernel is compiled in CI (``.ci/compile_cuda``) but stays off
+until a lent GPU has run its ``gpu`` tests and compute-sanitizer on it (``benchmarks/gpu_suite.sh``).
+Each op declares such kernels (:class:`._compiled_op.CompiledOp`'s ``unverified_cuda``), and runs
+them only where ``$TALK_HF_UNVERIFIED_CUDA`` names the op: a comma-separated list of op names (e.g.
+``depthwise_conv,talk_conv``), or ``all``; unset or empty names none.  Off, the op runs its verified
+fallback: its verified CUDA kernel where it has one, else the PyTorch path (and backend ``"cuda"``
+is an error).  The variable is read at each call (under ``torch.compile``: once, while tracing).
 """
 
 from __future__ import annotations
@@ -26,6 +35,11 @@ from . import _extension
 
 KNOWN_BACKENDS = ("auto", "torch", "cpu", "cuda")
 BACKEND_ENV = "TALK_HF_BACKEND"
+UNVERIFIED_CUDA_ENV = "TALK_HF_UNVERIFIED_CUDA"
+
+# The ops with unverified CUDA kernels, each with whether it also has a verified one to fall back
+# on (filled by the ops' declarations, `declare_unverified_cuda`).
+_unverified_cuda_ops: dict[str, bool] = {}
 
 # $TALK_HF_BACKEND as read when the running model forward started, or None outside one.
 _backend_of_this_forward: ContextVar[str | None] = ContextVar("talk_hf_backend_of_this_forward", default=None)
@@ -78,17 +92,55 @@ def auto_extension(kind: str) -> ModuleType | None:
         return None
 
 
+def declare_unverified_cuda(op: str, *, has_verified_kernel: bool) -> None:
+    """Record that ``op`` has CUDA kernels behind the switch, and whether it has verified ones."""
+    _unverified_cuda_ops[op] = has_verified_kernel
+
+
 @torch.compiler.assume_constant_result
-def resolve_backend(backend: str | None, device: torch.device) -> str:
-    """Map the user's choice to the backend that runs on tensors of ``device``.
+def unverified_cuda_enabled(op: str) -> bool:
+    """Whether ``$TALK_HF_UNVERIFIED_CUDA`` turns on ``op``'s unverified CUDA kernels.
+
+    Raises:
+        ValueError: ``op`` has no unverified CUDA kernels, or the variable names something other
+            than such ops and ``all`` (a misspelt name would otherwise silently keep the kernels off).
+    """
+    known = tuple(_unverified_cuda_ops)
+    if op not in known:
+        raise ValueError(f"op must be one of {known}, got {op!r}")
+    names = {name.strip() for name in os.environ.get(UNVERIFIED_CUDA_ENV, "").split(",")} - {""}
+    unknown = names - {"all", *known}
+    if unknown:
+        raise ValueError(
+            f"${UNVERIFIED_CUDA_ENV} must be 'all' or a comma-separated list of {known}, "
+            f"got unknown name(s) {sorted(unknown)}"
+        )
+    return "all" in names or op in names
+
+
+@torch.compiler.assume_constant_result
+def resolve_backend(backend: str | None, device: torch.device, op: str | None = None) -> str:
+    """Map the user's choice to the backend that runs ``op`` on tensors of ``device``.
 
     Under ``torch.compile`` this runs once, while tracing, and its answer is baked into the graph.
+    ``op`` (None: any op with verified kernels) matters on CUDA only: an op whose CUDA kernels are
+    all unverified runs the PyTorch path there under ``"auto"`` unless the switch names it.
 
     Returns:
         ``"torch"``, ``"cpu"`` or ``"cuda"``; the compiled module of the last two is loaded.
+
+    Raises:
+        ValueError: ``"cuda"`` for an op whose CUDA kernels are unverified and switched off.
     """
     requested = requested_backend(backend)
     if requested == "torch":
+        return "torch"
+    if device.type == "cuda" and _unverified_cuda_ops.get(op) is False and not unverified_cuda_enabled(op):
+        if requested == "cuda":
+            raise ValueError(
+                f"backend 'cuda' of {op} runs a CUDA kernel that no GPU has verified yet; set "
+                f"{UNVERIFIED_CUDA_ENV}={op} (or all) to run it anyway, or use backend 'auto' or 'torch'"
+            )
         return "torch"
     if requested == "auto":
         if device.type not in ("cpu", "cuda"):

@@ -1,51 +1,36 @@
-"""The compiled kernels behind the ops, registered as ``torch.library`` custom ops.
+"""The one registration helper of the compiled kernels: `CompiledOp`.
 
-Each op runs the extension of its tensors' device (``_extension.load("cpu" | "cuda")``) and has a
-fake (meta) implementation and an autograd formula, so ``torch.compile`` traces through it as one
-opaque node.  Arguments are checked by the public functions before they get here.  The ``run_*``
-functions call an op three ways (`_run`): through the custom op while ``torch.compile`` traces or
-for tensor subclasses; through an ``autograd.Function`` with the same formula when autograd records
-an eager call (the custom op's Python dispatch cost a SliceNet training step 13% on the CPU); and
-straight to the kernel otherwise.  On CUDA,
-talk_conv, dynamic_conv and light_conv run the tiled kernels (csrc/cuda_ops.cu) unless
-``$TALK_HF_UNVERIFIED_CUDA`` names the op (:mod:`._unverified`): then their streaming kernels
-(csrc/cuda_talk_stream.cu, csrc/cuda_conv_stream.cu), not yet verified on a GPU (:func:`_kernel`).
+An op declares its kernel entry points (the names of its forward and backward functions in the
+compiled extension of each device) and its forward and backward formulas (how they call those
+functions); `CompiledOp` makes from them
 
-Ops (all tensors batch-first; ``K`` taps, ``H`` heads):
+* the ``torch.library`` custom ops ``talk_hf::<name>`` and ``talk_hf::<name>_backward``, with fake
+  (meta) implementations and the autograd formula, so that ``torch.compile`` traces each as one
+  opaque node;
+* an ``autograd.Function`` with the same formula, for eager calls that autograd records (the
+  custom op's Python dispatch cost a SliceNet training step 13% on the CPU);
+* the direct kernel call, for eager calls that need no gradient.
 
-* ``talk_hf::talk_conv(x (B,T,C), offset_left (B,T,H), offset_right (B,T,H) | None, max_left,
-  max_right) -> (B,T,C)`` and its ``talk_hf::talk_conv_backward``;
-* ``talk_hf::dynamic_conv(x, weight (B,T,H,K), padding_l)``, ``talk_hf::light_conv(x, weight
-  (H,K), padding_l)`` and their shared ``talk_hf::conv_backward``, which returns the gradient for
-  x and the per-token weight gradient (B,T,H,K) in float32 (float64 for float64 input);
-* ``talk_hf::depthwise_conv(x, weight (C,K), dilation, left, input_mask (B,T) bool | None, relu)``
-  (the input gated by the ReLU and the mask inside the kernel) and its
-  ``talk_hf::depthwise_conv_backward``, which returns the gradient for x and the weight's gradient
-  (C,K) summed over batch and time, in float32 (float64 for float64 input).
+Calling a `CompiledOp` picks one of the three (`CompiledOp.__call__`).  Arguments are checked by
+the public functions before they get here.  Every op keeps one contract, from which its fake
+implementations follow: its output has the shape and dtype of its first input, and its backward
+returns one gradient per tensor input, of that input's shape and dtype (an empty tensor for an
+absent optional input or a bool one).
+
+Which kernels run on CUDA is the op's declared data, read by :mod:`._backend`: its verified CUDA
+kernels, or, where ``$TALK_HF_UNVERIFIED_CUDA`` names the op, its unverified ones.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 
 from . import _extension
-from ._precision import accumulation_dtype
-from ._unverified import unverified_cuda_enabled
-
-
-def _module(tensor: torch.Tensor):
-    return _extension.load(tensor.device.type)
-
-
-def _kernel(tensor: torch.Tensor, op: str, entry: str):
-    """The extension function ``entry`` of ``tensor``'s device; on CUDA, where ``$TALK_HF_UNVERIFIED_CUDA``
-    names ``op``, its streaming variant ``entry + "_stream"`` (csrc/cuda_talk_stream.cu,
-    csrc/cuda_conv_stream.cu), which falls back to the tiled kernels for shapes it does not take."""
-    module = _module(tensor)
-    if tensor.device.type == "cuda" and unverified_cuda_enabled(op):
-        return getattr(module, f"{entry}_stream")
-    return getattr(module, entry)
-
+from ._backend import declare_unverified_cuda, unverified_cuda_enabled
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # tensor types that dispatch as plain tensors
 
@@ -56,257 +41,175 @@ def needs_custom_op(*tensors: torch.Tensor | None) -> bool:
     than ``nn.Parameter`` (which dispatch on the op)."""
     if torch.compiler.is_compiling():
         return True
-    return any(tensor is not None and type(tensor) not in _PLAIN for tensor in tensors)
+    for tensor in tensors:  # a loop, not any(generator): this runs on every op call
+        if tensor is not None and type(tensor) not in _PLAIN:
+            return True
+    return False
 
 
 def needs_autograd(*tensors: torch.Tensor | None) -> bool:
     """Whether autograd records a call on ``tensors``."""
-    return torch.is_grad_enabled() and any(tensor is not None and tensor.requires_grad for tensor in tensors)
+    if torch.is_grad_enabled():
+        for tensor in tensors:
+            if tensor is not None and tensor.requires_grad:
+                return True
+    return False
 
 
-def _tensors(args: tuple) -> list[torch.Tensor]:
-    return [arg for arg in args if isinstance(arg, torch.Tensor)]
+@dataclass(frozen=True)
+class KernelEntries:
+    """The names of an op's forward and backward functions in a compiled extension module."""
+
+    forward: str
+    backward: str
 
 
-def _eager_function(name: str, kernel, setup_context, backward) -> type[torch.autograd.Function]:
-    """An ``autograd.Function`` that runs ``kernel`` with an op's own ``setup_context`` and ``backward``:
-    the op's autograd in eager mode, without the custom op's dispatch.  ``kernel`` stays reachable
-    as its attribute ``kernel``.
+class CompiledOp:
+    """An op's compiled kernels, registered three ways (module docstring); call it like its forward.
+
+    Args:
+        name: the op's name: ``talk_hf::<name>`` and ``talk_hf::<name>_backward`` are registered.
+        forward: ``forward(kernel, *inputs) -> output``: the forward formula, calling ``kernel``, the
+            forward entry point of the inputs' device.  Its parameters after ``kernel`` carry type
+            annotations (``torch.Tensor``, ``torch.Tensor | None``, ``int``, ``bool``): they are
+            the custom op's schema.
+        backward: ``backward(kernel, grad_out, *inputs) -> gradients``: the backward formula, calling
+            the backward entry point; one entry per tensor input: its gradient, in any float dtype
+            (anything for an absent or bool input, which gets none).
+        cpu: the entry points in the CPU extension.
+        cuda: the verified entry points in the CUDA extension, or None where the op has none (its
+            CUDA calls then run the PyTorch path unless ``$TALK_HF_UNVERIFIED_CUDA`` names the op).
+        unverified_cuda: entry points in the CUDA extension that no GPU has verified yet, run only
+            where ``$TALK_HF_UNVERIFIED_CUDA`` names the op; None where there are none.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        forward: Callable[..., torch.Tensor],
+        backward: Callable[..., tuple[torch.Tensor, ...]],
+        cpu: KernelEntries,
+        cuda: KernelEntries | None,
+        unverified_cuda: KernelEntries | None = None,
+    ):
+        self.name = name
+        self._forward_formula, self._backward_formula = forward, backward
+        self._entries = {"cpu": cpu, "cuda": cuda}
+        self._unverified_cuda = unverified_cuda
+        if unverified_cuda is not None:
+            declare_unverified_cuda(name, has_verified_kernel=cuda is not None)
+        inputs = list(inspect.signature(forward, eval_str=True).parameters.values())[1:]
+        self._tensor_positions = tuple(i for i, p in enumerate(inputs) if p.annotation in _TENSOR_TYPES)
+        self._other_positions = tuple(i for i in range(len(inputs)) if i not in self._tensor_positions)
+        grad_out = inspect.Parameter("grad_out", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor)
+        self.custom_op = torch.library.custom_op(
+            f"talk_hf::{name}", self.run_forward, mutates_args=(), schema=_schema(inputs, torch.Tensor)
+        )
+        self.backward_op = torch.library.custom_op(
+            f"talk_hf::{name}_backward",
+            self.run_backward,
+            mutates_args=(),
+            schema=_schema([grad_out, *inputs], list[torch.Tensor]),
+        )
+        self.custom_op.register_fake(lambda *inputs: inputs[0].new_empty(inputs[0].shape))
+        self.backward_op.register_fake(self._fake_backward)
+        self.custom_op.register_autograd(self._backward, setup_context=self._setup_context)
+        self.function = _eager_function(name, self.run_forward, self._setup_context, self._backward)
+
+    def __call__(self, *inputs):
+        """The forward: through the custom op where `needs_custom_op`, the ``autograd.Function``
+        where autograd records the call, else the kernel directly."""
+        tensors = [inputs[i] for i in self._tensor_positions]
+        if needs_custom_op(*tensors):
+            return self.custom_op(*inputs)
+        if needs_autograd(*tensors):
+            return self.function.apply(*inputs)
+        return self.run_forward(*inputs)
+
+    def kernel(self, tensor: torch.Tensor, direction: str) -> Callable:
+        """The ``direction`` ("forward" or "backward") entry point of the extension of ``tensor``'s
+        device: on CUDA the unverified one where ``$TALK_HF_UNVERIFIED_CUDA`` names the op (or where
+        the op has no verified one)."""
+        kind = tensor.device.type
+        entries = self._entries[kind]
+        if kind == "cuda" and self._unverified_cuda is not None:
+            if entries is None or unverified_cuda_enabled(self.name):
+                entries = self._unverified_cuda
+        return getattr(_extension.load(kind), getattr(entries, direction))
+
+    def run_forward(self, *inputs) -> torch.Tensor:
+        """The forward formula on the kernels of the inputs' device."""
+        return self._forward_formula(self.kernel(inputs[0], "forward"), *inputs)
+
+    def run_backward(self, grad_out: torch.Tensor, *inputs) -> list[torch.Tensor]:
+        """The backward formula on the kernels of the inputs' device: one gradient per tensor input,
+        in its dtype; an empty tensor for an input without one (`_has_gradient`)."""
+        gradients = self._backward_formula(self.kernel(inputs[0], "backward"), grad_out, *inputs)
+        tensors = [inputs[i] for i in self._tensor_positions]
+        return [
+            gradient.to(tensor.dtype) if _has_gradient(tensor) else grad_out.new_empty(0)
+            for tensor, gradient in zip(tensors, gradients, strict=True)
+        ]
+
+    def _fake_backward(self, grad_out: torch.Tensor, *inputs) -> list[torch.Tensor]:
+        tensors = [inputs[i] for i in self._tensor_positions]
+        return [
+            tensor.new_empty(tensor.shape) if _has_gradient(tensor) else grad_out.new_empty(0) for tensor in tensors
+        ]
+
+    def _setup_context(self, ctx, inputs: tuple, output: torch.Tensor) -> None:
+        ctx.save_for_backward(*[inputs[i] for i in self._tensor_positions])
+        ctx.other_inputs = [inputs[i] for i in self._other_positions]
+
+    def _backward(self, ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        saved = ctx.saved_tensors  # each read unpacks them again
+        inputs = [None] * (len(saved) + len(ctx.other_inputs))
+        for position, value in zip(self._tensor_positions, saved, strict=True):
+            inputs[position] = value
+        for position, value in zip(self._other_positions, ctx.other_inputs, strict=True):
+            inputs[position] = value
+        if needs_custom_op(grad_out, *saved):  # tracing: the backward op, one opaque node
+            gradients = self.backward_op(grad_out, *inputs)
+        else:
+            gradients = self._backward_formula(self.kernel(inputs[0], "backward"), grad_out, *inputs)
+        result = [None] * len(inputs)
+        for position, tensor, gradient in zip(self._tensor_positions, saved, gradients, strict=True):
+            if _has_gradient(tensor):
+                result[position] = gradient if gradient.dtype == tensor.dtype else gradient.to(tensor.dtype)
+        return tuple(result)
+
+
+_TENSOR_TYPES = (torch.Tensor, torch.Tensor | None)
+
+
+def _has_gradient(tensor: torch.Tensor | None) -> bool:
+    """Whether an op's tensor input gets a gradient: given, and floating-point (not a bool mask)."""
+    return tensor is not None and tensor.is_floating_point()
+
+
+def _schema(parameters: list[inspect.Parameter], returns) -> str:
+    """The custom-op schema of a function with these parameters and return annotation."""
+
+    def prototype(): ...
+
+    prototype.__signature__ = inspect.Signature(parameters, return_annotation=returns)
+    return torch.library.infer_schema(prototype, mutates_args=())
+
+
+def _eager_function(name: str, run_forward, setup_context, backward) -> type[torch.autograd.Function]:
+    """An ``autograd.Function`` that runs ``run_forward`` with an op's ``setup_context`` and ``backward``:
+    the op's autograd in eager mode, without the custom op's dispatch.
 
     Its forward takes ``ctx`` and calls ``setup_context`` itself: a Function that declares a
     separate ``setup_context`` makes every ``apply`` bind its arguments through
     ``inspect.signature`` (about 50 us a call on a 2-core VM, 20 times the kernel at small sizes).
     """
 
-    def forward(ctx, *args):
-        output = kernel(*args)
-        setup_context(ctx, args, output)
+    def forward(ctx, *inputs):
+        output = run_forward(*inputs)
+        setup_context(ctx, inputs, output)
         return output
 
-    members = dict(forward=staticmethod(forward), backward=staticmethod(backward), kernel=staticmethod(kernel))
+    members = dict(forward=staticmethod(forward), backward=staticmethod(backward))
     return type(name, (torch.autograd.Function,), members)
-
-
-def _run(custom_op, function: type[torch.autograd.Function], *args):
-    """An op's forward: ``custom_op(*args)`` where `needs_custom_op`, ``function`` (`_eager_function`)
-    where autograd records the call, else the kernel (``function.kernel``) directly."""
-    tensors = _tensors(args)
-    if needs_custom_op(*tensors):
-        return custom_op(*args)
-    if needs_autograd(*tensors):
-        return function.apply(*args)
-    return function.kernel(*args)
-
-
-def _call(custom_op, kernel, *args):
-    """A backward op: ``custom_op(*args)`` where `needs_custom_op` (tracing), else ``kernel(*args)``."""
-    return custom_op(*args) if needs_custom_op(*_tensors(args)) else kernel(*args)
-
-
-def _per_token(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """LightConv's (H, K) kernel as a (B, T, H, K) view with zero batch and time strides."""
-    return weight.expand(x.shape[0], x.shape[1], *weight.shape)
-
-
-# --- TaLK ------------------------------------------------------------------------------------
-
-
-def talk_forward_kernel(
-    x: torch.Tensor, offset_left: torch.Tensor, offset_right: torch.Tensor | None, max_left: int, max_right: int
-) -> torch.Tensor:
-    return _kernel(x, "talk_conv", "talk_forward")(x, offset_left, offset_right, max_left, max_right)
-
-
-def talk_backward_kernel(
-    grad_out: torch.Tensor,
-    x: torch.Tensor,
-    offset_left: torch.Tensor,
-    offset_right: torch.Tensor | None,
-    max_left: int,
-    max_right: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Gradients for x, offset_left and offset_right (an empty tensor in the causal form)."""
-    return tuple(_kernel(x, "talk_conv", "talk_backward")(grad_out, x, offset_left, offset_right, max_left, max_right))
-
-
-talk_conv = torch.library.custom_op("talk_hf::talk_conv", talk_forward_kernel, mutates_args=())
-talk_conv_backward = torch.library.custom_op("talk_hf::talk_conv_backward", talk_backward_kernel, mutates_args=())
-
-
-@talk_conv.register_fake
-def _(x, offset_left, offset_right, max_left, max_right):
-    return x.new_empty(x.shape)
-
-
-@talk_conv_backward.register_fake
-def _(grad_out, x, offset_left, offset_right, max_left, max_right):
-    right_shape = (0,) if offset_right is None else offset_right.shape
-    return x.new_empty(x.shape), x.new_empty(offset_left.shape), x.new_empty(right_shape)
-
-
-def _talk_setup(ctx, inputs, output):
-    x, offset_left, offset_right, ctx.max_left, ctx.max_right = inputs
-    ctx.save_for_backward(x, offset_left, offset_right)
-
-
-def _talk_backward(ctx, grad_out):
-    x, offset_left, offset_right = ctx.saved_tensors
-    grad_x, grad_left, grad_right = _call(
-        talk_conv_backward, talk_backward_kernel, grad_out, x, offset_left, offset_right, ctx.max_left, ctx.max_right
-    )
-    return grad_x, grad_left, None if offset_right is None else grad_right, None, None
-
-
-talk_conv.register_autograd(_talk_backward, setup_context=_talk_setup)
-_TalkConv = _eager_function("TalkConv", talk_forward_kernel, _talk_setup, _talk_backward)
-
-
-def run_talk_conv(x, offset_left, offset_right, max_left: int, max_right: int) -> torch.Tensor:
-    """``talk_hf::talk_conv`` by `_run`."""
-    return _run(talk_conv, _TalkConv, x, offset_left, offset_right, max_left, max_right)
-
-
-# --- DynamicConv / LightConv -----------------------------------------------------------------
-
-
-def dynamic_forward_kernel(x: torch.Tensor, weight: torch.Tensor, padding_l: int) -> torch.Tensor:
-    return _kernel(x, "dynamic_conv", "conv_forward")(x, weight, padding_l)
-
-
-def light_forward_kernel(x: torch.Tensor, weight: torch.Tensor, padding_l: int) -> torch.Tensor:
-    return _kernel(x, "light_conv", "conv_forward")(x, _per_token(weight, x), padding_l)
-
-
-def conv_backward_kernel(
-    grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, padding_l: int, sum_weight_gradient: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gradient for x and the weight's gradient in the accumulation dtype: per token (B, T, H, K),
-    or with ``sum_weight_gradient`` (LightConv's shared kernel) summed over batch and time, (H, K)."""
-    op = "light_conv" if sum_weight_gradient else "dynamic_conv"  # LightConv sums its shared kernel's gradient
-    return tuple(_kernel(x, op, "conv_backward")(grad_out, x, weight, padding_l, sum_weight_gradient))
-
-
-dynamic_conv = torch.library.custom_op("talk_hf::dynamic_conv", dynamic_forward_kernel, mutates_args=())
-light_conv = torch.library.custom_op("talk_hf::light_conv", light_forward_kernel, mutates_args=())
-conv_backward = torch.library.custom_op("talk_hf::conv_backward", conv_backward_kernel, mutates_args=())
-
-
-@dynamic_conv.register_fake
-def _(x, weight, padding_l):
-    return x.new_empty(x.shape)
-
-
-@light_conv.register_fake
-def _(x, weight, padding_l):
-    return x.new_empty(x.shape)
-
-
-@conv_backward.register_fake
-def _(grad_out, x, weight, padding_l, sum_weight_gradient):
-    shape = weight.shape[-2:] if sum_weight_gradient else (*x.shape[:2], *weight.shape[-2:])
-    return x.new_empty(x.shape), x.new_empty(shape, dtype=accumulation_dtype(x.dtype))
-
-
-def _conv_setup(ctx, inputs, output):
-    x, weight, ctx.padding_l = inputs
-    ctx.save_for_backward(x, weight)
-
-
-def _dynamic_backward(ctx, grad_out):
-    x, weight = ctx.saved_tensors
-    grad_x, grad_weight = _call(conv_backward, conv_backward_kernel, grad_out, x, weight, ctx.padding_l, False)
-    return grad_x, grad_weight.to(weight.dtype), None
-
-
-def _light_backward(ctx, grad_out):
-    x, weight = ctx.saved_tensors
-    per_token = _per_token(weight, x)
-    grad_x, grad_weight = _call(conv_backward, conv_backward_kernel, grad_out, x, per_token, ctx.padding_l, True)
-    return grad_x, grad_weight.to(weight.dtype), None
-
-
-dynamic_conv.register_autograd(_dynamic_backward, setup_context=_conv_setup)
-light_conv.register_autograd(_light_backward, setup_context=_conv_setup)
-_DynamicConv = _eager_function("DynamicConv", dynamic_forward_kernel, _conv_setup, _dynamic_backward)
-_LightConv = _eager_function("LightConv", light_forward_kernel, _conv_setup, _light_backward)
-
-
-def run_dynamic_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int) -> torch.Tensor:
-    """``talk_hf::dynamic_conv`` by `_run`."""
-    return _run(dynamic_conv, _DynamicConv, x, weight, padding_l)
-
-
-def run_light_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int) -> torch.Tensor:
-    """``talk_hf::light_conv`` by `_run`."""
-    return _run(light_conv, _LightConv, x, weight, padding_l)
-
-
-# --- Depthwise convolution -------------------------------------------------------------------
-
-
-def depthwise_forward_kernel(
-    x: torch.Tensor, weight: torch.Tensor, dilation: int, left: int, input_mask: torch.Tensor | None, relu: bool
-) -> torch.Tensor:
-    return _module(x).depthwise_forward(x, weight, dilation, left, input_mask, relu)
-
-
-def depthwise_backward_kernel(
-    grad_out: torch.Tensor,
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    dilation: int,
-    left: int,
-    input_mask: torch.Tensor | None,
-    relu: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gradient for x (through the input gate) and the weight's gradient (C, K), summed over batch
-    and time, in the accumulation dtype."""
-    return tuple(_module(x).depthwise_backward(grad_out, x, weight, dilation, left, input_mask, relu))
-
-
-depthwise_conv = torch.library.custom_op("talk_hf::depthwise_conv", depthwise_forward_kernel, mutates_args=())
-depthwise_conv_backward = torch.library.custom_op(
-    "talk_hf::depthwise_conv_backward", depthwise_backward_kernel, mutates_args=()
-)
-
-
-@depthwise_conv.register_fake
-def _(x, weight, dilation, left, input_mask, relu):
-    return x.new_empty(x.shape)
-
-
-@depthwise_conv_backward.register_fake
-def _(grad_out, x, weight, dilation, left, input_mask, relu):
-    return x.new_empty(x.shape), x.new_empty(weight.shape, dtype=accumulation_dtype(x.dtype))
-
-
-def _depthwise_setup(ctx, inputs, output):
-    x, weight, ctx.dilation, ctx.left, input_mask, ctx.relu = inputs
-    ctx.save_for_backward(x, weight, input_mask)
-
-
-def _depthwise_backward(ctx, grad_out):
-    x, weight, input_mask = ctx.saved_tensors
-    grad_x, grad_weight = _call(
-        depthwise_conv_backward,
-        depthwise_backward_kernel,
-        grad_out,
-        x,
-        weight,
-        ctx.dilation,
-        ctx.left,
-        input_mask,
-        ctx.relu,
-    )
-    return grad_x, grad_weight.to(weight.dtype), None, None, None, None
-
-
-depthwise_conv.register_autograd(_depthwise_backward, setup_context=_depthwise_setup)
-_DepthwiseConv = _eager_function("DepthwiseConv", depthwise_forward_kernel, _depthwise_setup, _depthwise_backward)
-
-
-def run_depthwise_conv(
-    x: torch.Tensor, weight: torch.Tensor, dilation: int, left: int, input_mask: torch.Tensor | None, relu: bool
-) -> torch.Tensor:
-    """``talk_hf::depthwise_conv`` by `_run`."""
-    return _run(depthwise_conv, _DepthwiseConv, x, weight, dilation, left, input_mask, relu)

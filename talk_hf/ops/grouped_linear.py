@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from ._compiled import needs_autograd, needs_custom_op
+from ._compiled_op import needs_autograd, needs_custom_op
 from ._validation import check_same_device_and_dtype, check_tensor
 
 

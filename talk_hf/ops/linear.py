@@ -10,8 +10,8 @@ input row.  It sums in a different order than MKL, so results agree to rounding,
 The kernel runs when every one of these holds, and ``F.linear`` otherwise: CPU tensors of one
 floating dtype; at most `MAX_ROWS` input rows; a contiguous (out, in) weight; the ``"auto"`` or
 ``"cpu"`` backend (``$TALK_HF_BACKEND``) with the CPU extension loaded; no autocast; and nothing
-needing autograd or tracing (`_compiled.needs_autograd`, `_compiled.needs_custom_op`): generation, not training.  The checks
-cost a few microseconds, which a decoding step pays once per linear layer.
+needing autograd or tracing (`_compiled_op.needs_autograd`, `_compiled_op.needs_custom_op`):
+generation, not training.  The checks cost a few microseconds, which a decoding step pays once per linear layer.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
-from . import _compiled, _extension
+from . import _compiled_op, _extension
 from ._backend import auto_extension, requested_backend
 
 # The most input rows (the product of the leading dimensions) the kernel takes.  Above it MKL's
@@ -66,8 +66,8 @@ def _kernels_for(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
         return None
     if (
         torch.is_autocast_enabled("cpu")
-        or _compiled.needs_custom_op(input, weight, bias)
-        or _compiled.needs_autograd(input, weight, bias)
+        or _compiled_op.needs_custom_op(input, weight, bias)
+        or _compiled_op.needs_autograd(input, weight, bias)
     ):
         return None
     backend = requested_backend(None)  # "torch", or a CUDA-only choice, leaves CPU layers to F.linear

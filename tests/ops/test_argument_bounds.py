@@ -7,7 +7,8 @@ import torch
 
 from talk_hf.ops import depthwise_conv, dynamic_conv, light_conv, talk_conv
 from talk_hf.ops._validation import MAX_REACH
-from talk_hf.ops.naive import naive_depthwise_conv, naive_talk_conv
+from talk_hf.ops.depthwise_conv.depthwise_naive import naive_depthwise_conv
+from talk_hf.ops.talk_conv.talk_naive import naive_talk_conv
 
 
 def _talk_inputs():

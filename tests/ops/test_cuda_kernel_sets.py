@@ -14,8 +14,10 @@ import pytest
 import torch
 
 import talk_hf
-from talk_hf.ops import _compiled, _extension, dynamic_conv, light_conv, talk_conv
-from talk_hf.ops._unverified import unverified_cuda_enabled
+from talk_hf.ops import _extension, dynamic_conv, light_conv, talk_conv
+from talk_hf.ops._backend import unverified_cuda_enabled
+from talk_hf.ops.dynamic_conv.dynamic_compiled import compiled_light_conv
+from talk_hf.ops.talk_conv.talk_compiled import compiled_talk_conv
 
 from . import stream_emulation
 from .conftest import CUDA_KERNEL_SETS
@@ -136,9 +138,9 @@ def test_cuda_switch_chooses_the_kernel_set(monkeypatch):
         ("talk_conv", "talk_forward_stream"),
     ]:
         monkeypatch.setenv("TALK_HF_UNVERIFIED_CUDA", variable)
-        assert _compiled._kernel(x, "talk_conv", "talk_forward").__name__ == expected
+        assert compiled_talk_conv.kernel(x, "forward").__name__ == expected
     monkeypatch.setenv("TALK_HF_UNVERIFIED_CUDA", "all")
-    assert _compiled._kernel(x, "light_conv", "conv_backward").__name__ == "conv_backward_stream"
+    assert compiled_light_conv.kernel(x, "backward").__name__ == "conv_backward_stream"
 
 
 def test_switch_leaves_cpu_tensors_on_the_cpu_kernels(monkeypatch):
@@ -148,7 +150,7 @@ def test_switch_leaves_cpu_tensors_on_the_cpu_kernels(monkeypatch):
         pytest.skip(str(error))
     monkeypatch.setenv("TALK_HF_UNVERIFIED_CUDA", "all")
     x = torch.randn(1, 4, 8)
-    assert _compiled._kernel(x, "talk_conv", "talk_forward") is _extension.load("cpu").talk_forward
+    assert compiled_talk_conv.kernel(x, "forward") is _extension.load("cpu").talk_forward
 
 
 def graph_case(name: str):

@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from talk_hf.ops import _compiled, _unverified, depthwise_conv
-from talk_hf.ops.depthwise_conv import _depthwise_backend
-from talk_hf.ops.naive import naive_depthwise_conv
+from talk_hf.ops import _backend, depthwise_conv
+from talk_hf.ops.depthwise_conv.depthwise_compiled import compiled_depthwise_conv
+from talk_hf.ops.depthwise_conv.depthwise_naive import naive_depthwise_conv
 
 from .helpers import assert_close_to_reference
 
@@ -273,8 +273,8 @@ def test_custom_op_passes_opcheck():
     x, weight = make_inputs(2, 9, 6, 3)
     x.requires_grad_()
     weight.requires_grad_()
-    torch.library.opcheck(_compiled.depthwise_conv, (x, weight, 2, 4, None, False))
-    torch.library.opcheck(_compiled.depthwise_conv, (x, weight, 2, 4, padding_mask(2, 9), True))
+    torch.library.opcheck(compiled_depthwise_conv.custom_op, (x, weight, 2, 4, None, False))
+    torch.library.opcheck(compiled_depthwise_conv.custom_op, (x, weight, 2, 4, padding_mask(2, 9), True))
 
 
 def test_torch_compile_traces_through_the_kernel():
@@ -304,22 +304,22 @@ def test_cuda_kernel_stays_off_until_the_switch_names_it(monkeypatch):
     """No GPU needed: the choice is made before any CUDA code loads."""
     cuda = torch.device("cuda")
     for value in ("", "talk_conv", " dynamic_conv , light_conv"):
-        monkeypatch.setenv(_unverified.UNVERIFIED_CUDA_ENV, value)
-        assert _depthwise_backend("auto", cuda) == "torch"
+        monkeypatch.setenv(_backend.UNVERIFIED_CUDA_ENV, value)
+        assert _backend.resolve_backend("auto", cuda, "depthwise_conv") == "torch"
         with pytest.raises(ValueError, match="TALK_HF_UNVERIFIED_CUDA=depthwise_conv"):
-            _depthwise_backend("cuda", cuda)
+            _backend.resolve_backend("cuda", cuda, "depthwise_conv")
     for value in ("depthwise_conv", "talk_conv,depthwise_conv", "all"):
-        monkeypatch.setenv(_unverified.UNVERIFIED_CUDA_ENV, value)
-        assert _unverified.unverified_cuda_enabled("depthwise_conv")
+        monkeypatch.setenv(_backend.UNVERIFIED_CUDA_ENV, value)
+        assert _backend.unverified_cuda_enabled("depthwise_conv")
 
 
 def test_switch_rejects_names_it_does_not_know(monkeypatch):
-    monkeypatch.setenv(_unverified.UNVERIFIED_CUDA_ENV, "depthwise")
+    monkeypatch.setenv(_backend.UNVERIFIED_CUDA_ENV, "depthwise")
     with pytest.raises(ValueError, match=r"unknown name\(s\) \['depthwise'\]"):
-        _unverified.unverified_cuda_enabled("depthwise_conv")
-    monkeypatch.delenv(_unverified.UNVERIFIED_CUDA_ENV)
+        _backend.unverified_cuda_enabled("depthwise_conv")
+    monkeypatch.delenv(_backend.UNVERIFIED_CUDA_ENV)
     with pytest.raises(ValueError, match="op must be one of"):
-        _unverified.unverified_cuda_enabled("depthwise")
+        _backend.unverified_cuda_enabled("depthwise")
 
 
 # --- CUDA (run where a GPU is present, with the kernel switched on) ------------------------------
@@ -327,7 +327,7 @@ def test_switch_rejects_names_it_does_not_know(monkeypatch):
 
 @pytest.fixture
 def unverified_cuda_kernel(monkeypatch):
-    monkeypatch.setenv(_unverified.UNVERIFIED_CUDA_ENV, "depthwise_conv")
+    monkeypatch.setenv(_backend.UNVERIFIED_CUDA_ENV, "depthwise_conv")
 
 
 @pytest.mark.gpu
@@ -381,7 +381,7 @@ def test_cuda_gradcheck_float64_and_auto_runs_the_kernel(monkeypatch):
         lambda x, w: depthwise_conv(x, w, dilation=2, padding="centred", backend="cuda"),
         (x.requires_grad_(), weight.requires_grad_()),
     )
-    assert _depthwise_backend("auto", x.device) == "cuda"
+    assert _backend.resolve_backend("auto", x.device, "depthwise_conv") == "cuda"
     small_x, small_weight = x.detach().cpu(), weight.detach().cpu()
     assert_close_to_reference(
         depthwise_conv(x.detach(), weight.detach(), backend="cuda").cpu(),

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from talk_hf.ops import dynamic_conv, light_conv, talk_conv
-from talk_hf.ops.naive import naive_dynamic_conv
+from talk_hf.ops.dynamic_conv.dynamic_naive import naive_dynamic_conv
 
 from .helpers import assert_close_to_reference
 

@@ -11,9 +11,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from talk_hf.ops import _compiled, depthwise_conv, dynamic_conv, light_conv, talk_conv
+from talk_hf.ops import _compiled_op, depthwise_conv, dynamic_conv, light_conv, talk_conv
 from talk_hf.ops._extension import BackendFallbackWarning
-from talk_hf.ops.naive import naive_dynamic_conv, naive_talk_conv
+from talk_hf.ops.depthwise_conv.depthwise_compiled import compiled_depthwise_conv
+from talk_hf.ops.dynamic_conv.dynamic_compiled import compiled_dynamic_conv, compiled_light_conv
+from talk_hf.ops.dynamic_conv.dynamic_naive import naive_dynamic_conv
+from talk_hf.ops.talk_conv.talk_compiled import compiled_talk_conv
+from talk_hf.ops.talk_conv.talk_naive import naive_talk_conv
 
 from .helpers import TOLERANCES, assert_close_to_reference, offsets_off_the_grid
 
@@ -165,10 +169,13 @@ def test_custom_ops_pass_opcheck(op):
     """Schema, fake (meta) kernel and autograd registration agree with the real kernels."""
     x, offsets, weight = small_inputs(requires_grad=True)
     args = {
-        "talk_bidirectional": (_compiled.talk_conv, (x, offsets, offsets.detach().flip(1).requires_grad_(), 3, 2)),
-        "talk_causal": (_compiled.talk_conv, (x, offsets, None, 3, 0)),
-        "dynamic": (_compiled.dynamic_conv, (x, weight, 2)),
-        "light": (_compiled.light_conv, (x, weight[0, 0].detach().requires_grad_(), 1)),
+        "talk_bidirectional": (
+            compiled_talk_conv.custom_op,
+            (x, offsets, offsets.detach().flip(1).requires_grad_(), 3, 2),
+        ),
+        "talk_causal": (compiled_talk_conv.custom_op, (x, offsets, None, 3, 0)),
+        "dynamic": (compiled_dynamic_conv.custom_op, (x, weight, 2)),
+        "light": (compiled_light_conv.custom_op, (x, weight[0, 0].detach().requires_grad_(), 1)),
     }[op]
     torch.library.opcheck(*args)
 
@@ -179,8 +186,7 @@ OPS_AND_CUSTOM_OPS = {
     "light": (lambda x, offsets, weight: light_conv(x, weight[0, 0], 1, backend="cpu"), "light_conv"),
     "depthwise": (lambda x, offsets, weight: depthwise_conv(x, weight[0, :6, 0], backend="cpu"), "depthwise_conv"),
 }
-CUSTOM_OPS = ("talk_conv", "talk_conv_backward", "dynamic_conv", "light_conv", "conv_backward")
-CUSTOM_OPS += ("depthwise_conv", "depthwise_conv_backward")
+COMPILED_OPS = (compiled_talk_conv, compiled_dynamic_conv, compiled_light_conv, compiled_depthwise_conv)
 
 
 def outputs_and_input_gradients(call, inputs, grad_out):
@@ -199,7 +205,7 @@ def test_eager_calls_skip_the_custom_op_and_give_its_results(op, monkeypatch):
     grad_inputs = tuple(tensor.clone().requires_grad_() for tensor in inputs)
     grad_out = torch.randn_like(inputs[0])
     with monkeypatch.context() as patch:
-        patch.setattr(_compiled, "needs_custom_op", lambda *tensors: True)
+        patch.setattr(_compiled_op, "needs_custom_op", lambda *tensors: True)
         through_custom_op = outputs_and_input_gradients(call, grad_inputs, grad_out)
     assert through_custom_op[0].grad_fn.name().startswith("GeneratedBackwardFor_talk_hf_" + custom_op_name)
     with monkeypatch.context() as patch:
@@ -207,8 +213,9 @@ def test_eager_calls_skip_the_custom_op_and_give_its_results(op, monkeypatch):
         def refuse(*args):
             raise AssertionError("went through a custom op")
 
-        for name in CUSTOM_OPS:
-            patch.setattr(_compiled, name, refuse)
+        for compiled_op in COMPILED_OPS:
+            patch.setattr(compiled_op, "custom_op", refuse)
+            patch.setattr(compiled_op, "backward_op", refuse)
         eager = outputs_and_input_gradients(call, grad_inputs, grad_out)
         assert "talk_hf" not in eager[0].grad_fn.name()
         for actual, expected in zip(eager, through_custom_op, strict=True):

@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from talk_hf.ops import talk_conv
-from talk_hf.ops.naive import naive_talk_conv
-from talk_hf.ops.talk import MIN_BLOCK
+from talk_hf.ops.talk_conv.talk_naive import naive_talk_conv
+from talk_hf.ops.talk_conv.talk_torch import MIN_BLOCK
 
 from .helpers import assert_close_to_reference, offsets_off_the_grid
 

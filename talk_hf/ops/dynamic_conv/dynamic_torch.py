@@ -1,81 +1,12 @@
-"""DynamicConv and LightConv (Wu et al., ICLR 2019): depthwise convolutions with head-shared kernels.
-
-    out[b, t, c] = sum_k weight[b, t, h(c), k] * x[b, t + k - padding_l, c]      (dynamic_conv)
-    out[b, t, c] = sum_k weight[h(c), k]       * x[b, t + k - padding_l, c]      (light_conv)
-
-with ``h(c) = c // (C / H)`` and x taken as zero outside ``[0, T)``.  The caller normalises the
-kernel (softmax over K, then optional DropConnect).  ``padding_l = K - 1`` gives the causal
-decoder form, ``K // 2`` the centred encoder form; any K >= 1 works, even K included.
-
-The loop-form definition every backend is tested against: :func:`talk_hf.ops.naive.naive_dynamic_conv`.
-"""
+"""The PyTorch paths of :func:`talk_hf.ops.dynamic_conv` and :func:`talk_hf.ops.light_conv` (their
+definitions: the package docstring)."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from . import _compiled
-from ._backend import resolve_backend
-from ._precision import accumulation_dtype
-from ._validation import (
-    check_heads_divide_channels,
-    check_int,
-    check_leading_dims,
-    check_same_device_and_dtype,
-    check_tensor,
-)
-
-
-def dynamic_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int, *, backend: str | None = None) -> torch.Tensor:
-    """Convolution whose kernel is predicted per token.
-
-    Args:
-        x: (B, T, C) input.
-        weight: (B, T, H, K) kernels, already normalised; H must divide C.
-        padding_l: how many of the K taps look into the past, in [0, K - 1].
-        backend: ``"auto"``, ``"torch"``, ``"cpu"`` or ``"cuda"``; ``None`` reads ``$TALK_HF_BACKEND``.
-
-    Returns:
-        (B, T, C) tensor of x's dtype, accumulated in float32 (float64 for float64 input).
-    """
-    check_tensor("x", x, 3, "(B, T, C)")
-    check_tensor("weight", weight, 4, "(B, T, H, K)")
-    check_leading_dims("weight", weight, x, 2)
-    _check_kernel(x, weight, padding_l)
-    if resolve_backend(backend, x.device) == "torch":
-        return dynamic_conv_torch(x, weight, padding_l)
-    return _compiled.run_dynamic_conv(x, weight, padding_l)
-
-
-def light_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int, *, backend: str | None = None) -> torch.Tensor:
-    """Convolution with one kernel per head, shared by every token.
-
-    Args:
-        x: (B, T, C) input.
-        weight: (H, K) kernels, already normalised; H must divide C.
-        padding_l: how many of the K taps look into the past, in [0, K - 1].
-        backend: ``"auto"``, ``"torch"``, ``"cpu"`` or ``"cuda"``; ``None`` reads ``$TALK_HF_BACKEND``.
-
-    Returns:
-        (B, T, C) tensor of x's dtype, accumulated in float32 (float64 for float64 input).
-    """
-    check_tensor("x", x, 3, "(B, T, C)")
-    check_tensor("weight", weight, 2, "(H, K)")
-    _check_kernel(x, weight, padding_l)
-    if resolve_backend(backend, x.device) == "torch":
-        return light_conv_torch(x, weight, padding_l)
-    return _compiled.run_light_conv(x, weight, padding_l)
-
-
-def _check_kernel(x: torch.Tensor, weight: torch.Tensor, padding_l: int) -> None:
-    """Checks shared by both ops: heads divide C, K >= 1, padding_l in range, same device/dtype."""
-    heads, kernel_size = weight.shape[-2], weight.shape[-1]
-    check_heads_divide_channels(x.shape[2], heads, "weight.shape[-2]")
-    if kernel_size < 1:
-        raise ValueError(f"weight must have a kernel size K >= 1 in its last dim, got shape {tuple(weight.shape)}")
-    check_int("padding_l", padding_l, 0, kernel_size - 1)
-    check_same_device_and_dtype("x", x, weight=weight)
+from .._precision import accumulation_dtype
 
 
 def dynamic_conv_torch(x: torch.Tensor, weight: torch.Tensor, padding_l: int) -> torch.Tensor:

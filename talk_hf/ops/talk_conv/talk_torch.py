@@ -1,23 +1,9 @@
-"""TaLK convolution (Lioutas & Guo, ICML 2020): adaptive window sums from local prefix sums.
+"""The PyTorch path of :func:`talk_hf.ops.talk_conv` (its definition: the package docstring).
 
-For token ``t`` and head ``h`` the window is ``[a, b + 1)`` with
-
-    a = clamp(t - offset_left[t, h]  * max_left,  0, T - 1)
-    b = clamp(t + offset_right[t, h] * max_right, 0, T - 1)      (b = t when causal)
-
-and the output is the integral of the step signal ``f(u) = x[floor(u)]`` over the window,
-divided by the constant ``max_left + max_right + 1``.  Whole tokens inside the window count
-once; the left edge token ``floor(a)`` counts ``1 - frac(a)``, the token after ``floor(b)``
-counts ``frac(b)``.  With ``P[i] = x[0] + ... + x[i - 1]``:
-
-    out[t] = (P[floor(b) + 1] - P[floor(a)] + frac(b) * x[floor(b) + 1] - frac(a) * x[floor(a)]) / K
-
-The PyTorch path never builds one global prefix sum (its differences cancel catastrophically in
-low precision at long T).  It cuts time into blocks, gives each block a halo as wide as the
-farthest window reaches, and takes a float32 (float64 for float64 input) prefix sum inside each
-block only.  Memory stays O(B*T*C) and the result is exact to accumulation precision at any T.
-
-The loop-form definition every backend is tested against: :func:`talk_hf.ops.naive.naive_talk_conv`.
+It never builds one global prefix sum (its differences cancel catastrophically in low precision at
+long T).  It cuts time into blocks, gives each block a halo as wide as the farthest window reaches,
+and takes a float32 (float64 for float64 input) prefix sum inside each block only.  Memory stays
+O(B*T*C) and the result is exact to accumulation precision at any T.
 """
 
 from __future__ import annotations
@@ -27,77 +13,11 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import _compiled
-from ._backend import resolve_backend
-from ._precision import accumulation_dtype
-from ._validation import (
-    MAX_REACH,
-    check_heads_divide_channels,
-    check_int,
-    check_leading_dims,
-    check_same_device_and_dtype,
-    check_tensor,
-)
+from .._precision import accumulation_dtype
 
 # Smallest time block of the blocked prefix sum; blocks grow to the halo width when windows are
 # wider, so the halo never costs more than the block itself.
 MIN_BLOCK = 256
-
-
-def talk_conv(
-    x: torch.Tensor,
-    offset_left: torch.Tensor,
-    offset_right: torch.Tensor | None,
-    max_left: int,
-    max_right: int,
-    *,
-    backend: str | None = None,
-) -> torch.Tensor:
-    """Time-aware large-kernel convolution.
-
-    Args:
-        x: (B, T, C) input; padded positions must already be zero.
-        offset_left: (B, T, H) relative left reach of each token's window, >= 0 (normally a
-            sigmoid output in [0, 1]; dropout may push it above 1).  H must divide C; head ``h``
-            owns channels ``h*C/H .. (h+1)*C/H - 1``.
-        offset_right: (B, T, H) relative right reach, or ``None`` for the causal form
-            (required exactly when ``max_right > 0``).
-        max_left: maximum left reach in tokens (int in [0, 2**31 - 1]).
-        max_right: maximum right reach in tokens (int in [0, 2**31 - 1]; 0 means causal).
-        backend: ``"auto"``, ``"torch"``, ``"cpu"`` or ``"cuda"`` (see :mod:`._backend`); ``None``
-            reads ``$TALK_HF_BACKEND``.  Only the ``"torch"`` path rejects negative or NaN offsets;
-            the compiled kernels read any value safely (see ``csrc/talk_math.h``).
-
-    Returns:
-        (B, T, C) tensor of x's dtype.  Gradients flow to x and both offsets.
-    """
-    _check_talk_args(x, offset_left, offset_right, max_left, max_right)
-    if resolve_backend(backend, x.device) == "torch":
-        return talk_conv_torch(x, offset_left, offset_right, max_left, max_right)
-    return _compiled.run_talk_conv(x, offset_left, offset_right, max_left, max_right)
-
-
-def _check_talk_args(x, offset_left, offset_right, max_left, max_right) -> None:
-    check_tensor("x", x, 3, "(B, T, C)")
-    check_tensor("offset_left", offset_left, 3, "(B, T, H)")
-    check_leading_dims("offset_left", offset_left, x, 2)
-    check_heads_divide_channels(x.shape[2], offset_left.shape[2], "offset_left.shape[-1]")
-    check_int("max_left", max_left, 0, MAX_REACH)
-    check_int("max_right", max_right, 0, MAX_REACH)
-    if max_right == 0 and offset_right is not None:
-        raise ValueError(
-            "offset_right must be None when max_right == 0 (causal TaLK); pass max_right > 0 for the bidirectional form"
-        )
-    if max_right > 0:
-        if offset_right is None:
-            raise ValueError(f"offset_right of shape (B, T, H) is required when max_right={max_right} > 0")
-        check_tensor("offset_right", offset_right, 3, "(B, T, H)")
-        if offset_right.shape != offset_left.shape:
-            raise ValueError(
-                f"offset_right must have the shape of offset_left {tuple(offset_left.shape)}, "
-                f"got {tuple(offset_right.shape)}"
-            )
-    check_same_device_and_dtype("x", x, offset_left=offset_left, offset_right=offset_right)
 
 
 def max_reach(name: str, offsets: torch.Tensor, max_offset: int, length: int) -> int:

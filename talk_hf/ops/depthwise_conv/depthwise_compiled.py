@@ -1,0 +1,39 @@
+"""depthwise_conv's compiled kernels (csrc/depthwise_conv/), registered by `CompiledOp`:
+``talk_hf::depthwise_conv(x (B,T,C), weight (C,K), dilation, left, input_mask (B,T) bool | None,
+relu) -> (B,T,C)``, the input gated by the ReLU and the mask inside the kernel, and
+``talk_hf::depthwise_conv_backward``, the gradients for x (through the gate) and the weight (C, K),
+summed over batch and time.
+
+Its CUDA kernel is unverified: it runs only where ``$TALK_HF_UNVERIFIED_CUDA`` names depthwise_conv
+(the op runs its PyTorch path on CUDA otherwise).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._compiled_op import CompiledOp, KernelEntries
+
+
+def _forward(
+    kernel,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    dilation: int,
+    left: int,
+    input_mask: torch.Tensor | None,
+    relu: bool,
+) -> torch.Tensor:
+    return kernel(x, weight, dilation, left, input_mask, relu)
+
+
+def _backward(kernel, grad_out, x, weight, dilation, left, input_mask, relu):
+    """Gradients for x, the weight and (an empty tensor) the mask."""
+    grad_x, grad_weight = kernel(grad_out, x, weight, dilation, left, input_mask, relu)
+    return grad_x, grad_weight, None
+
+
+_KERNELS = KernelEntries(forward="depthwise_forward", backward="depthwise_backward")
+compiled_depthwise_conv = CompiledOp(
+    "depthwise_conv", forward=_forward, backward=_backward, cpu=_KERNELS, cuda=None, unverified_cuda=_KERNELS
+)

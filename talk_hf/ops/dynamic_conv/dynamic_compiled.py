@@ -1,0 +1,59 @@
+"""dynamic_conv's and light_conv's compiled kernels (csrc/dynamic_conv/), registered by `CompiledOp`:
+``talk_hf::dynamic_conv(x (B,T,C), weight (B,T,H,K), padding_l) -> (B,T,C)``, ``talk_hf::light_conv(x,
+weight (H,K), padding_l)`` and their backward ops, the gradients for x and the weight.
+
+Both run the same kernels: LightConv's (H, K) kernel is passed as a per-token (B, T, H, K) view with
+zero batch and time strides, and its gradient summed over batch and time.  On CUDA the tiled
+kernels run, or the streaming ones where ``$TALK_HF_UNVERIFIED_CUDA`` names the op (they run the
+tiled kernels for shapes they do not take).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._compiled_op import CompiledOp, KernelEntries
+
+_KERNELS = KernelEntries(forward="conv_forward", backward="conv_backward")
+_STREAMING_KERNELS = KernelEntries(forward="conv_forward_stream", backward="conv_backward_stream")
+
+
+def _per_token(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """LightConv's (H, K) kernel as a (B, T, H, K) view with zero batch and time strides."""
+    return weight.expand(x.shape[0], x.shape[1], *weight.shape)
+
+
+def _dynamic_forward(kernel, x: torch.Tensor, weight: torch.Tensor, padding_l: int) -> torch.Tensor:
+    return kernel(x, weight, padding_l)
+
+
+def _dynamic_backward(kernel, grad_out, x, weight, padding_l):
+    """Gradients for x and the per-token weight (B, T, H, K)."""
+    return kernel(grad_out, x, weight, padding_l, False)
+
+
+def _light_forward(kernel, x: torch.Tensor, weight: torch.Tensor, padding_l: int) -> torch.Tensor:
+    return kernel(x, _per_token(weight, x), padding_l)
+
+
+def _light_backward(kernel, grad_out, x, weight, padding_l):
+    """Gradients for x and the shared weight (H, K), summed over batch and time."""
+    return kernel(grad_out, x, _per_token(weight, x), padding_l, True)
+
+
+compiled_dynamic_conv = CompiledOp(
+    "dynamic_conv",
+    forward=_dynamic_forward,
+    backward=_dynamic_backward,
+    cpu=_KERNELS,
+    cuda=_KERNELS,
+    unverified_cuda=_STREAMING_KERNELS,
+)
+compiled_light_conv = CompiledOp(
+    "light_conv",
+    forward=_light_forward,
+    backward=_light_backward,
+    cpu=_KERNELS,
+    cuda=_KERNELS,
+    unverified_cuda=_STREAMING_KERNELS,
+)

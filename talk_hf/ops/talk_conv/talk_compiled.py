@@ -1,0 +1,35 @@
+"""talk_conv's compiled kernels (csrc/talk_conv/), registered by `CompiledOp`:
+``talk_hf::talk_conv(x (B,T,C), offset_left (B,T,H), offset_right (B,T,H) | None, max_left,
+max_right) -> (B,T,C)`` and ``talk_hf::talk_conv_backward``, the gradients for x and both offsets.
+
+On CUDA the tiled kernels run, or the streaming ones where ``$TALK_HF_UNVERIFIED_CUDA`` names
+talk_conv (they run the tiled kernels for shapes they do not take).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._compiled_op import CompiledOp, KernelEntries
+
+
+def _forward(
+    kernel, x: torch.Tensor, offset_left: torch.Tensor, offset_right: torch.Tensor | None, max_left: int, max_right: int
+) -> torch.Tensor:
+    return kernel(x, offset_left, offset_right, max_left, max_right)
+
+
+def _backward(kernel, grad_out, x, offset_left, offset_right, max_left, max_right):
+    """Gradients for x, offset_left and offset_right (an empty tensor in the causal form)."""
+    return kernel(grad_out, x, offset_left, offset_right, max_left, max_right)
+
+
+_KERNELS = KernelEntries(forward="talk_forward", backward="talk_backward")
+compiled_talk_conv = CompiledOp(
+    "talk_conv",
+    forward=_forward,
+    backward=_backward,
+    cpu=_KERNELS,
+    cuda=_KERNELS,
+    unverified_cuda=KernelEntries(forward="talk_forward_stream", backward="talk_backward_stream"),
+)
