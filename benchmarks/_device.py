@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from talk_hf.ops._backend import UNVERIFIED_CUDA_ENV
+from talk_hf.ops._unverified import UNVERIFIED_CUDA_ENV
 
 # Where the benchmarks write their JSON unless --out says otherwise.
 RESULTS = Path(__file__).parent / "results"
@@ -74,6 +74,11 @@ def run_metadata(device: torch.device | str) -> dict:
         # the CUDA kernel set: the streaming kernels of the ops named here, the tiled ones otherwise
         "unverified_cuda": os.environ.get(UNVERIFIED_CUDA_ENV, ""),
     }
+
+
+def add_device_option(parser) -> None:
+    """``--device``: the visible GPU when there is one, else the CPU."""
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
 
 
 def add_cpu_options(parser) -> None:

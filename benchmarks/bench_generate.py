@@ -26,7 +26,7 @@ import statistics
 import time
 
 import torch
-from _device import add_cpu_options, parse_cpu_args, run_metadata, synchronize, write_report
+from _device import add_cpu_options, add_device_option, parse_cpu_args, run_metadata, synchronize, write_report
 from _models import ModelShape, add_shape_options, baseline_of, build_model, causal_lm_models, seq2seq_models
 
 from talk_hf.transformers_internals import CACHE_NAME  # the cache's argument name (renamed in transformers 5.24)
@@ -171,7 +171,7 @@ def summarise(results: dict, positions: list[int], statistic: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    add_device_option(parser)
     parser.add_argument("--positions", type=int, nargs="+", default=[16, 256, 2048])
     add_shape_options(parser)
     parser.add_argument("--source-length", type=int, default=32)

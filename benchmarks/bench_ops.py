@@ -45,7 +45,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _device import RESULTS, UNVERIFIED_CUDA_ENV, device_name, process_status_bytes, synchronize  # noqa: E402
+from _device import RESULTS, UNVERIFIED_CUDA_ENV, add_device_option, device_name, process_status_bytes, synchronize  # noqa: E402
 
 import talk_hf  # noqa: E402
 from talk_hf.ops import dynamic_conv, light_conv, talk_conv  # noqa: E402
@@ -419,7 +419,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--channels", type=int, default=512)
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    add_device_option(parser)
     parser.add_argument("--cases", nargs="+", default=CASES, choices=CASES + ["sdpa_flash_bf16"])
     parser.add_argument(
         "--backends",

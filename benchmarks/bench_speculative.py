@@ -27,7 +27,7 @@ import statistics
 import time
 
 import torch
-from _device import add_cpu_options, parse_cpu_args, run_metadata, synchronize, write_report
+from _device import add_cpu_options, add_device_option, parse_cpu_args, run_metadata, synchronize, write_report
 from _models import ModelShape, add_shape_options, build_model, causal_lm_models
 
 
@@ -140,7 +140,7 @@ def measure(model, following: torch.Tensor, args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    add_device_option(parser)
     add_shape_options(parser, ModelShape(d_model=256, layers=4, heads=4, ffn=1024, vocab=100))
     parser.add_argument("--period", type=int, default=8, help="length of the token cycles")
     parser.add_argument("--block", type=int, default=64, help="training sequence length")

@@ -43,7 +43,7 @@ import sys
 import time
 
 import torch
-from _device import add_cpu_options, process_status_bytes, run_metadata, synchronize, write_report
+from _device import add_cpu_options, add_device_option, process_status_bytes, run_metadata, synchronize, write_report
 from _models import ModelShape, add_shape_options, baseline_of, build_model, causal_lm_models, seq2seq_models
 
 OUT_OF_MEMORY_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc")
@@ -154,7 +154,7 @@ def parse_args(argv=None):
     """The command line ``argv`` (None: ``sys.argv``), its models each with its baseline and its
     blocks within ``--tokens``."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    add_device_option(parser)
     add_shape_options(parser, ModelShape(d_model=256, layers=4, heads=4, ffn=1024, vocab=8000))
     parser.add_argument("--blocks", type=int, nargs="+", default=[256, 1024, 4096, 16384], help="LM block lengths")
     parser.add_argument("--tokens", type=int, default=16384, help="LM tokens per step (rows = tokens // block)")
