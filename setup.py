@@ -21,10 +21,10 @@ setup(
     python_requires=">=3.10",
     # The kernel sources live in the top-level csrc/ and travel inside the package as talk_hf/csrc
     # (package data, compiled on first use, not at install); an editable install or the source
-    # tree reads them from csrc/ itself (talk_hf.ops._extension.CSRC).
+    # tree reads them from csrc/ itself (talk_hf.ops._build.build_folder.CSRC).
     packages=find_namespace_packages(include=["talk_hf", "talk_hf.*"], exclude=["*.__pycache__"]) + ["talk_hf.csrc"],
     package_dir={"talk_hf.csrc": "csrc"},
-    package_data={"talk_hf.csrc": ["*.cu", "*.cuh", "*.cpp", "*.h"]},
+    package_data={"talk_hf.csrc": ["**/*.cu", "**/*.cuh", "**/*.cpp", "**/*.h"]},  # csrc/ and its per-op folders
     install_requires=[
         "torch>=2.4",
         "transformers>=5.17,<6",  # 5.17 is the oldest release the tests run against (.ci/run)

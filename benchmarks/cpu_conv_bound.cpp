@@ -4,9 +4,9 @@
 //
 //     out[t, c] = sum_k weight[t, h(c), k] * x[t + k - 15, c]        (interior tokens only)
 //
-// with the same instruction mix as csrc/cpu_ops.cpp (per tap: one weight broadcast, then eight
-// independent vector multiply-adds over the head's 64 channels), and differs only in where its
-// operands come from:
+// with the same instruction mix as csrc/dynamic_conv/dynamic_conv_cpu.cpp (per tap: one weight
+// broadcast, then eight independent vector multiply-adds over the head's 64 channels), and differs
+// only in where its operands come from:
 //
 //   registers             the multiply-adds on operands already in registers: the core's peak for
 //                         this mix, the ceiling of everything below

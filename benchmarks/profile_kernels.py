@@ -1,5 +1,5 @@
 """One forward and backward of each op at the TaLK paper's Table 6 shape, for Nsight Compute, on both
-CUDA kernel sets: the tiled kernels (csrc/cuda_ops.cu) and the streaming ones (csrc/cuda_*_stream.cu,
+CUDA kernel sets: the tiled kernels (csrc/<op>/<op>_cuda.cu) and the streaming ones (csrc/<op>/<op>_cuda_stream.cu,
 turned on per case through $TALK_HF_UNVERIFIED_CUDA), so one report holds old and new.
 
     ncu --profile-from-start off --clock-control none --section SpeedOfLight --section Occupancy \

@@ -8,7 +8,7 @@ Covered, forward and backward, in float32/float16/bfloat16/float64: causal and b
 talk_conv, a partial block of channels (C = 33), windows wider than one shared-memory pass, huge
 (clamped), negative (reversed) and NaN offsets, zero channels; dynamic_conv and light_conv with
 odd, even and K > T kernels.  Every case runs on both CUDA kernel sets: the tiled kernels
-(csrc/cuda_ops.cu) and the streaming ones (csrc/cuda_*_stream.cu, through $TALK_HF_UNVERIFIED_CUDA),
+(csrc/<op>/<op>_cuda.cu) and the streaming ones (csrc/<op>/<op>_cuda_stream.cu, through $TALK_HF_UNVERIFIED_CUDA),
 plus the streaming kernels' own edges: T = 1, a head of 6 channels (one channel a thread), x and the
 output gradient one element past a 16-byte boundary (misaligned: one channel a thread), offsets up to
 3 (window edges outside the prefix ring).  `benchmarks/gpu_suite.sh sanitize` runs it with the caching

@@ -6,7 +6,7 @@
 // reads the rows it needs as whole contiguous (C,) rows, not one head at a time, and its inner
 // loops run over channels with no branch inside, accumulating in vector-register variables (Lanes)
 // where they sum over taps or channels.  The build may target the host's vector instructions (see
-// native_cpu in talk_hf/ops/_extension).
+// native_cpu in talk_hf/ops/_build/build_folder.py).
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>

@@ -5,7 +5,7 @@
 // Speed (talk_conv does a few flops per byte, so memory traffic decides): every task reads the
 // rows it needs as whole contiguous (C,) rows, not one head at a time; it computes each window edge
 // once; and its inner loops run over channels with no branch inside.  The build may target the
-// host's vector instructions (see native_cpu in talk_hf/ops/_extension).
+// host's vector instructions (see native_cpu in talk_hf/ops/_build/build_folder.py).
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>

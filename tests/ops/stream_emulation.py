@@ -28,8 +28,8 @@ def _constants(source: str) -> dict[str, int]:
     return {name: int(value) for name, value in re.findall(r"constexpr int (k\w+) = (\d+);", text)}
 
 
-TALK = _constants("cuda_talk_stream.cu")
-CONV = _constants("cuda_conv_stream.cu")
+TALK = _constants("talk_conv/talk_conv_cuda_stream.cu")
+CONV = _constants("dynamic_conv/dynamic_conv_cuda_stream.cu")
 STATISTICS = {"slow_path_rows": 0}  # prefix rows PrefixRing.at answered from global memory
 
 

@@ -24,6 +24,7 @@ import torch
 import torch.utils.cpp_extension as cpp_extension
 
 from talk_hf.ops import _extension, build, talk_conv
+from talk_hf.ops._build import build_record
 from talk_hf.ops._extension import BackendFallbackWarning, ExtensionUnavailable
 
 from ..models.helpers import CASES, model_inputs
@@ -60,7 +61,7 @@ def damage(library: Path, how: str) -> None:
     size = library.stat().st_size
     if how == "cut short while linking":  # and killed before its completion record was written
         os.truncate(library, size // 2)
-        _extension._completion_record("cpu", library.parent).unlink()
+        build_record.completion_record("cpu", library.parent).unlink()
     elif how == "cut short later":  # e.g. a copy of the cache onto a full disk
         os.truncate(library, size // 2)
     elif how == "garbage":
@@ -72,7 +73,7 @@ def damage(library: Path, how: str) -> None:
 def test_importing_a_library_cut_short_kills_the_process(private_cpu_build):
     """The fault is real: without the completion check, the process dies by a signal (a bus error
     on Linux), with no message."""
-    library = _extension._library("cpu", private_cpu_build)
+    library = build_record.library_path("cpu", private_cpu_build)
     damage(library, "cut short while linking")
     code = f"""
         import importlib.util, torch
@@ -94,7 +95,7 @@ def test_importing_a_library_cut_short_kills_the_process(private_cpu_build):
     ],
 )
 def test_a_damaged_library_is_announced_and_built_again(how, entry, private_cpu_build):
-    library = _extension._library("cpu", private_cpu_build)
+    library = build_record.library_path("cpu", private_cpu_build)
     damage(library, how)
     assert not _extension.is_built("cpu")
     if entry == "first use":
@@ -114,7 +115,7 @@ def test_a_damaged_library_is_announced_and_built_again(how, entry, private_cpu_
 
 @pytest.mark.slow  # three fresh processes importing torch at once: ~30 s on 2 cores
 def test_processes_finding_a_damaged_library_at_once_build_it_once(private_cpu_build):
-    damage(_extension._library("cpu", private_cpu_build), "cut short while linking")
+    damage(build_record.library_path("cpu", private_cpu_build), "cut short while linking")
     command = [sys.executable, "-c", textwrap.dedent(CHECK_AN_OP)]
     environment = {**os.environ, _extension.BUILD_DIR_ENV: str(private_cpu_build.parent)}
     processes = [
@@ -234,14 +235,14 @@ def test_a_finished_build_loads_without_the_build_tools(private_cpu_build, fresh
     monkeypatch.setenv("CXX", "/nonexistent/c++")
     monkeypatch.setattr(cpp_extension, "is_ninja_available", lambda: False)
     assert_used_as_it_is(private_cpu_build, monkeypatch, capsys)
-    _extension._completion_record("cpu", private_cpu_build).unlink()  # unfinished: a build is needed
+    build_record.completion_record("cpu", private_cpu_build).unlink()  # unfinished: a build is needed
     monkeypatch.setattr(_extension, "_results", {})
     with pytest.raises(ExtensionUnavailable, match=r"no C\+\+ compiler: '/nonexistent/c\+\+'"):
         _extension.load("cpu")
 
 
 def test_a_read_only_folder_with_a_damaged_build_says_both(private_cpu_build, fresh_loader, read_only):
-    damage(_extension._library("cpu", private_cpu_build), "garbage")
+    damage(build_record.library_path("cpu", private_cpu_build), "garbage")
     read_only(private_cpu_build.parent)
     with pytest.raises(
         ExtensionUnavailable,

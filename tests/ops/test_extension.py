@@ -16,6 +16,7 @@ import torch
 import torch.utils.cpp_extension as cpp_extension
 
 from talk_hf.ops import _extension, dynamic_conv, light_conv, prepare_backend, talk_conv
+from talk_hf.ops._build import build_folder, build_lock, build_record, build_tools
 from talk_hf.ops._extension import ExtensionUnavailable
 from talk_hf.version import __version__
 
@@ -118,9 +119,9 @@ def test_fallback_warns_once_per_process(tmp_path):
 def test_stale_locks_of_a_killed_build_do_not_hang(private_cpu_build):
     # A killed build leaves torch's "lock" baton and our (unheld) lock file behind, and no record
     # that it finished: the next process builds (links) again.
-    (private_cpu_build / _extension.TORCH_BATON).write_text("")
-    (private_cpu_build / _extension.BUILD_LOCK).write_text("")
-    _extension._completion_record("cpu", private_cpu_build).unlink()
+    (private_cpu_build / build_lock.TORCH_BATON).write_text("")
+    (private_cpu_build / build_lock.BUILD_LOCK).write_text("")
+    build_record.completion_record("cpu", private_cpu_build).unlink()
     code = """
         import torch
         from talk_hf.ops import talk_conv
@@ -130,11 +131,11 @@ def test_stale_locks_of_a_killed_build_do_not_hang(private_cpu_build):
         """
     result = run_python(code, timeout=120, TALK_HF_BUILD_DIR=os.environ[_extension.BUILD_DIR_ENV])
     assert result.returncode == 0 and "loaded" in result.stdout, result.stderr
-    assert not (private_cpu_build / _extension.TORCH_BATON).exists()
+    assert not (private_cpu_build / build_lock.TORCH_BATON).exists()
 
     # Negative control: torch's loader alone waits forever on the same stale baton.
-    (private_cpu_build / _extension.TORCH_BATON).write_text("")
-    sources = [str(_extension.CSRC / source) for source in _extension.SOURCES["cpu"]]
+    (private_cpu_build / build_lock.TORCH_BATON).write_text("")
+    sources = [str(path) for path in build_folder.source_paths("cpu")]
     with pytest.raises(subprocess.TimeoutExpired):
         run_python(
             f"""
@@ -146,8 +147,8 @@ def test_stale_locks_of_a_killed_build_do_not_hang(private_cpu_build):
 
 
 def test_a_live_lock_times_out_with_a_clear_error(private_cpu_build):
-    _extension._completion_record("cpu", private_cpu_build).unlink()  # not finished: another process builds it
-    with filelock.FileLock(str(private_cpu_build / _extension.BUILD_LOCK)):
+    build_record.completion_record("cpu", private_cpu_build).unlink()  # not finished: another process builds it
+    with filelock.FileLock(str(private_cpu_build / build_lock.BUILD_LOCK)):
         result = run_python(
             """
             import torch
@@ -173,7 +174,7 @@ def failing_build(fresh_loader, monkeypatch, tmp_path):
 
     def failing_load(**kwargs):
         raise RuntimeError(
-            "Error building extension 'talk_hf_cpu':\ncpu_ops.cpp:7:1: error: boom\nninja: build stopped"
+            "Error building extension 'talk_hf_cpu':\ntalk_conv_cpu.cpp:7:1: error: boom\nninja: build stopped"
         )
 
     monkeypatch.setenv(_extension.BUILD_DIR_ENV, str(tmp_path))
@@ -181,7 +182,7 @@ def failing_build(fresh_loader, monkeypatch, tmp_path):
 
 
 def test_a_failed_build_falls_back_once_and_names_the_compiler_error(failing_build):
-    with pytest.warns(_extension.BackendFallbackWarning, match="cpu_ops.cpp:7:1: error: boom") as caught:
+    with pytest.warns(_extension.BackendFallbackWarning, match="talk_conv_cpu.cpp:7:1: error: boom") as caught:
         for _ in range(3):
             out = talk_conv(x, offsets, offsets, 2, 2)
     assert len(caught) == 1 and caught[0].filename == __file__  # points at the op's caller
@@ -234,15 +235,15 @@ def test_native_builds_are_keyed_by_the_host_cpu_and_can_be_turned_off(monkeypat
     """A cache shared by machines with different CPUs keeps one build per CPU; the portable build
     compiles for the architecture's baseline and does not depend on the host."""
     monkeypatch.delenv(_extension.PORTABLE_CPU_ENV, raising=False)
-    assert "-march=native" in _extension._compiler_flags("cpu")["extra_cflags"]
-    assert "-march=native" not in _extension._compiler_flags("cuda")["extra_cflags"]
+    assert "-march=native" in build_folder.compiler_flags("cpu")["extra_cflags"]
+    assert "-march=native" not in build_folder.compiler_flags("cuda")["extra_cflags"]
     native = _extension.source_digest("cpu")
-    monkeypatch.setattr(_extension, "_host_cpu", lambda: "model name: another CPU\nflags: sse2")
+    monkeypatch.setattr(build_folder, "_host_cpu", lambda: "model name: another CPU\nflags: sse2")
     assert _extension.source_digest("cpu") != native
     monkeypatch.setenv(_extension.PORTABLE_CPU_ENV, "1")
-    assert "-march=native" not in _extension._compiler_flags("cpu")["extra_cflags"]
+    assert "-march=native" not in build_folder.compiler_flags("cpu")["extra_cflags"]
     portable = _extension.source_digest("cpu")
-    monkeypatch.setattr(_extension, "_host_cpu", lambda: "model name: a third CPU")
+    monkeypatch.setattr(build_folder, "_host_cpu", lambda: "model name: a third CPU")
     assert _extension.source_digest("cpu") == portable != native
 
 
@@ -250,12 +251,14 @@ def test_clones_with_the_same_sources_share_a_build_and_an_edit_gets_its_own(tmp
     """The folder is keyed by the sources' content, not by where the clone is."""
     shared = _extension.build_directory("cpu")
     clone = tmp_path / "clone" / "csrc"
-    shutil.copytree(_extension.CSRC, clone)
-    monkeypatch.setattr(_extension, "CSRC", clone)
+    shutil.copytree(build_folder.CSRC, clone)
+    monkeypatch.setattr(build_folder, "CSRC", clone)
     assert _extension.build_directory("cpu") == shared
-    header = clone / "talk_math.h"
-    header.write_text(header.read_text() + "\n// an edit\n")
-    assert _extension.build_directory("cpu") != shared
+    edited = set()
+    for header in (clone / "talk_math.h", clone / "linear" / "linear_cpu.h"):  # shared, and an op's own
+        header.write_text(header.read_text() + "\n// an edit\n")
+        edited.add(_extension.build_directory("cpu"))
+    assert shared not in edited and len(edited) == 2
 
 
 def test_a_built_library_is_imported_without_ninja(private_cpu_build, fresh_loader, monkeypatch, caplog):
@@ -266,7 +269,7 @@ def test_a_built_library_is_imported_without_ninja(private_cpu_build, fresh_load
 
     monkeypatch.setattr(cpp_extension, "load", no_build)
     assert _extension.is_built("cpu")
-    with caplog.at_level("WARNING", logger=_extension.__name__):
+    with caplog.at_level("WARNING", logger=build_lock.__name__):
         out = talk_conv(x, offsets, offsets, 2, 2, backend="cpu")
     torch.testing.assert_close(out, talk_conv(x, offsets, offsets, 2, 2, backend="torch"))
     assert not caplog.records
@@ -278,7 +281,7 @@ def fake_compile(compiled: list):
 
     def load(**kwargs):
         compiled.append(kwargs["build_directory"])
-        _extension._library("cpu", Path(kwargs["build_directory"])).write_bytes(b"\x7fELF a whole library")
+        build_record.library_path("cpu", Path(kwargs["build_directory"])).write_bytes(b"\x7fELF a whole library")
         return sys.modules[__name__]
 
     return load
@@ -292,16 +295,16 @@ def test_a_library_that_does_not_match_its_record_is_built_again(record, fresh_l
     compiled = []
     monkeypatch.setenv(_extension.BUILD_DIR_ENV, str(tmp_path))
     monkeypatch.setattr(cpp_extension, "load", fake_compile(compiled))
-    monkeypatch.setattr(_extension, "_import_library", lambda kind, library: pytest.fail(f"imported {library}"))
+    monkeypatch.setattr(build_record, "_import_library", lambda kind, library: pytest.fail(f"imported {library}"))
     directory = _extension.build_directory("cpu")
-    library = _extension._library("cpu", directory)
+    library = build_record.library_path("cpu", directory)
     directory.mkdir(parents=True)
     library.write_bytes(b"\x7fELF a whole library")
     if record != "none":
-        _extension._record_completion("cpu", directory)
+        build_record.record_completion("cpu", directory)
     library.write_bytes(b"\x7fELF cut")
     assert not _extension.is_built("cpu")
-    with caplog.at_level("WARNING", logger=_extension.__name__):
+    with caplog.at_level("WARNING", logger=build_lock.__name__):
         assert _extension.load("cpu") is sys.modules[__name__] and compiled == [str(directory)]
     fault = (
         "has no completion record"
@@ -317,7 +320,7 @@ def test_a_compile_is_announced_when_it_starts_and_ends(fresh_loader, monkeypatc
     compiled = []
     monkeypatch.setenv(_extension.BUILD_DIR_ENV, str(tmp_path))
     monkeypatch.setattr(cpp_extension, "load", fake_compile(compiled))
-    with caplog.at_level("WARNING", logger=_extension.__name__):
+    with caplog.at_level("WARNING", logger=build_lock.__name__):
         _extension.load("cpu")
         _extension.load("cpu")  # remembered for the process: built once, said once
     messages = [record.getMessage() for record in caplog.records]
@@ -371,7 +374,7 @@ def test_a_missing_ninja_and_a_bad_lock_timeout_are_named(fresh_loader, monkeypa
 
 def _missing_sources(kind):
     """The message naming every kernel source of `kind` as missing, as a regular expression."""
-    return re.escape(f"the kernel sources {list(_extension.SOURCES[kind])} are not in")
+    return re.escape(f"the kernel sources {list(build_folder.SOURCES[kind])} are not in")
 
 
 def test_preflight_without_kernel_sources(tmp_path, monkeypatch):
@@ -381,15 +384,16 @@ def test_preflight_without_kernel_sources(tmp_path, monkeypatch):
     def no_nvcc():
         raise AssertionError("nvcc must not run without kernel sources")
 
-    monkeypatch.setattr(_extension, "CSRC", tmp_path)
+    monkeypatch.setattr(build_folder, "CSRC", tmp_path)
     with pytest.raises(ExtensionUnavailable, match=_missing_sources("cpu")):
         _extension.preflight("cpu")
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(_extension, "_nvcc_major", no_nvcc)
+    monkeypatch.setattr(build_tools, "_nvcc_major", no_nvcc)
     with pytest.raises(ExtensionUnavailable, match=_missing_sources("cuda")):
         _extension.preflight("cuda")
-    assert _extension.source_digest("cuda") == "nosources"
+    with pytest.raises(ExtensionUnavailable, match=_missing_sources("cuda")):  # no folder to name
+        _extension.build_directory("cuda")
 
 
 def test_build_entry_point(private_cpu_build):

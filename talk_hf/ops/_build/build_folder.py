@@ -25,7 +25,7 @@ from .unavailable import ExtensionUnavailable
 def _kernel_sources() -> Path:
     """The folder of the kernel sources: ``talk_hf/csrc`` inside an installed wheel, else the
     repository's top-level ``csrc/`` (a source tree or an editable install); the first that exists."""
-    package = Path(__file__).resolve().parents[2]
+    package = Path(__file__).resolve().parent.parent.parent  # talk_hf
     installed, repository = package / "csrc", package.parent / "csrc"
     return installed if installed.is_dir() or not repository.is_dir() else repository
 
