@@ -6,10 +6,10 @@ on each process (`batching.TokenBatchSampler`).
 """
 
 import math
+import os
 from contextlib import contextmanager
 
 import torch
-from accelerate import PartialState
 from transformers import get_scheduler
 
 from .batching import TokenBatchSampler
@@ -19,8 +19,13 @@ from .options import fail
 def check_batches(args, lengths) -> None:
     """Stop (`options.fail`) when training examples of token counts `lengths` cannot fill one
     optimizer step of `args` (an example longer than `--max_tokens`, or fewer batches than processes
-    x `--gradient_accumulation_steps`). The scripts call it before `training_run` writes anything."""
-    micro_batches_per_step = PartialState().num_processes * args.gradient_accumulation_steps
+    x `--gradient_accumulation_steps`). The scripts call it before `training_run` writes anything.
+
+    The process count is the `WORLD_SIZE` that `accelerate launch` (or torchrun) gives each process:
+    the run's Accelerator does not exist yet, and making Accelerate's `PartialState` this early broke
+    two-process runs (their processes then failed to share the output folder's lock)."""
+    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    micro_batches_per_step = processes * args.gradient_accumulation_steps
     with batches_that_fit(args):
         TokenBatchSampler(lengths, args.max_tokens, multiple_of=micro_batches_per_step)
 

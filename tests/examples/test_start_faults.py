@@ -7,11 +7,13 @@ runs once the data is fixed (no "holds a run" refusal, no --overwrite_output_dir
 
 import gzip
 import sys
+from types import SimpleNamespace
 
 import pytest
 from common import signals
 from common.batching import TokenBatchSampler
 from common.models import build_model
+from common.optimizer_steps import check_batches
 from common.tokenizer import train_tokenizer
 
 from .conftest import TINY_MODEL, load_script, run
@@ -129,6 +131,14 @@ def test_training_data_too_small_for_one_optimizer_step_stops_before_anything_is
     assert (
         "--gradient_accumulation_steps 1000: " in message and "fewer than the 1000 that one optimizer step" in message
     )
+
+
+def test_the_step_check_counts_the_processes_the_launcher_started(monkeypatch):
+    args = SimpleNamespace(max_tokens=8, gradient_accumulation_steps=1)
+    check_batches(args, [4] * 6)  # three batches of two examples: enough for one process
+    monkeypatch.setenv("WORLD_SIZE", "4")  # as accelerate launch --num_processes 4 sets it
+    with pytest.raises(SystemExit, match="6 examples make 3 batches of <= 8 tokens, fewer than the 4"):
+        check_batches(args, [4] * 6)
 
 
 def test_the_same_command_runs_once_the_data_is_fixed(tmp_path):
