@@ -32,7 +32,9 @@ def _kernel_sources() -> Path:
 
 CSRC = _kernel_sources()
 # What each extension compiles, relative to CSRC: one folder per op, and the file of the module's
-# bindings.  Every header under CSRC counts too (source_digest).
+# bindings.  Every header under CSRC counts too (source_digest).  Base names are unique across the
+# folders (talk_conv_cpu.cpp, not talk_conv/cpu.cpp): torch's ninja build names each object file
+# after its source's base name alone.
 SOURCES = {
     "cpu": (
         "talk_conv/talk_conv_cpu.cpp",
