@@ -72,7 +72,8 @@ class CompiledOp:
         forward: ``forward(kernel, *inputs) -> output``: the forward formula, calling ``kernel``, the
             forward entry point of the inputs' device.  Its parameters after ``kernel`` carry type
             annotations (``torch.Tensor``, ``torch.Tensor | None``, ``int``, ``bool``): they are
-            the custom op's schema.
+            the custom op's schema.  The tensors come first (the autograd formula saves them and
+            keeps the rest as they are).
         backward: ``backward(kernel, grad_out, *inputs) -> gradients``: the backward formula, calling
             the backward entry point; one entry per tensor input: its gradient, in any float dtype
             (anything for an absent or bool input, which gets none).
@@ -100,8 +101,7 @@ class CompiledOp:
         if unverified_cuda is not None:
             declare_unverified_cuda(name, has_verified_kernel=cuda is not None)
         inputs = list(inspect.signature(forward, eval_str=True).parameters.values())[1:]
-        self._tensor_positions = tuple(i for i, p in enumerate(inputs) if p.annotation in _TENSOR_TYPES)
-        self._other_positions = tuple(i for i in range(len(inputs)) if i not in self._tensor_positions)
+        self._tensor_count = _leading_tensor_count(name, inputs)
         grad_out = inspect.Parameter("grad_out", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor)
         self.custom_op = torch.library.custom_op(
             f"talk_hf::{name}", self.run_forward, mutates_args=(), schema=_schema(inputs, torch.Tensor)
@@ -120,7 +120,7 @@ class CompiledOp:
     def __call__(self, *inputs):
         """The forward: through the custom op where `needs_custom_op`, the ``autograd.Function``
         where autograd records the call, else the kernel directly."""
-        tensors = [inputs[i] for i in self._tensor_positions]
+        tensors = inputs[: self._tensor_count]
         if needs_custom_op(*tensors):
             return self.custom_op(*inputs)
         if needs_autograd(*tensors):
@@ -146,41 +146,47 @@ class CompiledOp:
         """The backward formula on the kernels of the inputs' device: one gradient per tensor input,
         in its dtype; an empty tensor for an input without one (`_has_gradient`)."""
         gradients = self._backward_formula(self.kernel(inputs[0], "backward"), grad_out, *inputs)
-        tensors = [inputs[i] for i in self._tensor_positions]
         return [
             gradient.to(tensor.dtype) if _has_gradient(tensor) else grad_out.new_empty(0)
-            for tensor, gradient in zip(tensors, gradients, strict=True)
+            for tensor, gradient in zip(inputs[: self._tensor_count], gradients, strict=True)
         ]
 
     def _fake_backward(self, grad_out: torch.Tensor, *inputs) -> list[torch.Tensor]:
-        tensors = [inputs[i] for i in self._tensor_positions]
         return [
-            tensor.new_empty(tensor.shape) if _has_gradient(tensor) else grad_out.new_empty(0) for tensor in tensors
+            tensor.new_empty(tensor.shape) if _has_gradient(tensor) else grad_out.new_empty(0)
+            for tensor in inputs[: self._tensor_count]
         ]
 
     def _setup_context(self, ctx, inputs: tuple, output: torch.Tensor) -> None:
-        ctx.save_for_backward(*[inputs[i] for i in self._tensor_positions])
-        ctx.other_inputs = [inputs[i] for i in self._other_positions]
+        ctx.save_for_backward(*inputs[: self._tensor_count])
+        ctx.other_inputs = inputs[self._tensor_count :]
 
     def _backward(self, ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        saved = ctx.saved_tensors  # each read unpacks them again
-        inputs = [None] * (len(saved) + len(ctx.other_inputs))
-        for position, value in zip(self._tensor_positions, saved, strict=True):
-            inputs[position] = value
-        for position, value in zip(self._other_positions, ctx.other_inputs, strict=True):
-            inputs[position] = value
-        if needs_custom_op(grad_out, *saved):  # tracing: the backward op, one opaque node
+        tensors = ctx.saved_tensors  # each read unpacks them again
+        inputs = (*tensors, *ctx.other_inputs)
+        if needs_custom_op(grad_out, *tensors):  # tracing: the backward op, one opaque node
             gradients = self.backward_op(grad_out, *inputs)
         else:
             gradients = self._backward_formula(self.kernel(inputs[0], "backward"), grad_out, *inputs)
-        result = [None] * len(inputs)
-        for position, tensor, gradient in zip(self._tensor_positions, saved, gradients, strict=True):
-            if _has_gradient(tensor):
-                result[position] = gradient if gradient.dtype == tensor.dtype else gradient.to(tensor.dtype)
-        return tuple(result)
+        result = [
+            (gradient if gradient.dtype == tensor.dtype else gradient.to(tensor.dtype))
+            if _has_gradient(tensor)
+            else None
+            for tensor, gradient in zip(tensors, gradients, strict=True)
+        ]
+        return (*result, *[None] * len(ctx.other_inputs))
 
 
 _TENSOR_TYPES = (torch.Tensor, torch.Tensor | None)
+
+
+def _leading_tensor_count(name: str, inputs: list[inspect.Parameter]) -> int:
+    """How many of the forward formula's inputs are tensors; they must come first."""
+    is_tensor = [parameter.annotation in _TENSOR_TYPES for parameter in inputs]
+    count = is_tensor.index(False) if False in is_tensor else len(is_tensor)
+    if any(is_tensor[count:]):
+        raise ValueError(f"the forward formula of {name} must take its tensor inputs first, got {inputs}")
+    return count
 
 
 def _has_gradient(tensor: torch.Tensor | None) -> bool:

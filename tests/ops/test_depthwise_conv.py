@@ -273,8 +273,8 @@ def test_custom_op_passes_opcheck():
     x, weight = make_inputs(2, 9, 6, 3)
     x.requires_grad_()
     weight.requires_grad_()
-    torch.library.opcheck(compiled_depthwise_conv.custom_op, (x, weight, 2, 4, None, False))
-    torch.library.opcheck(compiled_depthwise_conv.custom_op, (x, weight, 2, 4, padding_mask(2, 9), True))
+    torch.library.opcheck(compiled_depthwise_conv.custom_op, (x, weight, None, 2, 4, False))
+    torch.library.opcheck(compiled_depthwise_conv.custom_op, (x, weight, padding_mask(2, 9), 2, 4, True))
 
 
 def test_torch_compile_traces_through_the_kernel():

@@ -71,7 +71,7 @@ def depthwise_conv(
     _check_input_gate(x, relu_input, input_mask)
     if resolve_backend(backend, x.device, "depthwise_conv") == "torch":
         return depthwise_conv_torch(gate_input(x, relu_input, input_mask), weight, dilation, left)
-    return compiled_depthwise_conv(x, weight, dilation, left, input_mask, relu_input)
+    return compiled_depthwise_conv(x, weight, input_mask, dilation, left, relu_input)
 
 
 def _check_input_gate(x: torch.Tensor, relu_input: bool, input_mask: torch.Tensor | None) -> None:

@@ -1,5 +1,5 @@
 """depthwise_conv's compiled kernels (csrc/depthwise_conv/), registered by `CompiledOp`:
-``talk_hf::depthwise_conv(x (B,T,C), weight (C,K), dilation, left, input_mask (B,T) bool | None,
+``talk_hf::depthwise_conv(x (B,T,C), weight (C,K), input_mask (B,T) bool | None, dilation, left,
 relu) -> (B,T,C)``, the input gated by the ReLU and the mask inside the kernel, and
 ``talk_hf::depthwise_conv_backward``, the gradients for x (through the gate) and the weight (C, K),
 summed over batch and time.
@@ -19,15 +19,15 @@ def _forward(
     kernel,
     x: torch.Tensor,
     weight: torch.Tensor,
+    input_mask: torch.Tensor | None,
     dilation: int,
     left: int,
-    input_mask: torch.Tensor | None,
     relu: bool,
 ) -> torch.Tensor:
     return kernel(x, weight, dilation, left, input_mask, relu)
 
 
-def _backward(kernel, grad_out, x, weight, dilation, left, input_mask, relu):
+def _backward(kernel, grad_out, x, weight, input_mask, dilation, left, relu):
     """Gradients for x, the weight and (an empty tensor) the mask."""
     grad_x, grad_weight = kernel(grad_out, x, weight, dilation, left, input_mask, relu)
     return grad_x, grad_weight, None
