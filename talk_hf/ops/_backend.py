@@ -2,8 +2,8 @@
 CUDA kernels.
 
 * ``"torch"``: the pure-PyTorch reference, on any device;
-* ``"cpu"``: the compiled C++ kernels (``csrc/cpu_ops.cpp``), CPU tensors only;
-* ``"cuda"``: the compiled CUDA kernels (``csrc/cuda_ops.cu``), CUDA tensors only;
+* ``"cpu"``: the compiled C++ kernels (``csrc/<op>/*_cpu.cpp``), CPU tensors only;
+* ``"cuda"``: the compiled CUDA kernels (``csrc/<op>/*_cuda*.cu``), CUDA tensors only;
 * ``"auto"``: the compiled backend of the tensors' device when it builds and loads, otherwise the
   PyTorch path with one warning per process saying why (see :mod:`._extension`).
 
