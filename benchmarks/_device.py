@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from talk_hf.ops._unverified import UNVERIFIED_CUDA_ENV
+from talk_hf.ops._backend import UNVERIFIED_CUDA_ENV
 
 # Where the benchmarks write their JSON unless --out says otherwise.
 RESULTS = Path(__file__).parent / "results"
