@@ -2,7 +2,7 @@
 // dynamic_conv/dynamic_conv_cuda_stream.cu): host entry points.
 //
 // They take the arguments of the tiled kernels' entry points (ops.h) and return the same tensors.
-// They run only where $TALK_HF_UNVERIFIED_CUDA names their op (talk_hf/ops/_unverified.py) until a
+// They run only where $TALK_HF_UNVERIFIED_CUDA names their op (talk_hf/ops/_backend.py) until a
 // GPU has verified them.  Where a shape is outside what they support (see the *_stream_fallback
 // functions) they call the tiled kernels (talk_conv_cuda.cu, dynamic_conv_cuda.cu) instead, so every input works.
 // Shapes: x, grad_out (B, T, C); offsets (B, T, H); weight (B, T, H, K) with any strides.

@@ -3,7 +3,8 @@
 // nvcc and a plain inline function under a C++ compiler, so the CPU tests exercise the arithmetic
 // the GPU runs.
 //
-// Notation (talk_conv, as talk_hf/ops/talk.py states it): a token's window is [u_a, u_b) in token units with
+// Notation (talk_conv, as talk_hf/ops/talk_conv/__init__.py states it): a token's window is [u_a, u_b)
+// in token units with
 //   u_a = clamp(t - offset_left * max_left, 0, T - 1)
 //   u_b = clamp(t + offset_right * max_right, 0, T - 1) + 1          (u_b = t + 1 when causal)
 // and out[t] = (F(u_b) - F(u_a)) / K, K = max_left + max_right + 1, where

@@ -4,7 +4,7 @@ A batch-1 decoding step multiplies one row by every weight matrix of the model, 
 the time to stream the weights from memory.  MKL's one-row product, which ``F.linear`` runs,
 streams most (out, 512) float32 weights at 60–70% of the speed of a plain sequential read on the
 CPU we measured (``benchmarks/bench_linear.py``); the C++ kernel ``few_rows_linear``
-(``csrc/cpu_linear.cpp``) reads each weight row once, in memory order, and dots it with every
+(``csrc/linear/linear_cpu.cpp``) reads each weight row once, in memory order, and dots it with every
 input row.  It sums in a different order than MKL, so results agree to rounding, not bit for bit.
 
 The kernel runs when every one of these holds, and ``F.linear`` otherwise: CPU tensors of one

@@ -29,8 +29,8 @@ def each_backend(request, monkeypatch):
     return request.param
 
 
-# The CUDA kernel sets the `gpu` tests verify: "tiled" (csrc/cuda_ops.cu, the default) and "stream"
-# (csrc/cuda_talk_stream.cu, csrc/cuda_conv_stream.cu), chosen by $TALK_HF_UNVERIFIED_CUDA.
+# The CUDA kernel sets the `gpu` tests verify: "tiled" (csrc/<op>/<op>_cuda.cu, the default) and
+# "stream" (csrc/<op>/<op>_cuda_stream.cu), chosen by $TALK_HF_UNVERIFIED_CUDA.
 CUDA_KERNEL_SETS = {"tiled": "", "stream": "talk_conv,dynamic_conv,light_conv"}
 
 

@@ -1,6 +1,6 @@
-"""A Python transcription of the streaming CUDA kernels' per-thread loops (csrc/cuda_talk_stream.cu,
-csrc/cuda_conv_stream.cu), statement for statement in their indexing: the same chunks, prefix-ring
-slots and leads, slow paths, contributor ranges, staged-weight steps and tap order.  The CPU suite
+"""A Python transcription of the streaming CUDA kernels' per-thread loops
+(csrc/talk_conv/talk_conv_cuda_stream.cu, csrc/dynamic_conv/dynamic_conv_cuda_stream.cu), statement
+for statement in their indexing: the same chunks, prefix-ring slots and leads, slow paths, contributor ranges, staged-weight steps and tap order.  The CPU suite
 runs it against the reference, so the indexing is checked here although the kernels need a GPU
 (which runs the kernels themselves).  One emulated thread is (batch row, vector of `width`
 channels); its channels are a float64 tensor of `width` values.  Global and shared reads go through
@@ -71,11 +71,11 @@ def scatter_entries(left, right) -> list[tuple[int, float]]:
     return [(left[0], 1 - left[1]), (left[0] + 1, left[1]), (right[0], right[1] - 1), (right[0] + 1, -right[1])]
 
 
-# --- cuda_talk_stream.cu ------------------------------------------------------------------------
+# --- talk_conv_cuda_stream.cu ---------------------------------------------------------------
 
 
 class PrefixRing:
-    """One forward thread's ring of prefix rows (PrefixRing in cuda_talk_stream.cu)."""
+    """One forward thread's ring of prefix rows (PrefixRing in talk_conv_cuda_stream.cu)."""
 
     def __init__(self, column, rows: int, begin: int, width: int):
         self.column, self.rows, self.begin = column, rows, begin
@@ -217,7 +217,7 @@ def talk_offsets(x, grad_out, offset_left, offset_right, max_left, max_right, wi
     return grad_left, grad_right
 
 
-# --- cuda_conv_stream.cu ------------------------------------------------------------------------
+# --- dynamic_conv_cuda_stream.cu ------------------------------------------------------------
 
 
 def block_heads(heads: int, head_size: int, width: int) -> int:

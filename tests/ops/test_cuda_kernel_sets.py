@@ -1,5 +1,6 @@
-"""The CUDA kernel sets: the tiled kernels (csrc/cuda_ops.cu, the default) and the streaming kernels
-(csrc/cuda_talk_stream.cu, csrc/cuda_conv_stream.cu) that ``$TALK_HF_UNVERIFIED_CUDA`` turns on.
+"""The CUDA kernel sets: the tiled kernels (csrc/<op>/<op>_cuda.cu of talk_conv and dynamic_conv, the
+default) and the streaming kernels (csrc/<op>/<op>_cuda_stream.cu) that ``$TALK_HF_UNVERIFIED_CUDA``
+turns on.
 
 The `gpu` tests of test_kernels.py run on both sets (the ``cuda_kernel_set`` fixture); the ones here
 cover what the streaming kernels add: the shapes at their edges (a time chunk longer than T, T = 1,
