@@ -86,8 +86,8 @@ class CheckedConfig(PretrainedConfig):
         """Fill the fields left None whose defaults depend on other fields (types already checked)."""
 
     def check_fields(self) -> None:
-        """Check every field's value (types already checked); errors name the field."""
-        raise NotImplementedError(f"{type(self).__name__} must implement check_fields")
+        """Check the fields' values (types already checked), raising errors that name the field; the
+        configurations override it with their bounds (a configuration without any checks only types)."""
 
     def check(self) -> None:
         """Check every field's type, then its value."""
