@@ -6,6 +6,9 @@ from setuptools import find_namespace_packages, setup
 
 ROOT = Path(__file__).parent
 version_namespace: dict = {}
+# Serving (`talk_hf.export`, int8, benchmarks/bench_serving.py): the runtime a model is exported to,
+# the int8 library, and the engine users deploy the baseline with.
+SERVING = ["onnx>=1.17", "onnxscript>=0.2", "onnxruntime>=1.20", "torchao>=0.10", "ctranslate2>=4.5"]
 exec((ROOT / "talk_hf" / "version.py").read_text(), version_namespace)
 
 setup(
@@ -38,9 +41,17 @@ setup(
     ],
     extras_require={
         # sacremoses: the Moses tokenizer of converted fairseq checkpoints (transformers' FSMTTokenizer)
-        "test": ["pytest>=8", "hypothesis>=6.100", "sacrebleu>=2.4", "matplotlib>=3.7", "sacremoses>=0.1"],
+        "test": [
+            "pytest>=8",
+            "hypothesis>=6.100",
+            "sacrebleu>=2.4",
+            "matplotlib>=3.7",
+            "sacremoses>=0.1",
+            *SERVING,
+        ],
         "convert": ["sacremoses>=0.1"],
         "examples": ["sacrebleu>=2.4", "matplotlib>=3.7", "tensorboard>=2.15"],
+        "serving": SERVING,
     },
     classifiers=[
         "Programming Language :: Python :: 3",
