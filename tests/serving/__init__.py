@@ -1,0 +1,1 @@
+"""Serving: compiled and exported decoding, int8."""
