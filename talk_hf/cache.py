@@ -9,8 +9,12 @@ For encoder-decoder models `ConvEncoderDecoderCache` (an ``EncoderDecoderCache``
 `ConvCache` with a ``DynamicCache`` that holds the cross-attention keys/values of the encoder
 output, computed once.
 
+Every window keeps its shape and storage through decoding (updated in place), so a decoding step
+compiles to one graph: ``generate(..., compile_config=CompileConfig(fullgraph=True))`` (see
+``FixedStateGenerationMixin``).
+
 Assisted and speculative decoding roll rejected draft tokens back with ``crop``: while recording
-(``activate_past_recording``), a layer keeps the rows of the chunk it last verified until then.
+(``activate_past_recording``), a layer keeps the rows received since the last crop.
 """
 
 from __future__ import annotations
@@ -23,19 +27,27 @@ from .transformers_internals import Cache, CacheLayerMixin, DynamicCache, FixedS
 class ConvHistoryLayer(CacheLayerMixin):
     """The state of one decoder layer: the last ``history_size`` mixer inputs and the count of tokens seen.
 
-    ``context`` (B, history_size [+ recorded rows], C) holds the inputs, oldest first.  Normally it
-    is cut back to ``history_size`` rows after every update.  After ``activate_past_recording()``
-    (assisted and speculative decoding) the rows of each new chunk are kept until the next
-    ``crop``, so that drafted tokens the verifier rejected can be rolled back exactly; ``crop`` then
-    cuts the context back to ``history_size`` rows, and the state stays fixed-size.
+    ``window`` (B, history_size, C) holds the inputs, oldest first.  It is allocated once, on the
+    first update, and then only written in place (``copy_``): its shape and storage stay the same
+    through decoding and beam reordering, so a decoding step compiles to one graph
+    (``torch.compile(fullgraph=True)``) whose state input keeps its address (CUDA graphs).  Only
+    ``batch_repeat_interleave`` / ``batch_select_indices`` (a new batch size) and
+    ``offload``/``prefetch`` (a new device) allocate a new window.
+
+    After ``activate_past_recording()`` (assisted and speculative decoding) the layer also keeps
+    ``recorded`` (B, history_size + R, C): the window at the last ``crop``, then the R rows received
+    since, so that drafted tokens the verifier rejected can be rolled back exactly; ``crop``
+    restores the window from it and starts it again from the (fixed-size) window.
     """
 
+    is_compileable = True
     is_croppable = True
 
     def __init__(self, history_size: int):
         super().__init__()
         self.history_size = history_size
-        self.context: torch.Tensor | None = None
+        self.window: torch.Tensor | None = None
+        self.recorded: torch.Tensor | None = None
         self.seen_tokens = 0
         self.record_past = False
 
@@ -44,24 +56,33 @@ class ConvHistoryLayer(CacheLayerMixin):
 
     @property
     def history(self) -> torch.Tensor | None:
-        """(B, history_size, C): the mixer inputs a causal step of the next token needs."""
-        if self.context is None:
-            return None
-        return self.context[:, self.context.shape[1] - self.history_size :]
+        """(B, history_size, C): the mixer inputs a causal step of the next token needs (the window)."""
+        return self.window
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor | None = None) -> None:
-        """Allocate a zero history for the batch size, width, dtype and device of ``key_states`` (B, T, C)."""
+        """Allocate a zero window for the batch size, width, dtype and device of ``key_states`` (B, T, C)."""
         batch, _, channels = key_states.shape
-        self.context = key_states.new_zeros(batch, self.history_size, channels)
+        self._set_window(key_states.new_zeros(batch, self.history_size, channels))
+        if self.record_past:
+            self.recorded = self.window.clone()
         self.device = key_states.device
         self.is_initialized = True
+
+    def _set_window(self, window: torch.Tensor) -> None:
+        """Hold ``window`` (B, history_size, C) from now on, its address fixed for compiled steps."""
+        self.window = window
+        if not torch.compiler.is_compiling():
+            torch._dynamo.mark_static_address(window)
 
     def activate_past_recording(self) -> None:
         """Keep each update's rows until the next ``crop`` (transformers calls this for assisted decoding)."""
         self.record_past = True
+        if self.is_initialized:
+            self.recorded = self.window.clone()
 
     def extend(self, inputs: torch.Tensor) -> torch.Tensor | None:
-        """Record new mixer inputs and return them behind the history that preceded them.
+        """Record new mixer inputs (the window is updated in place) and return them behind the
+        history that preceded them.
 
         Args:
             inputs: (B, T, C) this layer's mixer inputs for T new tokens (zero at padding).
@@ -73,20 +94,14 @@ class ConvHistoryLayer(CacheLayerMixin):
             without a past): the history is all zeros then, so the caller's causal step without a
             cache computes the same, without the context's copy and extra rows.
         """
-        fresh = self.seen_tokens == 0  # a new, reset or fully cropped layer: its history is zeros
+        fresh = self.seen_tokens == 0  # a new, reset or fully cropped layer: its window is zeros
         if not self.is_initialized:
             self.lazy_initialization(inputs)
-        stored = inputs if inputs.dtype == self.context.dtype else inputs.to(self.context.dtype)
-        recorded = torch.cat([self.context, stored], dim=1)  # [recorded rows,] the history, the new rows
-        context = recorded[:, recorded.shape[1] - self.history_size - inputs.shape[1] :]
+        stored = inputs if inputs.dtype == self.window.dtype else inputs.to(self.window.dtype)
+        context = torch.cat([self.window, stored], dim=1)
         if self.record_past:
-            self.context = recorded
-        else:
-            # A view of the last rows; a chunk longer than the history is copied out, so that its
-            # storage (a long prompt's) is freed.
-            self.context = recorded[:, recorded.shape[1] - self.history_size :]
-            if inputs.shape[1] > self.history_size:
-                self.context = self.context.clone()
+            self.recorded = torch.cat([self.recorded, stored], dim=1)
+        self.window.copy_(context[:, context.shape[1] - self.history_size :])
         self.seen_tokens += inputs.shape[1]
         if fresh:
             return None
@@ -106,54 +121,67 @@ class ConvHistoryLayer(CacheLayerMixin):
 
     def reset(self) -> None:
         if self.is_initialized:
-            self.context = self.history.clone().zero_()
+            self.window.zero_()
+            if self.record_past:
+                self.recorded = self.window.clone()
         self.seen_tokens = 0
 
     def crop(self, tokens_to_remove: int) -> None:
         """Forget the last ``-tokens_to_remove`` tokens (transformers' convention: a count <= 0) and
-        cut the recorded context back to ``history_size`` rows.
+        start recording again from the window.
 
         Only rows recorded since ``activate_past_recording()`` and the last ``crop`` can be removed:
-        older ones have left the fixed-size history.
+        older ones have left the fixed-size window.
         """
         if tokens_to_remove > 0:
             raise ValueError(
                 f"crop takes minus the number of tokens to remove (transformers' convention), got {tokens_to_remove}"
             )
         removed = -tokens_to_remove
-        if removed == 0 or not self.is_initialized:
-            if self.is_initialized:
-                self.context = self.history
-            return
-        recorded = self.context.shape[1] - self.history_size
+        recorded = 0 if self.recorded is None else self.recorded.shape[1] - self.history_size
         if removed > recorded:
             raise ValueError(
                 f"cannot remove {removed} tokens from a ConvCache layer that recorded {recorded} since its last crop "
                 "(a fixed-size history keeps only the rows recorded since activate_past_recording() and the last crop)"
             )
-        self.context = self.context[:, recorded - removed : self.context.shape[1] - removed]
-        self.seen_tokens -= removed
+        if removed > 0:
+            kept = self.recorded.shape[1] - removed
+            self.window.copy_(self.recorded[:, kept - self.history_size : kept])
+            self.seen_tokens -= removed
+        if self.recorded is not None:
+            self.recorded = self.window.clone()
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        """Beam search: row i of the new state is row ``beam_idx[i]`` of the old one."""
+        """Beam search: row i of the new state is row ``beam_idx[i]`` of the old one (in place)."""
         if self.is_initialized:
-            self.context = self.context.index_select(0, beam_idx.to(self.context.device))
+            beam_idx = beam_idx.to(self.window.device)
+            self.window.copy_(self.window.index_select(0, beam_idx))
+            if self.recorded is not None:
+                self.recorded = self.recorded.index_select(0, beam_idx)
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         if self.is_initialized:
-            self.context = self.context.repeat_interleave(repeats, dim=0)
+            self._set_window(self.window.repeat_interleave(repeats, dim=0))
+            if self.recorded is not None:
+                self.recorded = self.recorded.repeat_interleave(repeats, dim=0)
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         if self.is_initialized:
-            self.context = self.context[indices]
+            self._set_window(self.window[indices])
+            if self.recorded is not None:
+                self.recorded = self.recorded[indices]
 
     def offload(self) -> None:
         if self.is_initialized:
-            self.context = self.context.to("cpu", non_blocking=True)
+            self.window = self.window.to("cpu", non_blocking=True)
+            if self.recorded is not None:
+                self.recorded = self.recorded.to("cpu", non_blocking=True)
 
     def prefetch(self) -> None:
-        if self.is_initialized and self.context.device != self.device:
-            self.context = self.context.to(self.device, non_blocking=True)
+        if self.is_initialized and self.window.device != self.device:
+            self._set_window(self.window.to(self.device, non_blocking=True))
+            if self.recorded is not None:
+                self.recorded = self.recorded.to(self.device, non_blocking=True)
 
 
 class ConvCache(Cache):
@@ -170,7 +198,11 @@ class ConvCache(Cache):
     def nbytes(self) -> int:
         """Bytes held by the histories (constant during generation; larger between a recorded chunk and
         its ``crop`` in assisted decoding)."""
-        return sum(layer.context.nbytes for layer in self.layers if layer.is_initialized)
+        return sum(
+            layer.window.nbytes + (0 if layer.recorded is None else layer.recorded.nbytes)
+            for layer in self.layers
+            if layer.is_initialized
+        )
 
 
 class ConvEncoderDecoderCache(FixedStateEncoderDecoderCache):

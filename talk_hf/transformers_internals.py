@@ -10,6 +10,7 @@ runs the oldest and the newest).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import fields
 
@@ -151,6 +152,15 @@ class FixedStateGenerationMixin:
       forward, and an assistant model's cache must record its past (``activate_past_recording``) so
       that rejected draft tokens can be rolled back; transformers does that only for caches it
       builds itself.  Same signature in 5.17 to 5.24.
+    * ``_valid_auto_compile_criteria(model_kwargs, generation_config)``: the decoding steps are
+      compiled exactly when a ``compile_config`` is given, on any device.  transformers would compile
+      every ``generate`` on a GPU once the cache says it is compileable (ours always is: fixed
+      shapes, updated in place), and never on the CPU unless the private
+      ``CompileConfig._compile_all_devices`` is set; here the user's ``compile_config`` decides.
+    * ``create_masks_for_generate(...)``: ``generate`` turns the 2D attention mask into a 4D
+      attention mask over a static cache's length when the cache is compileable; the convolutions
+      read the 2D mask (padding and positions), so it is returned as it is.  Keyword names differ
+      between 5.17 (``past_key_values``) and 5.24 (``cache``): only ``attention_mask`` is read.
     """
 
     new_cache: Callable[[], Cache]
@@ -172,6 +182,20 @@ class FixedStateGenerationMixin:
             model_kwargs[CACHE_NAME] = self.new_cache()
             if generation_config.is_assistant:
                 model_kwargs[CACHE_NAME].activate_past_recording()
+
+    def _valid_auto_compile_criteria(self, model_kwargs: dict, generation_config) -> bool:
+        compile_config = generation_config.compile_config
+        if compile_config is None:
+            return False
+        if not compile_config._compile_all_devices:
+            compile_config = copy.copy(compile_config)
+            compile_config._compile_all_devices = True  # asked for by the user: compile on the CPU too
+            generation_config = copy.copy(generation_config)
+            generation_config.compile_config = compile_config
+        return super()._valid_auto_compile_criteria(model_kwargs, generation_config)
+
+    def create_masks_for_generate(self, config, inputs_embeds, attention_mask, *args, **kwargs):
+        return attention_mask
 
 
 class HeadClassKeepingResizeMixin:

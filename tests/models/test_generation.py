@@ -199,7 +199,7 @@ def test_crop_rolls_a_recorded_window_back_exactly():
     recorded.crop(-3)
     assert recorded.get_seq_length() == reference.get_seq_length() == 6
     assert torch.equal(recorded.history, reference.history)
-    assert recorded.context.shape[1] == 3  # back to the fixed size
+    assert recorded.recorded.shape[1] == recorded.history.shape[1] == 3  # back to the fixed size
     step = torch.randn(2, 1, 3)
     assert torch.equal(recorded.extend(step), reference.extend(step))
 
@@ -276,13 +276,13 @@ def test_extend_returns_the_window_then_the_inputs_and_keeps_the_state_small():
     prompt = torch.randn(2, 50, 4)
     assert layer.extend(prompt) is None
     assert torch.equal(layer.history, prompt[:, -3:])
-    assert layer.context.untyped_storage().nbytes() == layer.context.nbytes  # not a view of the prompt
+    assert layer.window.untyped_storage().nbytes() == layer.window.nbytes  # not a view of the prompt
     step = torch.randn(2, 1, 4)
     assert torch.equal(layer.extend(step), torch.cat([prompt[:, -3:], step], dim=1))
     assert torch.equal(layer.history, torch.cat([prompt[:, -2:], step], dim=1))
     assert layer.get_seq_length() == 51
     half = layer.extend(torch.randn(2, 1, 4, dtype=torch.float64))  # the caller's dtype comes back
-    assert half.dtype == torch.float64 and layer.context.dtype == torch.float32
+    assert half.dtype == torch.float64 and layer.window.dtype == torch.float32
 
 
 def test_a_reset_window_layer_starts_over_like_a_new_one():
@@ -293,7 +293,7 @@ def test_a_reset_window_layer_starts_over_like_a_new_one():
     layer.extend(torch.randn(2, 5, 4))
     assert layer.get_mask_sizes(1) == (6, 0)
     layer.reset()
-    assert layer.get_seq_length() == 0 and layer.context.shape == (2, 3, 4)
+    assert layer.get_seq_length() == 0 and layer.window.shape == (2, 3, 4)
     tokens, step = torch.randn(2, 2, 4), torch.randn(2, 1, 4)
     assert layer.extend(tokens) is None and fresh.extend(tokens) is None  # both start from zeros
     assert torch.equal(layer.extend(step), fresh.extend(step))
@@ -309,6 +309,6 @@ def test_an_offloaded_window_layer_comes_back_unchanged():
     layer.extend(torch.randn(2, 5, 4))
     window = layer.history.clone()
     layer.offload()
-    assert layer.context.device.type == "cpu"
+    assert layer.window.device.type == "cpu"
     layer.prefetch()
-    assert layer.context.device == layer.device and torch.equal(layer.history, window)
+    assert layer.window.device == layer.device and torch.equal(layer.history, window)

@@ -1,0 +1,124 @@
+"""Compiled decoding: ``generate(..., compile_config=CompileConfig(fullgraph=True))`` compiles one
+decoding step of every model type, whose fixed-size state is updated in place, and decodes the same
+tokens as eager ``generate``.  transformers' beam search never calls the compiled step; there the
+recipe is ``model.forward = torch.compile(model.forward, fullgraph=True)`` (the prompt's pass is
+then compiled too: one graph more).
+
+Most tests compile with dynamo's ``eager`` backend: it captures the whole step (``fullgraph=True``
+fails on any graph break) and runs the captured graph with the same kernels, so tokens must match
+bit for bit in greedy, beam and sampling.  One test runs inductor's generated code (the backend a
+user gets by default) for greedy decoding.
+"""
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+from transformers import CompileConfig
+
+from talk_hf.cache import ConvHistoryLayer
+
+from ..models.helpers import CASE_IDS, CASES, EOS, PAD, VOCAB
+
+NEW_TOKENS = 12
+# dynamo compiles the step twice: with the first step's shapes, then, when the attention mask and the
+# tokens seen have grown, with those sizes symbolic; after that every step reuses the second graph.
+# A compiled forward (beam search) adds the prompt's pass.
+MOST_GRAPHS = {"compile_config": 2, "forward": 3}
+
+
+def _prompt(batch: int = 2) -> dict:
+    """A left-padded batch of prompts (row 0 has two padding tokens)."""
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, VOCAB, (batch, 5), generator=generator)
+    mask = torch.ones_like(ids)
+    ids[0, :2], mask[0, :2] = PAD, 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def _compile_switch(settings: dict) -> str:
+    """How a user compiles decoding for these generate settings (see the module docstring)."""
+    return "forward" if settings.get("num_beams", 1) > 1 else "compile_config"
+
+
+def _generate(model, compile_backend: str | None, seed: int = 0, **settings) -> torch.Tensor:
+    """Tokens of ``generate`` with a fixed output length, compiled with ``compile_backend`` or eager."""
+    if compile_backend is not None and _compile_switch(settings) == "compile_config":
+        settings["compile_config"] = CompileConfig(fullgraph=True, backend=compile_backend)
+    elif compile_backend is not None:
+        model.forward = torch.compile(model.forward, fullgraph=True, backend=compile_backend)
+    torch.manual_seed(seed)
+    return model.generate(
+        **_prompt(), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, pad_token_id=PAD, **settings
+    )
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize(
+    "settings",
+    [{"do_sample": False}, {"do_sample": False, "num_beams": 3}, {"do_sample": True, "top_k": 5}],
+    ids=["greedy", "beam3", "sampling"],
+)
+def test_a_compiled_step_is_one_graph_and_decodes_the_eager_tokens(case, settings):
+    model = case.model()
+    expected = _generate(model, None, **settings)
+    torch._dynamo.reset()
+    counters.clear()
+    tokens = _generate(model, "eager", **settings)
+    assert torch.equal(tokens, expected), f"{case.name}: compiled decoding chose other tokens"
+    graphs, most = counters["stats"]["unique_graphs"], MOST_GRAPHS[_compile_switch(settings)]
+    assert 1 <= graphs <= most, f"{case.name}: {graphs} graphs for {NEW_TOKENS} steps (recompiled per step)"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "case",
+    [next(case for case in CASES if not case.is_seq2seq), next(case for case in CASES if case.is_seq2seq)],
+    ids=lambda case: case.name,
+)
+def test_inductor_compiled_greedy_decoding_equals_eager(case):
+    """inductor generates its own code around the kernels; float32 greedy tokens stay the same."""
+    model = case.model()
+    expected = _generate(model, None)
+    torch._dynamo.reset()
+    assert torch.equal(_generate(model, "inductor"), expected)
+
+
+def test_decoding_compiles_only_when_a_compile_config_asks():
+    """No compile_config: eager decoding on every device (transformers would otherwise compile every
+    generate on a GPU, as the cache is compileable); with one, the step compiles on the CPU too."""
+    model = CASES[0].model()
+    cache = model.new_cache()
+    assert cache.is_compileable
+    generation_config = model.generation_config
+    assert not model._valid_auto_compile_criteria({"cache": cache}, generation_config)
+    asked = type(generation_config)(compile_config=CompileConfig(fullgraph=True))
+    assert model._valid_auto_compile_criteria({"cache": cache, "past_key_values": cache}, asked)
+    assert asked.compile_config._compile_all_devices is None  # the user's configuration is left as it was
+
+
+def test_the_window_keeps_its_storage_through_steps_and_beam_reordering():
+    """A compiled step (and a CUDA graph) reads the state at a fixed address: decoding steps and
+    beam reordering write into the window; only a new batch size allocates another one."""
+    layer = ConvHistoryLayer(3)
+    layer.extend(torch.randn(4, 7, 8))
+    address, shape = layer.window.data_ptr(), layer.window.shape
+    for _ in range(5):
+        before = layer.window.clone()
+        context = layer.extend(torch.randn(4, 1, 8))
+        assert torch.equal(context[:, :3], before)
+        layer.reorder_cache(torch.tensor([3, 1, 0, 2]))
+        assert torch.equal(layer.window, torch.cat([before[:, 1:], context[:, 3:]], dim=1)[[3, 1, 0, 2]])
+    assert layer.window.data_ptr() == address and layer.window.shape == shape
+    layer.batch_select_indices(torch.tensor([0, 2]))
+    assert layer.window.shape == (2, 3, 8)
+
+
+@pytest.mark.parametrize("case", [case for case in CASES if case.is_seq2seq][:1], ids=lambda c: c.name)
+def test_compiled_decoding_stops_at_eos_like_eager(case):
+    """Rows that finish early (eos) are padded as in eager decoding."""
+    model = case.model()
+    settings = {"max_new_tokens": NEW_TOKENS, "eos_token_id": EOS, "pad_token_id": PAD}
+    expected = model.generate(**_prompt(), **settings)
+    torch._dynamo.reset()
+    compiled = model.generate(**_prompt(), **settings, compile_config=CompileConfig(fullgraph=True, backend="eager"))
+    assert torch.equal(compiled, expected)
