@@ -36,6 +36,7 @@ from .models.talk import (
     TaLKLMModel,
     TaLKModel,
 )
+from .quantization import quantize_int8
 from .version import __version__
 
 __all__ = [
@@ -62,5 +63,6 @@ __all__ = [
     "export_for_remote_code",
     "register_family",
     "ops",
+    "quantize_int8",
     "__version__",
 ]
