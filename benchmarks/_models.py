@@ -71,8 +71,11 @@ def baseline_of(name: str) -> str:
     return SEQ2SEQ_BASELINE if name in seq2seq_models() else LM_BASELINE
 
 
-def build_ours(model_type: ModelType, shape: ModelShape, dropout: float | None = None) -> torch.nn.Module:
-    """The registered head ``model_type`` of ``shape``; ``dropout``: see `build_model`."""
+def build_ours(
+    model_type: ModelType, shape: ModelShape, dropout: float | None = None, **config_fields
+) -> torch.nn.Module:
+    """The registered head ``model_type`` of ``shape``; ``dropout``: see `build_model`; ``config_fields``:
+    further configuration fields, set last (e.g. a tokenizer's special token ids)."""
     config_class = model_type.config_class
     family = config_class.family
     sizes = [family.size_of_reach(reach) for reach in doubling_schedule(shape.layers, 3, 31)]
@@ -89,7 +92,7 @@ def build_ours(model_type: ModelType, shape: ModelShape, dropout: float | None =
     if dropout is not None:
         dropout_fields = ("dropout", "attention_dropout", "activation_dropout", "input_dropout", family.dropout_field)
         fields.update(dict.fromkeys(dropout_fields, dropout))
-    return model_type.head_class(config_class(**fields))
+    return model_type.head_class(config_class(**{**fields, **config_fields}))
 
 
 def build_model(name: str, shape: ModelShape, max_positions: int, dropout: float | None = None) -> torch.nn.Module:

@@ -1,0 +1,145 @@
+"""The language-model part of `bench_serving.py`: batch-1 greedy decoding steps of our causal LMs in
+eager `generate` against GPT-2 of the same size in eager `generate` and in `generate` with a static
+cache compiled by `torch.compile` (transformers' recipe: ``cache_implementation="static"`` and a
+`CompileConfig`; on a CPU transformers compiles only when ``CompileConfig._compile_all_devices`` is set).
+
+Each measurement runs `generate` on a random prompt of P tokens (the cache filled up to position P),
+with a streamer that clocks every new token: the intervals after the first token are decoding steps
+(forward, logits processing, the loop around them); the prefill is not counted.  Rounds visit every
+(row, position) in turn.  A row is a function ``(model, prompt, new_tokens, clock)`` that generates.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+
+import torch
+from _models import LM_BASELINE, ModelShape, build_model, causal_lm_models
+from transformers import CompileConfig
+from transformers.generation.streamers import BaseStreamer
+
+GPT2_COMPILED = "GPT2 static cache + compile"
+
+
+class StepClock(BaseStreamer):
+    """A `generate` streamer keeping the wall and process CPU time of every `put`: the prompt's, then
+    each new token's."""
+
+    def __init__(self):
+        self.wall, self.cpu = [], []
+
+    def put(self, value):
+        self.wall.append(time.perf_counter())
+        self.cpu.append(time.process_time())
+
+    def end(self):
+        pass
+
+    def steps(self) -> tuple[list[float], list[float]]:
+        """(wall, CPU) seconds of each decoding step after the first new token."""
+        return (
+            [b - a for a, b in itertools.pairwise(self.wall[1:])],
+            [b - a for a, b in itertools.pairwise(self.cpu[1:])],
+        )
+
+
+def eager_generate(model, prompt: torch.Tensor, new_tokens: int, clock: StepClock, **options) -> None:
+    """Greedy `generate` of exactly ``new_tokens`` tokens (transformers' dynamic cache, or ours)."""
+    model.generate(
+        input_ids=prompt,
+        attention_mask=torch.ones_like(prompt),
+        do_sample=False,
+        min_new_tokens=new_tokens,
+        max_new_tokens=new_tokens,
+        streamer=clock,
+        **options,
+    )
+
+
+def static_compiled_generate(model, prompt: torch.Tensor, new_tokens: int, clock: StepClock) -> None:
+    """`eager_generate` with transformers' static cache, its decoding step compiled (one graph per cache
+    length: ``dynamic=False``, GPT-2's best case at each position)."""
+    compile_config = CompileConfig(dynamic=False)
+    compile_config._compile_all_devices = True  # transformers compiles on the CPU only when told to
+    eager_generate(model, prompt, new_tokens, clock, cache_implementation="static", compile_config=compile_config)
+
+
+def lm_rows() -> dict:
+    """row name -> (model name, function): ours eager, GPT-2 eager, GPT-2 with a compiled static cache."""
+    rows = {name: (name, eager_generate) for name in causal_lm_models()}
+    rows[GPT2_COMPILED] = (LM_BASELINE, static_compiled_generate)
+    return rows
+
+
+def measure_lm(
+    shape: ModelShape, *, positions, thread_counts, new_tokens: int, rounds: int, compile_gpt2: bool
+) -> dict:
+    """Step times of every LM row at every position and thread count; the first `generate` of each
+    (row, position) is a warm-up (it compiles the compiled rows: its time is ``warmup_s``)."""
+    max_positions = max(positions) + new_tokens + 8
+    models = {}
+    for name in causal_lm_models():
+        torch.manual_seed(0)
+        models[name] = build_model(name, shape, max_positions, dropout=0.0).eval()
+    rows = {name: row for name, row in lm_rows().items() if compile_gpt2 or name != GPT2_COMPILED}
+    generator = torch.Generator().manual_seed(0)
+    prompts = {position: torch.randint(3, shape.vocab, (1, position), generator=generator) for position in positions}
+    report = {"rows": {name: {"model": model} for name, (model, _) in rows.items()}, "failed": {}, "results": {}}
+    if not compile_gpt2:
+        report["failed"][GPT2_COMPILED] = "not measured (--no-gpt2-compile)"
+    clocks = {}
+    for threads in thread_counts:
+        torch.set_num_threads(threads)
+        for name, (model, run) in list(rows.items()):
+            for position in positions:
+                start = time.perf_counter()
+                try:
+                    run(models[model], prompts[position], new_tokens, StepClock())
+                except Exception as error:  # a row that cannot run here (e.g. no compiler): said in the JSON
+                    report["failed"][name] = f"{type(error).__name__}: {error}"
+                    del rows[name]
+                    break
+                report["rows"][name].setdefault("warmup_s", {})[f"{position}/{threads}"] = time.perf_counter() - start
+    for _ in range(rounds):
+        for threads in thread_counts:
+            torch.set_num_threads(threads)
+            for name, (model, run) in rows.items():
+                for position in positions:
+                    clock = clocks.setdefault((threads, position, name), [])
+                    step_clock = StepClock()
+                    run(models[model], prompts[position], new_tokens, step_clock)
+                    clock.append(step_clock.steps())
+    for (threads, position, name), measured in clocks.items():
+        wall = [step for steps, _ in measured for step in steps]
+        cpu = [step for _, steps in measured for step in steps]
+        report["results"].setdefault(f"{threads}-thread", {}).setdefault(str(position), {})[name] = {
+            "tokens_per_s": 1 / statistics.median(wall),
+            "step_s": statistics.median(wall),
+            "step_min_s": min(wall),
+            "step_cpu_s": statistics.median(cpu),
+            "steps": len(wall),
+        }
+    report["summary"] = summarise_lm(report["results"])
+    return report
+
+
+def summarise_lm(results: dict) -> dict:
+    """Per thread count and position: each row's tokens/s; ours over GPT-2 eager and compiled."""
+    summary = {}
+    for threads, per_position in results.items():
+        for position, per_row in per_position.items():
+            rows = {}
+            for name, measured in per_row.items():
+                row = {"tokens_per_s": measured["tokens_per_s"]}
+                if name not in (LM_BASELINE, GPT2_COMPILED):
+                    for baseline, key in (
+                        (LM_BASELINE, "ours_over_gpt2_eager"),
+                        (GPT2_COMPILED, "ours_over_gpt2_compiled"),
+                    ):
+                        if baseline in per_row:
+                            row[key] = measured["tokens_per_s"] / per_row[baseline]["tokens_per_s"]
+                rows[name] = row
+            summary.setdefault(threads, {})[position] = rows
+    return summary
