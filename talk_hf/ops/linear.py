@@ -12,6 +12,10 @@ floating dtype; at most `MAX_ROWS` input rows; a contiguous (out, in) weight; th
 ``"cpu"`` backend (``$TALK_HF_BACKEND``) with the CPU extension loaded; no autocast; and nothing
 needing autograd or tracing (`_compiled_op.needs_autograd`, `_compiled_op.needs_custom_op`):
 generation, not training.  The checks cost a few microseconds, which a decoding step pays once per linear layer.
+
+While ``torch.compile`` traces such a call (a compiled decoding step), it becomes one opaque node,
+the custom op ``talk_hf::linear``, which makes the same choice when the compiled step runs: inductor
+would otherwise lower it to MKL's product, the slower one for a few rows.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _compiled_op, _extension
-from ._backend import auto_extension, requested_backend
+from ._backend import auto_extension, requested_backend, resolve_backend
 
 # The most input rows (the product of the leading dimensions) the kernel takes.  Above it MKL's
 # matrix-matrix product reuses each loaded weight across rows better (benchmarks/bench_linear.py).
@@ -40,10 +44,41 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
     Returns:
         (..., out) tensor of input's dtype.
     """
+    if torch.compiler.is_compiling():
+        if _traced_as_custom_op(input, weight, bias):
+            return _linear_op(input, weight, bias)
+        return F.linear(input, weight, bias)
     kernels = _kernels_for(input, weight, bias)
     if kernels is None:
         return F.linear(input, weight, bias)
     return kernels.few_rows_linear(input, weight, bias)
+
+
+@torch.library.custom_op("talk_hf::linear", mutates_args=())
+def _linear_op(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """`linear` as one graph node of a compiled inference step: the kernel or ``F.linear``, chosen
+    when it runs (the number of rows may be symbolic while tracing)."""
+    return linear(input, weight, bias)
+
+
+@_linear_op.register_fake
+def _(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return input.new_empty(*input.shape[:-1], weight.shape[0])
+
+
+def _traced_as_custom_op(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Whether a traced call becomes ``talk_hf::linear``: a CPU inference call that the kernel may
+    take when it runs (the custom op has no autograd: a training step traces ``F.linear``)."""
+    return (
+        input.is_cpu
+        and weight.is_cpu
+        and input.dtype.is_floating_point
+        and weight.dtype == input.dtype
+        and weight.dim() == 2
+        and not torch.is_autocast_enabled("cpu")
+        and not _compiled_op.needs_autograd(input, weight, bias)
+        and resolve_backend(None, input.device) == "cpu"  # traced once: the extension loads
+    )
 
 
 def _kernels_for(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> ModuleType | None:

@@ -122,3 +122,35 @@ def test_compiled_decoding_stops_at_eos_like_eager(case):
     torch._dynamo.reset()
     compiled = model.generate(**_prompt(), **settings, compile_config=CompileConfig(fullgraph=True, backend="eager"))
     assert torch.equal(compiled, expected)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 20])
+def test_a_compiled_inference_step_keeps_the_few_rows_linear_kernel(rows, monkeypatch):
+    """Traced without autograd, `linear` is the opaque custom op ``talk_hf::linear`` (the kernel for a
+    few rows, ``F.linear`` above `MAX_ROWS`), equal to ``F.linear`` to rounding; with autograd it is
+    ``F.linear`` (inductor's own product, which trains)."""
+    from talk_hf.ops import _extension
+    from talk_hf.ops.linear import linear
+
+    try:
+        _extension.preflight("cpu")
+    except _extension.ExtensionUnavailable as error:
+        pytest.skip(str(error))
+    monkeypatch.setenv("TALK_HF_BACKEND", "auto")
+    traced_targets = []
+
+    def recording_backend(graph_module, example_inputs):
+        traced_targets.extend(str(node.target) for node in graph_module.graph.nodes)
+        return graph_module
+
+    weight, bias = torch.randn(24, 16), torch.randn(24)
+    inputs = torch.randn(rows, 16)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        result = torch.compile(linear, fullgraph=True, backend=recording_backend)(inputs, weight, bias)
+    torch.testing.assert_close(result, torch.nn.functional.linear(inputs, weight, bias), rtol=1e-5, atol=1e-5)
+    assert "talk_hf.linear.default" in traced_targets
+    traced_targets.clear()
+    torch._dynamo.reset()
+    torch.compile(linear, fullgraph=True, backend=recording_backend)(inputs, weight.requires_grad_(), bias)
+    assert "talk_hf.linear.default" not in traced_targets and traced_targets
