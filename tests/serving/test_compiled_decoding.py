@@ -154,3 +154,25 @@ def test_a_compiled_inference_step_keeps_the_few_rows_linear_kernel(rows, monkey
     torch._dynamo.reset()
     torch.compile(linear, fullgraph=True, backend=recording_backend)(inputs, weight.requires_grad_(), bias)
     assert "talk_hf.linear.default" not in traced_targets and traced_targets
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+@pytest.mark.parametrize(
+    "case",
+    [next(case for case in CASES if not case.is_seq2seq), next(case for case in CASES if case.is_seq2seq)],
+    ids=lambda case: case.name,
+)
+def test_cuda_compiled_decoding_equals_eager(case, mode):
+    """On a GPU: inductor's code, and with ``reduce-overhead`` CUDA graphs (none skipped), decode the
+    eager tokens; dynamo still traces at most two graphs."""
+    model = case.model().cuda()
+    prompt = {name: tensor.cuda() for name, tensor in _prompt().items()}
+    settings = {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS, "pad_token_id": PAD}
+    expected = model.generate(**prompt, **settings)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = model.generate(**prompt, **settings, compile_config=CompileConfig(fullgraph=True, mode=mode))
+    assert torch.equal(compiled, expected)
+    assert counters["stats"]["unique_graphs"] <= MOST_GRAPHS["compile_config"]
+    assert counters["inductor"]["cudagraph_skips"] == 0
