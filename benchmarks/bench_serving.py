@@ -10,15 +10,17 @@ two decoding settings, batch 1 greedy and batch 32 with 5 beams, at 1 thread and
 model has d 256, 3 + 3 layers, 4 heads, FFN 1,024 (the ``small`` preset of our models; SliceNet, which
 has no FFN or heads, its own ``small`` preset at that width and depth) and random seeded weights
 (`_serving.py`).  Rows (systems): Marian in transformers `generate`; each of our encoder-decoders in
-eager `generate`; the same Marian converted by CTranslate2's `TransformersConverter`, float32 and int8.
+eager `generate`, in float32 and with its linear layers in int8 (`talk_hf.quantize_int8`); the same
+Marian converted by CTranslate2's `TransformersConverter`, float32 and int8.
 
 Every round translates the round's next ``--sentences`` sentences with every row in every setting, the
 rows' order rotating from round to round, so that load from other processes hits all alike and every
 ratio comes from one run.  tokens/s: target tokens over wall-clock seconds, summed over the rounds.
 Each of our rows records ``ours_over_ctranslate2`` (its tokens/s over CTranslate2's of the same
 precision and setting) and ``ours_over_transformers`` (over Marian's in transformers).  Rows that should
-reproduce another's tokens record the fraction of sentences that they do: CTranslate2 float32 must
-reproduce transformers' Marian exactly (``ctranslate2_float32_greedy_tokens_equal``).
+reproduce another's tokens record the fraction of sentences that they do (``same_tokens_as_reference``):
+CTranslate2 float32 must reproduce transformers' Marian exactly (``ctranslate2_float32_greedy_tokens_equal``);
+the int8 rows say how often they keep their float32 model's tokens.
 
 The LM section (`_serving_lm.py`): batch-1 greedy decoding steps at positions 16 and 2,048 of our
 causal LMs against GPT-2 (d 512, 6 layers, 8 heads, FFN 2,048) in eager `generate` and in `generate`
@@ -28,14 +30,18 @@ with a static cache and `torch.compile`.
     python benchmarks/bench_serving.py --quick  # one short round at full model size, JSON to the temp dir
 
 Any option changed from its default (other than ``--out`` and ``--data-dir``) makes a small-size run,
-whose JSON goes to ``--out`` or the temp directory, never to benchmarks/results.  To add a system,
-write a function ``(model, batch, setting) -> target ids per sentence`` and a `Row` in `rows`.
+whose JSON goes to ``--out`` or the temp directory.  To add a system, write a function ``(model,
+batch, setting) -> target ids per sentence`` and a `Row` in `rows`; the row's ``prepare`` makes what
+that function takes from a built model, once (as `int8_copy` quantizes a copy; a compiled or exported
+model alike).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
+import importlib.metadata
 import json
 import os
 import statistics
@@ -45,7 +51,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import ctranslate2
 import torch
 from _device import RESULTS, add_cpu_options, parse_cpu_args, run_metadata, write_report
 from _models import SEQ2SEQ_BASELINE, ModelShape, add_shape_options
@@ -62,6 +67,8 @@ from _serving import (
 )
 from _serving_lm import measure_lm
 
+from talk_hf import quantize_int8
+
 SETTINGS = {"greedy-b1": (1, 1), "beam5-b32": (32, 5)}  # name: (batch, beams)
 SHAPE = ModelShape(d_model=256, layers=3, heads=4, ffn=1024, vocab=8000)
 MARIAN = "Marian (transformers)"
@@ -69,8 +76,7 @@ CTRANSLATE2_PRECISIONS = ("float32", "int8")
 FULL_SIZE_EXEMPT = ("out", "data_dir")  # options that do not change what is measured
 
 
-@dataclasses.dataclass(frozen=True)
-class Setting:
+class Setting(NamedTuple):
     """One decoding setting at one thread count."""
 
     decoding: str  # a key of SETTINGS
@@ -85,10 +91,12 @@ class Setting:
 
 
 class Row(NamedTuple):
-    """A system: ``run(models[model], batch, setting)`` returns each sentence's target ids."""
+    """A system: ``run(system, batch, setting)`` returns each sentence's target ids, where ``system`` is
+    ``prepare(models[model])`` (made once, before the rounds) or, without ``prepare``, the model itself."""
 
     model: str
     run: Callable[[Any, Batch, Setting], list[list[int]]]
+    prepare: Callable[[Any], Any] | None = None  # e.g. quantize, compile or export a copy of the model
     precision: str = "float32"  # the CTranslate2 row that ``ours_over_ctranslate2`` divides by
     ours: bool = False
     reference: str | None = None  # the row whose tokens this one should reproduce
@@ -105,6 +113,14 @@ def transformers_generate(model, batch: Batch, setting: Setting) -> list[list[in
         max_new_tokens=setting.new_tokens,
     )
     return outputs[:, 1:].tolist()  # without the decoder's start token
+
+
+def int8_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of ``model`` with every linear layer in int8 (`talk_hf.quantize_int8`, PyTorch's dynamic
+    int8 quantization: int8 weights and activations)."""
+    model = copy.deepcopy(model)
+    quantize_int8(model)
+    return model
 
 
 def ctranslate2_translate(model: CTranslate2Model, batch: Batch, setting: Setting) -> list[list[int]]:
@@ -125,16 +141,18 @@ def ctranslate2_row(precision: str) -> str:
 def rows(ours: list[str]) -> dict[str, Row]:
     """Every system, by row name; ``ours``: our models' names."""
     table = {MARIAN: Row(SEQ2SEQ_BASELINE, transformers_generate)}
-    table.update({name: Row(name, transformers_generate, ours=True) for name in ours})
+    for name in ours:
+        table[name] = Row(name, transformers_generate, ours=True)
+        table[f"{name} int8"] = Row(name, transformers_generate, int8_copy, "int8", ours=True, reference=name)
     for precision in CTRANSLATE2_PRECISIONS:
         name = ctranslate2_row(precision)
-        table[name] = Row(name, ctranslate2_translate, precision, reference=MARIAN)
+        table[name] = Row(name, ctranslate2_translate, precision=precision, reference=MARIAN)
     return table
 
 
 def build_systems(args, folder: Path) -> tuple[dict, dict[str, Row], Any, list[str], dict]:
-    """(models by name, rows, tokenizer, test sentences, what the report records of them);
-    CTranslate2's conversions go to ``folder``."""
+    """(what each row runs, by row name; the rows; tokenizer; test sentences; what the report records
+    of them); CTranslate2's conversions go to ``folder``."""
     tokenizer, sources = multi30k(args.data_dir, args.source_lang, args.target_lang, args.vocab)
     shape = dataclasses.replace(ModelShape.from_args(args), vocab=len(tokenizer))
     models = translation_models(shape, tokenizer)
@@ -144,17 +162,21 @@ def build_systems(args, folder: Path) -> tuple[dict, dict[str, Row], Any, list[s
         models[ctranslate2_row(precision)] = CTranslate2Model(path, precision, tokenizer)
     table = rows(ours)
     systems = {
-        name: {
-            "model": row.model,
-            "engine": "ctranslate2" if row.run is ctranslate2_translate else "transformers generate",
-            "precision": row.precision,
-            "ours": row.ours,
-            "reference": row.reference,
-        }
-        for name, row in table.items()
+        name: row.prepare(models[row.model]) if row.prepare else models[row.model] for name, row in table.items()
     }
     records = {
-        "systems": systems,
+        "systems": {
+            name: {
+                "model": row.model,
+                "run": row.run.__name__,
+                "prepare": row.prepare.__name__ if row.prepare else None,
+                "int8_layers": len(systems[name].int8_quantization.layers) if row.prepare is int8_copy else None,
+                "precision": row.precision,
+                "ours": row.ours,
+                "reference": row.reference,
+            }
+            for name, row in table.items()
+        },
         "configs": {name: model_config(model) for name, model in models.items() if isinstance(model, torch.nn.Module)},
         "ctranslate2": {
             "converter_assumptions": CONVERTER_ASSUMPTIONS,
@@ -167,7 +189,7 @@ def build_systems(args, folder: Path) -> tuple[dict, dict[str, Row], Any, list[s
             "trained_on": f"train.{args.source_lang} + train.{args.target_lang}",
         },
     }
-    return models, table, tokenizer, sources, records
+    return systems, table, tokenizer, sources, records
 
 
 def round_batches(tokenizer, sources: list[str], setting: Setting, *, rounds: int, sentences: int) -> list[list[Batch]]:
@@ -182,7 +204,7 @@ def round_batches(tokenizer, sources: list[str], setting: Setting, *, rounds: in
 
 
 def measure(
-    models: dict, table: dict[str, Row], batches: dict[str, list[list[Batch]]], settings: list[Setting]
+    systems: dict, table: dict[str, Row], batches: dict[str, list[list[Batch]]], settings: list[Setting]
 ) -> dict:
     """Translate every round's batches with every row in every setting; per setting and row: tokens,
     wall and CPU seconds, per-round tokens/s, and the output tokens of every sentence."""
@@ -192,8 +214,8 @@ def measure(
     }
     for setting in settings:  # warm-up: one batch each
         torch.set_num_threads(setting.threads)
-        for row in table.values():
-            row.run(models[row.model], batches[setting.name][0][0], setting)
+        for name, row in table.items():
+            row.run(systems[name], batches[setting.name][0][0], setting)
     names = list(table)
     for number in range(len(next(iter(batches.values())))):
         order = names[number % len(names) :] + names[: number % len(names)]
@@ -203,7 +225,7 @@ def measure(
                 row, record = table[name], records[setting.name][name]
                 start, start_cpu, tokens = time.perf_counter(), time.process_time(), 0
                 for batch in batches[setting.name][number]:
-                    outputs = row.run(models[row.model], batch, setting)
+                    outputs = row.run(systems[name], batch, setting)
                     record["outputs"].extend(outputs)
                     tokens += sum(len(output) for output in outputs)
                 seconds = time.perf_counter() - start
@@ -291,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args() -> tuple[argparse.Namespace, bool]:
+def parse_command_line() -> tuple[argparse.Namespace, bool]:
     """The command line, and whether it is the full-size run (every option that changes what is
     measured at its default); ``--quick`` shrinks the rounds."""
     parser = build_parser()
@@ -307,11 +329,11 @@ def parse_args() -> tuple[argparse.Namespace, bool]:
 def translate_all(args, settings: list[Setting]) -> tuple[dict, dict[str, Row], dict]:
     """(results, rows, what the report records of the systems) of every row in every setting."""
     with tempfile.TemporaryDirectory() as folder:  # CTranslate2's models, loaded when first used
-        models, table, tokenizer, sources, records = build_systems(args, Path(folder))
+        systems, table, tokenizer, sources, records = build_systems(args, Path(folder))
         batches = {
             s.name: round_batches(tokenizer, sources, s, rounds=args.rounds, sentences=args.sentences) for s in settings
         }
-        return results_of(measure(models, table, batches, settings), table, settings), table, records
+        return results_of(measure(systems, table, batches, settings), table, settings), table, records
 
 
 def ctranslate2_agreement(results: dict) -> dict:
@@ -328,7 +350,7 @@ def ctranslate2_agreement(results: dict) -> dict:
 
 
 def main() -> None:
-    args, full_size = parse_args()
+    args, full_size = parse_command_line()
     thread_counts = [args.threads] if args.threads else sorted({1, os.cpu_count()})
     settings = [Setting(d, *SETTINGS[d], threads, args.new_tokens) for threads in thread_counts for d in args.settings]
     started = time.perf_counter()
@@ -351,14 +373,14 @@ def main() -> None:
         "options": {key: value for key, value in vars(args).items() if key not in FULL_SIZE_EXEMPT},
         "data": {"sources": f"multi30k {TEST_SPLIT}.{args.source_lang}", "sentences": args.rounds * args.sentences},
         **records,
-        "settings": {s.name: dataclasses.asdict(s) for s in settings},
+        "settings": {s.name: s._asdict() for s in settings},
         **ctranslate2_agreement(results),
         "results": results,
         "summary": summary,
         "lm": {"shape": dataclasses.asdict(lm_shape), **lm} if lm else None,
         "elapsed_s": {"translation": translation_s, "total": time.perf_counter() - started},
     }
-    report["versions"]["ctranslate2"] = ctranslate2.__version__
+    report["versions"]["ctranslate2"] = importlib.metadata.version("ctranslate2")
     small = Path(tempfile.gettempdir()) / "bench_serving_cpu_small.json"
     out = args.out or (RESULTS / "bench_serving_cpu.json" if full_size else small)
     write_report(report, out, out.name, announce=False)

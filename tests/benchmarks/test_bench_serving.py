@@ -59,6 +59,9 @@ def test_every_system_translates_every_sentence_to_the_fixed_length(report):
         assert {"Marian (transformers)", "Marian (CTranslate2 float32)", "Marian (CTranslate2 int8)"} <= set(per_row)
         assert {"TaLKForConditionalGeneration", "DynamicConvForConditionalGeneration"} <= set(per_row)
         assert "SliceNetForConditionalGeneration" in per_row
+        for name in ("TaLKForConditionalGeneration", "SliceNetForConditionalGeneration"):
+            assert 0 <= per_row[f"{name} int8"]["same_tokens_as_reference"] <= 1  # against its float32 model
+            assert report["systems"][f"{name} int8"]["precision"] == "int8"
         for measured in per_row.values():
             assert measured["sentences"] == 6 and measured["tokens"] == 6 * 5
             assert measured["all_outputs_full_length"]
