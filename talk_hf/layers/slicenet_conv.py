@@ -2,8 +2,8 @@
 
 Layout (B, T, C) everywhere: the depthwise k-tap convolutions (s <= 0) run
 :func:`talk_hf.ops.depthwise_conv` on it directly, the grouped ones transpose to (B, C, T) for
-``conv1d``, the 1x1 ones are linear maps over the channels (in groups:
-:func:`talk_hf.ops.grouped_linear.grouped_linear`), and the weights keep ``conv1d``'s shapes.
+``conv1d``, the 1x1 ones are linear maps over the channels (:func:`talk_hf.ops.linear.linear`, in
+groups :func:`talk_hf.ops.grouped_linear.grouped_linear`), and the weights keep ``conv1d``'s shapes.
 A separability s selects the convolution type exactly as tensor2tensor does (paper Table 1, c
 channels, k taps):
 
@@ -23,8 +23,10 @@ import torch
 from torch import nn
 
 from ..ops import depthwise_conv
+from ..ops._precision import accumulation_dtype
 from ..ops.depthwise_conv import gate_input
 from ..ops.grouped_linear import grouped_linear
+from ..ops.linear import linear
 from ..transformers_internals import init, is_loaded_from_checkpoint
 from .initialization import InitializesItself
 
@@ -151,7 +153,8 @@ class SliceConv(InitializesItself):
         if padding not in PADDINGS:
             raise ValueError(f"padding must be one of {PADDINGS}, got {padding!r}")
         if padding == "valid" and inputs.shape[1] == self.history_size + 1:
-            out = self._spatial_step(gate_input(inputs, relu_input, input_mask))
+            gated = gate_input(inputs, relu_input, input_mask)
+            out = self._depthwise_step(gated) if self.separability <= 0 else self._spatial_step(gated)
         elif self.separability <= 0:
             out = self._depthwise(inputs, padding, relu_input, input_mask)
         else:
@@ -183,8 +186,18 @@ class SliceConv(InitializesItself):
         )
         return out.transpose(1, 2)
 
+    def _depthwise_step(self, context: torch.Tensor) -> torch.Tensor:
+        """The depthwise k-tap convolution (s <= 0) of one position from its history_size + 1 inputs, in
+        O(k C_in): (B, history_size + 1, C_in) -> (B, 1, C_in), accumulated as `_depthwise` does (float32
+        for bf16/fp16).  One product and one sum over (B, k, C_in), each vectorised over the channels (an
+        ``einsum`` over the C_in groups would run a batched product of C_in tiny matrices)."""
+        dtype = accumulation_dtype(context.dtype)
+        taps = context[:, :: self.dilation].to(dtype)  # (B, k, C_in), oldest first
+        weight = self.spatial_weight.squeeze(1).t().to(dtype).contiguous()  # (k, C_in)
+        return (taps * weight).sum(1, keepdim=True).to(context.dtype)
+
     def _spatial_step(self, context: torch.Tensor) -> torch.Tensor:
-        """The k-tap convolution of one position from its history_size + 1 inputs, in O(k C_in C_spatial / groups):
+        """The grouped k-tap convolution (s >= 1) of one position from its history_size + 1 inputs, in O(k C_in C_spatial / groups):
         (B, history_size + 1, C_in) -> (B, 1, C_spatial).  (A decoding step; ``conv1d``'s per-call cost on
         the CPU is far larger than this for a single position.)"""
         groups = self.spatial_groups
@@ -195,8 +208,8 @@ class SliceConv(InitializesItself):
     def _pointwise(self, x: torch.Tensor) -> torch.Tensor:
         """The 1x1 convolution, as a (grouped) linear map: (B, T, C_spatial) -> (B, T, C_out)."""
         weight = self.pointwise_weight.squeeze(-1)  # (C_out, C_spatial / groups)
-        if self.pointwise_groups == 1:
-            return nn.functional.linear(x, weight, self.pointwise_bias)
+        if self.pointwise_groups == 1:  # the C++ few-row kernel for the rows of a decoding step on the CPU
+            return linear(x, weight, self.pointwise_bias)
         # (groups, C_out / groups, C_spatial / groups)
         return grouped_linear(x, weight.unflatten(0, (self.pointwise_groups, -1)))
 
@@ -313,11 +326,9 @@ class ConvModule(nn.Module):
 
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None, cache=None) -> torch.Tensor:
         """x: (B, T, d); padding_mask: (B, T) bool or None; cache: `ConvCache` or None (decoder)."""
-        y = x
-        for step in self.steps[:2]:
-            y = step(y, padding_mask, cache)
-        x_plus_y = x + y
+        first, second, *rest = self.steps
+        x_plus_y = x + second(first(x, padding_mask, cache), padding_mask, cache)
         z = x_plus_y
-        for step in self.steps[2:]:
+        for step in rest:
             z = step(z, padding_mask, cache)
         return x_plus_y + z if self.residual == "t2t" else x + z
