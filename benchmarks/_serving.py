@@ -7,7 +7,8 @@ from ``</s>``) and every encoder-decoder head of the registry (`talk_hf.MODEL_FA
 `MixerFamily` built like `_models.build_ours`, the others (SliceNet) from their ``small`` preset at the
 same width and depth.  Every model has random, seeded weights and an output layer of its own (untied
 from the embeddings: a randomly initialised tied decoder emits the token it was fed, so every output
-would repeat one token and comparing two engines' tokens would prove little).
+would repeat one token and comparing two engines' tokens would prove little).  `PARAMETERS_NOTE` says
+why Marian's parameter count is larger than ours at the same size.
 """
 
 from __future__ import annotations
@@ -93,6 +94,13 @@ def build_marian(shape: ModelShape, tokenizer, max_positions: int = 512) -> Mari
             **token_ids(tokenizer),
         )
     )
+
+
+PARAMETERS_NOTE = (
+    "Marian counts two more vocabulary x d tables than ours: with tie_word_embeddings=False transformers 5 "
+    "also unties Marian's encoder and decoder embeddings from model.shared (left unused), and a checkpoint "
+    "cannot keep them shared; a step reads one row of each embedding, so the work per token is the same"
+)
 
 
 def translation_models(shape: ModelShape, tokenizer) -> dict[str, torch.nn.Module]:

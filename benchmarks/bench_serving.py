@@ -57,6 +57,7 @@ from _models import SEQ2SEQ_BASELINE, ModelShape, add_shape_options
 from _serving import (
     CONVERTER_ASSUMPTIONS,
     MULTI30K,
+    PARAMETERS_NOTE,
     TEST_SPLIT,
     Batch,
     CTranslate2Model,
@@ -178,6 +179,12 @@ def build_systems(args, folder: Path) -> tuple[dict, dict[str, Row], Any, list[s
             for name, row in table.items()
         },
         "configs": {name: model_config(model) for name, model in models.items() if isinstance(model, torch.nn.Module)},
+        "parameters_note": PARAMETERS_NOTE,
+        "parameters": {
+            name: sum(p.numel() for p in model.parameters())
+            for name, model in models.items()
+            if isinstance(model, torch.nn.Module)
+        },
         "ctranslate2": {
             "converter_assumptions": CONVERTER_ASSUMPTIONS,
             "configs": {p: json.loads((path / "config.json").read_text()) for p, path in converted.items()},
@@ -288,7 +295,7 @@ def print_table(summary: dict) -> None:
     for setting, per_row in summary.items():
         for name, entry in per_row.items():
             ratios = "  ".join(f"{key} {value:.2f}" for key, value in entry.items() if key != "tokens_per_s")
-            print(f"{setting:24s} {name:38s} {entry['tokens_per_s']:9.1f} tokens/s  {ratios}", flush=True)
+            print(f"{setting:20s} {name:42s} {entry['tokens_per_s']:9.1f} tokens/s  {ratios}", flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
