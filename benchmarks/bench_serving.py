@@ -29,6 +29,8 @@ with a static cache and `torch.compile`.
     python benchmarks/bench_serving.py          # all defaults: writes benchmarks/results/bench_serving_cpu.json
     python benchmarks/bench_serving.py --quick  # one short round at full model size, JSON to the temp dir
 
+``--threads N`` measures at N threads only (by default: at 1 thread and at all cores).
+
 Any option changed from its default (other than ``--out`` and ``--data-dir``) makes a small-size run,
 whose JSON goes to ``--out`` or the temp directory.  To add a system, write a function ``(model,
 batch, setting) -> target ids per sentence`` and a `Row` in `rows`; the row's ``prepare`` makes what
