@@ -5,30 +5,38 @@ module types, and ours are `talk_hf.layers.linear_layer.Linear`, a subclass of `
 says nothing; `quantize_int8` converts every ``nn.Linear`` of the model, subclasses included, or
 raises.
 
-Methods (measured on the 2-core AMD EPYC development machine (AVX-512 VNNI), one thread, the
-``small`` TaLK shape, d 256, 3 + 3 layers, FFN 1024, vocabulary 8000; see the issue #44 notes):
+``"dynamic"`` (the default): PyTorch's dynamic int8 quantization (fbgemm, x86 engine).  Weights
+int8 with one scale per output row, activations quantized per tensor at each call (8 bits with
+AVX-512 VNNI, else 7: `full_range_activations`), int8 products summed in int32.  Each layer
+becomes a `DynamicInt8Linear`.  CPU and float32 only.  Chosen by measurement: ``generate()``
+tokens/s of the ``small`` TaLK shape (d 256, 3 + 3 layers, FFN 1024, vocabulary 8000, random
+weights), one thread, AMD EPYC with AVX-512 VNNI, ratio to float32:
 
-``"dynamic"`` (the default)
-    PyTorch's dynamic int8 quantization (fbgemm / x86 engine): weights int8 per output channel,
-    the activations quantized per tensor at each call, an int8 product with int32 sums.  Each
-    layer becomes a ``torch.ao.nn.quantized.dynamic.Linear``.  CPU and float32 only.  The fastest
-    on the CPU: batch-1 greedy and batch-32 beam-5 decoding both run faster than float32, where
-    torchao's int8 configurations run slower than float32 on the CPU (their kernels are not tuned
-    for it).
-``"weight_only"``
-    torchao's ``Int8WeightOnlyConfig``: int8 weights per output channel, products in the model's
-    dtype; the weight becomes a torchao tensor subclass (``talk_hf.ops.linear`` then runs
-    ``F.linear``).  Any device and floating dtype: the method for GPUs and half precision, a 4x
-    smaller weight than float32; on the CPU it is slower than float32.  Needs torchao
-    (``pip install talk-hf[serving]``).
+=========================  ===========  ===========  ===========  ===========
+method                      seq2seq b1   seq2seq b32  LM b1        LM b32
+                            greedy       beam 5       greedy       beam 5
+=========================  ===========  ===========  ===========  ===========
+dynamic (this one)          1.07         1.84         1.19         1.87
+dynamic, float32 lm_head    0.92         1.23         1.08         1.36
+torchao weight-only         0.53         0.96         0.36         0.92
+torchao dynamic activation  0.26         1.02         0.24         1.08
+=========================  ===========  ===========  ===========  ===========
 
-The tied output projection (``lm_head``, the decoder's embedding matrix) is converted too: the
-largest matrix of a small-vocabulary-free model, it is most of a decoding step's weights; the
-embedding itself stays in floating point (the two are no longer tied).
+torchao's int8 kernels are not tuned for the CPU; ``torch._weight_int8pack_mm`` was slower still.
+A batch-1 step of this small model is mostly Python and small-op overhead, so int8 gains little
+there; batches gain the most.  On a trained Multi30k model int8 changed test BLEU by < 0.1.
 
-A converted model generates as before (greedy, beam, sampling) but can no longer be saved:
-``save_pretrained`` (and ``push_to_hub``) raise, since its state dict holds packed int8 weights
-that no ``from_pretrained`` loads.  Save the floating-point model and quantize after loading.
+``"weight_only"``: torchao's ``Int8WeightOnlyConfig`` (int8 weights, one scale per output row,
+products in the model's dtype); the weight becomes a torchao tensor subclass, which
+``talk_hf.ops.linear`` hands to ``F.linear``.  Any device and floating dtype: the method for GPUs
+and half precision (not measured there).  Needs torchao (the ``serving`` extra).
+
+The output projection ``lm_head`` is converted too (the table: it is the largest matrix of a
+decoding step); when tied, the input embedding stays in floating point and the two are untied.
+
+A converted model generates as before (greedy, beam, sampling) but is not saved: its
+``save_pretrained`` (so ``push_to_hub``) raises, since no ``from_pretrained`` would load its int8
+weights right.  Save the floating-point model and quantize after loading.
 """
 
 from __future__ import annotations
@@ -58,7 +66,7 @@ def quantize_int8(model: nn.Module, method: str = "dynamic") -> int:
     """Convert every linear layer (``nn.Linear`` and its subclasses) of ``model`` to int8, in place.
 
     Args:
-        model: any module; every ``nn.Linear`` in it is converted.
+        model: a module holding linear layers; every ``nn.Linear`` in it is converted.
         method: ``"dynamic"`` (int8 weights and activations, CPU float32) or ``"weight_only"`` (int8
             weights, torchao; any device and floating dtype).  See the module docstring.
 
@@ -80,9 +88,15 @@ def quantize_int8(model: nn.Module, method: str = "dynamic") -> int:
             f"quantize_int8: {model_name} is already int8 (method={previous.method!r}, "
             f"{len(previous.layers)} layers); quantize the floating-point model once"
         )
+    if isinstance(model, nn.Linear):
+        raise ValueError(
+            "quantize_int8: model is itself an nn.Linear, which cannot be replaced in place; pass its parent"
+        )
     linears = {name: module for name, module in model.named_modules() if isinstance(module, nn.Linear)}
     if not linears:
-        raise ValueError(f"quantize_int8: {model_name} has no linear layer (nn.Linear) to convert to int8")
+        int8_layers = sum(isinstance(module, DynamicQuantizedLinear) for module in model.modules())
+        already = f" (its {int8_layers} dynamic int8 linear layers are int8 already)" if int8_layers else ""
+        raise ValueError(f"quantize_int8: {model_name} has no linear layer (nn.Linear) to convert to int8{already}")
     for name, module in linears.items():
         _check_layer(model_name, name, module, method)
     if method == "dynamic":
@@ -90,8 +104,12 @@ def quantize_int8(model: nn.Module, method: str = "dynamic") -> int:
             parent_name, _, child_name = name.rpartition(".")
             setattr(model.get_submodule(parent_name), child_name, _dynamic_int8_linear(module))
     else:
-        from torchao.quantization import Int8WeightOnlyConfig, quantize_
-
+        try:
+            from torchao.quantization import Int8WeightOnlyConfig, quantize_
+        except ImportError as error:
+            raise ImportError(
+                "quantize_int8: method='weight_only' needs torchao (pip install talk_hf[serving])"
+            ) from error
         config = Int8WeightOnlyConfig(set_inductor_config=False)  # leave torch._inductor's settings alone
         quantize_(model, config, filter_fn=lambda module, name: isinstance(module, nn.Linear))
     setattr(model, RECORD_ATTRIBUTE, Int8Quantization(method, tuple(linears)))

@@ -3,6 +3,8 @@ works for every family, and nothing is ever left silently unconverted or saved w
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -139,6 +141,26 @@ def test_a_model_quantized_elsewhere_raises():
 def test_a_model_without_linear_layers_raises():
     with pytest.raises(ValueError, match="Sequential has no linear layer"):
         talk_hf.quantize_int8(nn.Sequential(nn.LayerNorm(4), nn.ReLU()))
+
+
+def test_a_model_converted_by_torch_raises():
+    model = nn.Sequential(nn.Linear(4, 4))
+    model[0] = talk_hf.quantization._dynamic_int8_linear(model[0])
+    with pytest.raises(ValueError, match="no linear layer .* \\(its 1 dynamic int8 linear layers are int8 already\\)"):
+        talk_hf.quantize_int8(model)
+
+
+def test_a_bare_linear_layer_raises():
+    with pytest.raises(ValueError, match="model is itself an nn.Linear"):
+        talk_hf.quantize_int8(nn.Linear(4, 4))
+
+
+def test_weight_only_without_torchao_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torchao.quantization", None)  # import fails as if not installed
+    model = _model(CASES[1])
+    with pytest.raises(ImportError, match="method='weight_only' needs torchao"):
+        talk_hf.quantize_int8(model, method="weight_only")
+    assert not hasattr(model, "int8_quantization")
 
 
 def test_an_unknown_method_is_named():
