@@ -10,7 +10,8 @@ two decoding settings, batch 1 greedy and batch 32 with 5 beams, at 1 thread and
 model has d 256, 3 + 3 layers, 4 heads, FFN 1,024 (the ``small`` preset of our models; SliceNet, which
 has no FFN or heads, its own ``small`` preset at that width and depth) and random seeded weights
 (`_serving.py`).  Rows (systems): Marian in transformers `generate`; each of our encoder-decoders in
-eager `generate`, in float32 and with its linear layers in int8 (`talk_hf.quantize_int8`); the same
+eager `generate`, compiled (its forward under ``torch.compile(fullgraph=True)``) and with its linear
+layers in int8 (`talk_hf.quantize_int8`); the same
 Marian converted by CTranslate2's `TransformersConverter`, float32 and int8.
 
 Every round translates the round's next ``--sentences`` sentences with every row in every setting, the
@@ -43,6 +44,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import functools
 import importlib.metadata
 import json
 import os
@@ -126,6 +128,17 @@ def int8_copy(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
+def compiled_copy(model: torch.nn.Module, backend: str = "inductor") -> torch.nn.Module:
+    """A copy of ``model`` whose forward is compiled (``torch.compile(fullgraph=True)``): the recipe of
+    docs/serving.md that compiles beam search's steps too; the prompt's pass compiles with it."""
+    # Each model traces a few graphs (the prompt's pass, the first steps), and dynamo counts the graphs of
+    # every model type's forward together (one code object, transformers' output wrapper) against its limit.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    model = copy.deepcopy(model)
+    model.forward = torch.compile(model.forward, fullgraph=True, backend=backend)
+    return model
+
+
 def ctranslate2_translate(model: CTranslate2Model, batch: Batch, setting: Setting) -> list[list[int]]:
     """`Translator.translate_batch` of a converted model, exactly ``new_tokens`` tokens each."""
     results = model.translator(setting.threads).translate_batch(
@@ -141,11 +154,15 @@ def ctranslate2_row(precision: str) -> str:
     return f"Marian (CTranslate2 {precision})"
 
 
-def rows(ours: list[str]) -> dict[str, Row]:
-    """Every system, by row name; ``ours``: our models' names."""
+def rows(ours: list[str], compile_backend: str = "inductor") -> dict[str, Row]:
+    """Every system, by row name; ``ours``: our models' names; ``compile_backend``: torch.compile's
+    backend of the compiled rows."""
+    compiled = functools.partial(compiled_copy, backend=compile_backend)
+    compiled.__name__ = compiled_copy.__name__
     table = {MARIAN: Row(SEQ2SEQ_BASELINE, transformers_generate)}
     for name in ours:
         table[name] = Row(name, transformers_generate, ours=True)
+        table[f"{name} compiled"] = Row(name, transformers_generate, compiled, ours=True, reference=name)
         table[f"{name} int8"] = Row(name, transformers_generate, int8_copy, "int8", ours=True, reference=name)
     for precision in CTRANSLATE2_PRECISIONS:
         name = ctranslate2_row(precision)
@@ -163,7 +180,7 @@ def build_systems(args, folder: Path) -> tuple[dict, dict[str, Row], Any, list[s
     converted = convert_marian(models[SEQ2SEQ_BASELINE], tokenizer, folder, CTRANSLATE2_PRECISIONS)
     for precision, path in converted.items():
         models[ctranslate2_row(precision)] = CTranslate2Model(path, precision, tokenizer)
-    table = rows(ours)
+    table = rows(ours, args.compile_backend)
     systems = {
         name: row.prepare(models[row.model]) if row.prepare else models[row.model] for name, row in table.items()
     }
@@ -221,10 +238,11 @@ def measure(
         s.name: {name: {"seconds": 0.0, "cpu_s": 0.0, "tokens": 0, "rounds": [], "outputs": []} for name in table}
         for s in settings
     }
-    for setting in settings:  # warm-up: one batch each
+    for setting in settings:  # warm-up: the first batch of two rounds (a compiled row traces a second size)
         torch.set_num_threads(setting.threads)
         for name, row in table.items():
-            row.run(systems[name], batches[setting.name][0][0], setting)
+            for first_rounds in batches[setting.name][:2]:
+                row.run(systems[name], first_rounds[0], setting)
     names = list(table)
     for number in range(len(next(iter(batches.values())))):
         order = names[number % len(names) :] + names[: number % len(names)]
@@ -317,6 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lm-new-tokens", type=int, default=32, help="tokens per LM generate (steps + 1)")
     parser.add_argument("--lm-rounds", type=int, default=5)
     parser.add_argument("--gpt2-compile", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--compile-backend", default="inductor", help="torch.compile backend of compiled rows")
     parser.add_argument("--quick", action="store_true", help="1 round of 4 sentences, 1 LM round of 8 tokens")
     add_cpu_options(parser)
     return parser

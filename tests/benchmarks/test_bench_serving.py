@@ -26,6 +26,7 @@ TINY = {
     "--lm-new-tokens": 4,
     "--lm-rounds": 1,
     "--threads": 1,
+    "--compile-backend": "eager",  # dynamo's capture without inductor's code generation: seconds, not minutes
 }
 
 
