@@ -1,5 +1,5 @@
 """The language-model part of `bench_serving.py`: batch-1 greedy decoding steps of our causal LMs in
-eager `generate` against GPT-2 of the same size in eager `generate` and in `generate` with a static
+eager and compiled `generate` (``compile_config=CompileConfig(fullgraph=True)``) against GPT-2 of the same size in eager `generate` and in `generate` with a static
 cache compiled by `torch.compile` (transformers' recipe: ``cache_implementation="static"`` and a
 `CompileConfig`; on a CPU transformers compiles only when ``CompileConfig._compile_all_devices`` is set).
 
@@ -11,6 +11,7 @@ with a streamer that clocks every new token: the intervals after the first token
 
 from __future__ import annotations
 
+import functools
 import itertools
 import statistics
 import time
@@ -73,15 +74,34 @@ def static_compiled_generate(model, prompt: torch.Tensor, new_tokens: int, clock
     )
 
 
-def lm_rows() -> dict:
-    """row name -> (model name, function): ours eager, GPT-2 eager, GPT-2 with a compiled static cache."""
-    rows = {name: (name, eager_generate) for name in causal_lm_models()}
+def compiled_generate(model, prompt: torch.Tensor, new_tokens: int, clock: StepClock, backend: str) -> None:
+    """`eager_generate` with our decoding step compiled: the one line of docs/serving.md."""
+    eager_generate(model, prompt, new_tokens, clock, compile_config=CompileConfig(fullgraph=True, backend=backend))
+
+
+def lm_rows(compile_backend: str = "inductor") -> dict:
+    """row name -> (model name, function): ours eager and compiled (with ``compile_backend``), GPT-2
+    eager, GPT-2 with a compiled static cache."""
+    rows = {}
+    for name in causal_lm_models():
+        rows[name] = (name, eager_generate)
+        if name != LM_BASELINE:
+            compiled = functools.partial(compiled_generate, backend=compile_backend)
+            compiled.__name__ = compiled_generate.__name__
+            rows[f"{name} compiled"] = (name, compiled)
     rows[GPT2_COMPILED] = (LM_BASELINE, static_compiled_generate)
     return rows
 
 
 def measure_lm(
-    shape: ModelShape, *, positions, thread_counts, new_tokens: int, rounds: int, compile_gpt2: bool
+    shape: ModelShape,
+    *,
+    positions,
+    thread_counts,
+    new_tokens: int,
+    rounds: int,
+    compile_gpt2: bool,
+    compile_backend: str = "inductor",
 ) -> dict:
     """Step times of every LM row at every position and thread count; the first `generate` of each
     (row, position) is a warm-up (it compiles the compiled rows: its time is ``warmup_s``)."""
@@ -90,7 +110,7 @@ def measure_lm(
     for name in causal_lm_models():
         torch.manual_seed(0)
         models[name] = build_model(name, shape, max_positions, dropout=0.0).eval()
-    rows = {name: row for name, row in lm_rows().items() if compile_gpt2 or name != GPT2_COMPILED}
+    rows = {name: row for name, row in lm_rows(compile_backend).items() if compile_gpt2 or name != GPT2_COMPILED}
     generator = torch.Generator().manual_seed(0)
     prompts = {position: torch.randint(3, shape.vocab, (1, position), generator=generator) for position in positions}
     report = {

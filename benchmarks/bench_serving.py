@@ -392,7 +392,8 @@ def main() -> None:
     lm = None
     if args.lm:
         lm_options = dict(positions=args.lm_positions, thread_counts=thread_counts, new_tokens=args.lm_new_tokens)
-        lm = measure_lm(lm_shape, **lm_options, rounds=args.lm_rounds, compile_gpt2=args.gpt2_compile)
+        lm_options.update(rounds=args.lm_rounds, compile_gpt2=args.gpt2_compile, compile_backend=args.compile_backend)
+        lm = measure_lm(lm_shape, **lm_options)
     report = {
         "benchmark": "bench_serving",
         **run_metadata("cpu"),
