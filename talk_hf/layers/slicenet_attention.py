@@ -8,6 +8,7 @@ query depends on a bounded window of the past (see ``SliceNetDecoder``).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -57,25 +58,47 @@ class TimingSignal(InitializesItself):
         return nn.functional.pad(signal, (0, self.depth - signal.shape[-1]))
 
 
-def simple_attention(query: torch.Tensor, source: torch.Tensor, source_mask: torch.Tensor | None):
+class AttentionSource(NamedTuple):
+    """The source that every attention block of a decoder forward reads, prepared once per forward (`of`).
+
+    values: (B, S, d) the encoder output, the keys and the values ("simple" attention has no projections).
+    keys: (B, d, S) ``values`` transposed (a view).
+    padded: (B, 1, S) bool, True at padded source positions, or None.
+    """
+
+    values: torch.Tensor
+    keys: torch.Tensor
+    padded: torch.Tensor | None
+
+    @classmethod
+    def of(cls, source: torch.Tensor, source_mask: torch.Tensor | None) -> AttentionSource:
+        """source: (B, S, d) encoder output; source_mask: (B, S), nonzero at real source tokens, or None."""
+        padded = None if source_mask is None else ~source_mask.bool().unsqueeze(1)
+        return cls(source, source.transpose(1, 2), padded)
+
+
+def simple_attention(query: torch.Tensor, source: AttentionSource):
     """Attend(source, query) = softmax(query . source^T / sqrt(d)) . source, one head.
 
     Args:
         query: (B, T, d).
-        source: (B, S, d), the keys and the values.
-        source_mask: (B, S) bool, True at real source tokens, or None.
+        source: the (B, S, d) encoder output (keys and values) and its padding.
 
     Returns:
         ``(attended (B, T, d), weights (B, T, S))``; the softmax runs in float32 at least (the
         encoder output is an un-normalised residual sum: bf16/fp16 logits saturate), and padded
         sources get weight 0.
     """
-    scores = torch.matmul(query, source.transpose(1, 2))
-    scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) / math.sqrt(query.shape[-1])
-    if source_mask is not None:
-        scores = scores.masked_fill(~source_mask.unsqueeze(1), torch.finfo(scores.dtype).min)
-    weights = torch.softmax(scores, dim=-1).to(source.dtype)
-    return torch.matmul(weights, source), weights
+    scores = torch.matmul(query, source.keys)
+    if scores.dtype in (torch.float16, torch.bfloat16):
+        scores = scores.float()
+    scores = scores / math.sqrt(query.shape[-1])
+    if source.padded is not None:
+        scores = scores.masked_fill(source.padded, torch.finfo(scores.dtype).min)
+    weights = torch.softmax(scores, dim=-1)
+    if weights.dtype != source.values.dtype:
+        weights = weights.to(source.values.dtype)
+    return torch.matmul(weights, source.values), weights
 
 
 class SliceAttention(nn.Module):
@@ -112,8 +135,7 @@ class SliceAttention(nn.Module):
         self,
         x: torch.Tensor,
         timing: torch.Tensor,
-        source: torch.Tensor,
-        source_mask: torch.Tensor | None,
+        source: AttentionSource,
         padding_mask: torch.Tensor | None = None,
         cache=None,
     ):
@@ -121,7 +143,7 @@ class SliceAttention(nn.Module):
         Args:
             x: (B, T, d) decoder states.
             timing: (B or 1, T, d) timing signal of their positions.
-            source / source_mask: (B, S, d) encoder output and its (B, S) bool mask (or None).
+            source: the (B, S, d) encoder output and its padding.
             padding_mask: (B, T) bool, True at real target tokens, or None.
             cache: the decoder's `ConvCache`, or None.
 
@@ -131,5 +153,5 @@ class SliceAttention(nn.Module):
         query = x + timing
         for step in self.query_steps:
             query = step(query, padding_mask, cache)
-        attended, weights = simple_attention(query, source, source_mask)
+        attended, weights = simple_attention(query, source)
         return (attended if self.norm is None else self.norm(x + attended)), weights

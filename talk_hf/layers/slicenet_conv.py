@@ -79,6 +79,9 @@ def tf_orthogonal_depthwise(channels: int, kernel_size: int, parts: int, gain: f
 
 
 PADDINGS = ("valid", "causal", "centred")
+# The most taps (B * k * C_in elements) a decoding step's depthwise convolution multiplies in one product
+# (`SliceConv._depthwise_step`): 256 KB of float32, within a core's L2 cache.
+TAP_PRODUCT_ELEMENTS = 1 << 16
 
 
 class SliceConv(InitializesItself):
@@ -189,12 +192,27 @@ class SliceConv(InitializesItself):
     def _depthwise_step(self, context: torch.Tensor) -> torch.Tensor:
         """The depthwise k-tap convolution (s <= 0) of one position from its history_size + 1 inputs, in
         O(k C_in): (B, history_size + 1, C_in) -> (B, 1, C_in), accumulated as `_depthwise` does (float32
-        for bf16/fp16).  One product and one sum over (B, k, C_in), each vectorised over the channels (an
-        ``einsum`` over the C_in groups would run a batched product of C_in tiny matrices)."""
+        for bf16/fp16).
+
+        Up to `TAP_PRODUCT_ELEMENTS` elements of taps, one product and one sum over (B, k, C_in); above,
+        tap by tap into one (B, 1, C_in) sum, so that beam search's batches allocate no (B, k, C_in)
+        product per step (a fresh buffer of megabytes, whose page faults cost more than the arithmetic).
+        Either is vectorised over the channels (an ``einsum`` over the C_in groups would run a batched
+        product of C_in tiny matrices).
+        """
+        taps = context if self.dilation == 1 else context[:, :: self.dilation]  # (B, k, C_in), oldest first
+        weight = self.spatial_weight.squeeze(1).t()  # (k, C_in)
         dtype = accumulation_dtype(context.dtype)
-        taps = context[:, :: self.dilation].to(dtype)  # (B, k, C_in), oldest first
-        weight = self.spatial_weight.squeeze(1).t().to(dtype).contiguous()  # (k, C_in)
-        return (taps * weight).sum(1, keepdim=True).to(context.dtype)
+        if weight.dtype != dtype:  # the products promote bf16/fp16 taps to the float32 of the weight
+            weight = weight.to(dtype)
+        if taps.numel() <= TAP_PRODUCT_ELEMENTS:
+            out = (taps * weight).sum(1, keepdim=True)
+        else:
+            weight = weight.contiguous()
+            out = taps[:, :1] * weight[0]
+            for tap in range(1, weight.shape[0]):
+                out.addcmul_(taps[:, tap : tap + 1], weight[tap])
+        return out if out.dtype == context.dtype else out.to(context.dtype)
 
     def _spatial_step(self, context: torch.Tensor) -> torch.Tensor:
         """The grouped k-tap convolution (s >= 1) of one position from its history_size + 1 inputs, in O(k C_in C_spatial / groups):

@@ -21,7 +21,7 @@ from torch import nn
 from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithCrossAttentions
 
 from ...layers.sinusoidal_positions import positions_from_mask
-from ...layers.slicenet_attention import SliceAttention, TimingSignal
+from ...layers.slicenet_attention import AttentionSource, SliceAttention, TimingSignal
 from ...layers.slicenet_conv import ConvInit, ConvModule, ConvStep
 from ...layers.slicenet_layers import SliceNetDecoderLayer, SliceNetEncoderLayer, SliceNetIOMixer
 from ...ops._backend import reads_backend_once
@@ -237,14 +237,12 @@ class SliceNetDecoder(_SliceNetStack):
             )
         timing = self.timing_signal(attention_mask, embedded.shape[1], past_length, embedded)
         padding_mask = None if attention_mask is None else attention_mask[:, -embedded.shape[1] :].bool()
-        source_mask = None if encoder_attention_mask is None else encoder_attention_mask.bool()
-        hidden, weights = self.io_mixer(
-            embedded, timing, encoder_hidden_states, source_mask, padding_mask, past_key_values
-        )
+        source = AttentionSource.of(encoder_hidden_states, encoder_attention_mask)
+        hidden, weights = self.io_mixer(embedded, timing, source, padding_mask, past_key_values)
         all_hidden, all_weights = [], [weights]
         for layer in self.layers:
             all_hidden.append(hidden)
-            hidden, weights = layer(hidden, timing, encoder_hidden_states, source_mask, padding_mask, past_key_values)
+            hidden, weights = layer(hidden, timing, source, padding_mask, past_key_values)
             all_weights.append(weights)
         hidden = self.dropout(hidden)
         if self.final_norm is not None:
