@@ -13,6 +13,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from ..ops._precision import accumulation_dtype
 from ..transformers_internals import init
 from .initialization import InitializesItself
 from .slicenet_conv import T2T_INIT, ConvInit, ConvStep
@@ -63,18 +64,22 @@ class AttentionSource(NamedTuple):
 
     values: (B, S, d) the encoder output, the keys and the values ("simple" attention has no projections).
     keys: (B, d, S) ``values`` transposed (a view).
-    padded: (B, 1, S) bool, True at padded source positions, or None.
+    bias: (B, 1, S) added to the scaled logits, in float32 (float64 for float64 values): 0 at real source
+        tokens, the dtype's lowest number at padded ones.
     """
 
     values: torch.Tensor
     keys: torch.Tensor
-    padded: torch.Tensor | None
+    bias: torch.Tensor
 
     @classmethod
     def of(cls, source: torch.Tensor, source_mask: torch.Tensor | None) -> AttentionSource:
         """source: (B, S, d) encoder output; source_mask: (B, S), nonzero at real source tokens, or None."""
-        padded = None if source_mask is None else ~source_mask.bool().unsqueeze(1)
-        return cls(source, source.transpose(1, 2), padded)
+        dtype = accumulation_dtype(source.dtype)
+        bias = source.new_zeros(source.shape[0], 1, source.shape[1], dtype=dtype)
+        if source_mask is not None:
+            bias = bias.masked_fill_(~source_mask.bool().unsqueeze(1), torch.finfo(dtype).min)
+        return cls(source, source.transpose(1, 2), bias)
 
 
 def simple_attention(query: torch.Tensor, source: AttentionSource):
@@ -85,20 +90,16 @@ def simple_attention(query: torch.Tensor, source: AttentionSource):
         source: the (B, S, d) encoder output (keys and values) and its padding.
 
     Returns:
-        ``(attended (B, T, d), weights (B, T, S))``; the softmax runs in float32 at least (the
-        encoder output is an un-normalised residual sum: bf16/fp16 logits saturate), and padded
-        sources get weight 0.
+        ``(attended (B, T, d), weights (B, T, S))``; the logits are scaled, masked and normalised in
+        float32 at least (the encoder output is an un-normalised residual sum: bf16/fp16 logits
+        saturate), and padded sources get weight 0.
     """
-    scores = torch.matmul(query, source.keys)
-    if scores.dtype in (torch.float16, torch.bfloat16):
-        scores = scores.float()
-    scores = scores / math.sqrt(query.shape[-1])
-    if source.padded is not None:
-        scores = scores.masked_fill(source.padded, torch.finfo(scores.dtype).min)
+    # bias + logits / sqrt(d), promoted to the bias' float32
+    scores = torch.add(source.bias, torch.bmm(query, source.keys), alpha=1 / math.sqrt(query.shape[-1]))
     weights = torch.softmax(scores, dim=-1)
     if weights.dtype != source.values.dtype:
         weights = weights.to(source.values.dtype)
-    return torch.matmul(weights, source.values), weights
+    return torch.bmm(weights, source.values), weights
 
 
 class SliceAttention(nn.Module):

@@ -215,13 +215,16 @@ class SliceConv(InitializesItself):
         return out if out.dtype == context.dtype else out.to(context.dtype)
 
     def _spatial_step(self, context: torch.Tensor) -> torch.Tensor:
-        """The grouped k-tap convolution (s >= 1) of one position from its history_size + 1 inputs, in O(k C_in C_spatial / groups):
-        (B, history_size + 1, C_in) -> (B, 1, C_spatial).  (A decoding step; ``conv1d``'s per-call cost on
-        the CPU is far larger than this for a single position.)"""
-        groups = self.spatial_groups
-        taps = context[:, :: self.dilation].unflatten(-1, (groups, -1))  # (B, k, groups, C_in / groups)
-        weight = self.spatial_weight.unflatten(0, (groups, -1))  # (groups, C_spatial / groups, C_in / groups, k)
-        return torch.einsum("bkgi,goik->bgo", taps, weight).flatten(1).unsqueeze(1)
+        """The regular or grouped k-tap convolution (s >= 1) of one position from its history_size + 1 inputs,
+        in O(k C_in C_spatial / groups): (B, history_size + 1, C_in) -> (B, 1, C_spatial).  The taps,
+        channel-major, are one (B, C_in k) row that the weight's (C_spatial, C_in / groups * k) rows map,
+        in groups (``conv1d``'s per-call cost on the CPU is far larger than this for a single position)."""
+        taps = context if self.dilation == 1 else context[:, :: self.dilation]  # (B, k, C_in)
+        flat = taps.transpose(1, 2).flatten(1)  # (B, C_in * k)
+        weight = self.spatial_weight.flatten(1)  # (C_spatial, C_in / groups * k)
+        if self.spatial_groups == 1:
+            return linear(flat, weight).unsqueeze(1)
+        return grouped_linear(flat, weight.unflatten(0, (self.spatial_groups, -1))).unsqueeze(1)
 
     def _pointwise(self, x: torch.Tensor) -> torch.Tensor:
         """The 1x1 convolution, as a (grouped) linear map: (B, T, C_spatial) -> (B, T, C_out)."""
