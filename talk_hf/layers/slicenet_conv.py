@@ -17,71 +17,18 @@ No k-tap convolution has a bias: a LayerNorm follows each one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
 from ..ops import depthwise_conv
 from ..ops._precision import accumulation_dtype
 from ..ops.depthwise_conv import gate_input
-from ..ops.grouped_linear import grouped_linear
-from ..ops.linear import linear
 from ..transformers_internals import init, is_loaded_from_checkpoint
 from .initialization import InitializesItself
-
-
-@dataclass(frozen=True)
-class ConvInit:
-    """How `SliceConv` initialises its weights.
-
-    Args:
-        scheme: ``"orthogonal"`` (t2t; TensorFlow's kernel orientation) or ``"normal"``.
-        gain: gain of the orthogonal initialisation.
-        std: standard deviation under ``"normal"``.
-    """
-
-    scheme: str = "orthogonal"
-    gain: float = 1.0
-    std: float = 0.02
-
-
-T2T_INIT = ConvInit()  # tensor2tensor's: orthogonal, gain 1
-
-
-def tf_orthogonal_grouped(
-    out_channels: int, in_per_group: int, kernel_size: int, groups: int, gain: float
-) -> torch.Tensor:
-    """A grouped ``conv1d`` weight (out_channels, in_per_group, kernel_size) initialised as
-    TensorFlow's orthogonal initialiser does one kernel per group.
-
-    TF flattens a kernel [k, 1, c_in, c_out] to the matrix (k * c_in, c_out) and makes that
-    orthogonal; ``torch.nn.init.orthogonal_`` would flatten (c_out, c_in * k) instead.
-    """
-    out_per_group = out_channels // groups
-    blocks = []
-    for _ in range(groups):
-        matrix = torch.nn.init.orthogonal_(torch.empty(kernel_size * in_per_group, out_per_group), gain)
-        blocks.append(matrix.view(kernel_size, in_per_group, out_per_group).permute(2, 1, 0))
-    return torch.cat(blocks)
-
-
-def tf_orthogonal_depthwise(channels: int, kernel_size: int, parts: int, gain: float) -> torch.Tensor:
-    """A depthwise ``conv1d`` weight (channels, 1, kernel_size) as TF initialises ``parts`` separate
-    depthwise kernels [k, 1, channels / parts, 1]: each flattens to one column, a unit vector
-    (times ``gain``) over its k * channels / parts entries."""
-    per_part = channels // parts
-    blocks = [
-        torch.nn.init.orthogonal_(torch.empty(kernel_size * per_part, 1), gain).view(kernel_size, per_part).t()
-        for _ in range(parts)
-    ]
-    return torch.cat(blocks).unsqueeze(1)
-
+from .slicenet_init import T2T_INIT, ConvInit, tf_orthogonal_depthwise, tf_orthogonal_grouped
+from .slicenet_step import StepWeights, channel_major, channel_map, depthwise_taps, matrix_of
 
 PADDINGS = ("valid", "causal", "centred")
-# The most taps (B * k * C_in elements) a decoding step's depthwise convolution multiplies in one product
-# (`SliceConv._depthwise_step`): 256 KB of float32, within a core's L2 cache.
-TAP_PRODUCT_ELEMENTS = 1 << 16
 
 
 class SliceConv(InitializesItself):
@@ -127,6 +74,8 @@ class SliceConv(InitializesItself):
         pointwise = None if separability == 1 else torch.empty(out_channels, spatial_out // self.pointwise_groups, 1)
         self.pointwise_weight = None if pointwise is None else nn.Parameter(pointwise)
         self.pointwise_bias = nn.Parameter(torch.empty(out_channels)) if separability > 1 else None
+        self.keeps_step_weights = False  # see keeping_step_weights (talk_hf.layers.slicenet_step)
+        self.kept_step_weights: StepWeights | None = None
 
     @property
     def history_size(self) -> int:
@@ -156,9 +105,8 @@ class SliceConv(InitializesItself):
         if padding not in PADDINGS:
             raise ValueError(f"padding must be one of {PADDINGS}, got {padding!r}")
         if padding == "valid" and inputs.shape[1] == self.history_size + 1:
-            gated = gate_input(inputs, relu_input, input_mask)
-            out = self._depthwise_step(gated) if self.separability <= 0 else self._spatial_step(gated)
-        elif self.separability <= 0:
+            return self._step(gate_input(inputs, relu_input, input_mask))
+        if self.separability <= 0:
             out = self._depthwise(inputs, padding, relu_input, input_mask)
         else:
             out = self._grouped(gate_input(inputs, relu_input, input_mask), padding)
@@ -189,50 +137,44 @@ class SliceConv(InitializesItself):
         )
         return out.transpose(1, 2)
 
-    def _depthwise_step(self, context: torch.Tensor) -> torch.Tensor:
-        """The depthwise k-tap convolution (s <= 0) of one position from its history_size + 1 inputs, in
-        O(k C_in): (B, history_size + 1, C_in) -> (B, 1, C_in), accumulated as `_depthwise` does (float32
-        for bf16/fp16).
-
-        Up to `TAP_PRODUCT_ELEMENTS` elements of taps, one product and one sum over (B, k, C_in); above,
-        tap by tap into one (B, 1, C_in) sum, so that beam search's batches allocate no (B, k, C_in)
-        product per step (a fresh buffer of megabytes, whose page faults cost more than the arithmetic).
-        Either is vectorised over the channels (an ``einsum`` over the C_in groups would run a batched
-        product of C_in tiny matrices).
-        """
+    def _step(self, context: torch.Tensor) -> torch.Tensor:
+        """A decoding step: the output at one position from its history_size + 1 gated inputs,
+        (B, history_size + 1, C_in) -> (B, 1, C_out), in O(k C_in + C_in C_out) for s <= 0 (see
+        talk_hf.layers.slicenet_step); the depthwise taps accumulate as `_depthwise` does (float32 for
+        bf16/fp16)."""
+        weights = self.step_weights(accumulation_dtype(context.dtype))
         taps = context if self.dilation == 1 else context[:, :: self.dilation]  # (B, k, C_in), oldest first
-        weight = self.spatial_weight.squeeze(1).t()  # (k, C_in)
-        dtype = accumulation_dtype(context.dtype)
-        if weight.dtype != dtype:  # the products promote bf16/fp16 taps to the float32 of the weight
-            weight = weight.to(dtype)
-        if taps.numel() <= TAP_PRODUCT_ELEMENTS:
-            out = (taps * weight).sum(1, keepdim=True)
+        if self.separability <= 0:
+            out = depthwise_taps(taps, weights.spatial)
+            out = out if out.dtype == context.dtype else out.to(context.dtype)
         else:
-            weight = weight.contiguous()
-            out = taps[:, :1] * weight[0]
-            for tap in range(1, weight.shape[0]):
-                out.addcmul_(taps[:, tap : tap + 1], weight[tap])
-        return out if out.dtype == context.dtype else out.to(context.dtype)
+            out = channel_map(channel_major(taps), weights.spatial).unsqueeze(1)
+        return out if weights.pointwise is None else channel_map(out, weights.pointwise, self.pointwise_bias)
 
-    def _spatial_step(self, context: torch.Tensor) -> torch.Tensor:
-        """The regular or grouped k-tap convolution (s >= 1) of one position from its history_size + 1 inputs,
-        in O(k C_in C_spatial / groups): (B, history_size + 1, C_in) -> (B, 1, C_spatial).  The taps,
-        channel-major, are one (B, C_in k) row that the weight's (C_spatial, C_in / groups * k) rows map,
-        in groups (``conv1d``'s per-call cost on the CPU is far larger than this for a single position)."""
-        taps = context if self.dilation == 1 else context[:, :: self.dilation]  # (B, k, C_in)
-        flat = taps.transpose(1, 2).flatten(1)  # (B, C_in * k)
-        weight = self.spatial_weight.flatten(1)  # (C_spatial, C_in / groups * k)
-        if self.spatial_groups == 1:
-            return linear(flat, weight).unsqueeze(1)
-        return grouped_linear(flat, weight.unflatten(0, (self.spatial_groups, -1))).unsqueeze(1)
+    def step_weights(self, dtype: torch.dtype) -> StepWeights:
+        """The weights in the layouts of a decoding step accumulating in ``dtype``: derived now, or
+        within `keeping_step_weights` kept from the first step (never while torch.compile traces)."""
+        if torch.compiler.is_compiling():
+            return self._derive_step_weights(dtype)
+        kept = self.kept_step_weights
+        if kept is None or kept.dtype != dtype:
+            kept = self._derive_step_weights(dtype)
+            if self.keeps_step_weights:
+                self.kept_step_weights = kept
+        return kept
+
+    def _derive_step_weights(self, dtype: torch.dtype) -> StepWeights:
+        spatial = (
+            self.spatial_weight.squeeze(1).t().to(dtype).contiguous()  # (k, C_in)
+            if self.separability <= 0
+            else matrix_of(self.spatial_weight, self.spatial_groups)
+        )
+        pointwise = None if self.pointwise_weight is None else matrix_of(self.pointwise_weight, self.pointwise_groups)
+        return StepWeights(dtype, spatial, pointwise)
 
     def _pointwise(self, x: torch.Tensor) -> torch.Tensor:
         """The 1x1 convolution, as a (grouped) linear map: (B, T, C_spatial) -> (B, T, C_out)."""
-        weight = self.pointwise_weight.squeeze(-1)  # (C_out, C_spatial / groups)
-        if self.pointwise_groups == 1:  # the C++ few-row kernel for the rows of a decoding step on the CPU
-            return linear(x, weight, self.pointwise_bias)
-        # (groups, C_out / groups, C_spatial / groups)
-        return grouped_linear(x, weight.unflatten(0, (self.pointwise_groups, -1)))
+        return channel_map(x, matrix_of(self.pointwise_weight, self.pointwise_groups), self.pointwise_bias)
 
     @torch.no_grad()
     def init_weights(self) -> None:

@@ -8,6 +8,7 @@ from transformers import GenerationConfig
 
 import talk_hf
 from talk_hf import SliceNetConfig, SliceNetForConditionalGeneration, SliceNetModel
+from talk_hf.layers import slicenet_step
 from talk_hf.models.slicenet.configuration_slicenet import TABLE2_ROWS
 
 from . import test_generation
@@ -228,6 +229,56 @@ def test_cached_decoding_equals_the_full_forward_beyond_the_receptive_field(opti
     assert cache.get_seq_length() == length
     chunked, _ = _cached_logits(model, source, target, [5, 1, 30, 7, 1, length - 44])
     torch.testing.assert_close(chunked, full, rtol=1e-5, atol=1e-5)
+
+
+def test_cached_decoding_summing_the_taps_one_by_one_equals_the_full_forward(monkeypatch):
+    # Beam-search batches sum a depthwise step's taps one by one (slicenet_step.depthwise_taps); any batch does at 0.
+    monkeypatch.setattr(slicenet_step, "TAP_PRODUCT_ELEMENTS", 0)
+    model = _model(**SHORT)
+    source, target = random_tokens(2, 9), random_tokens(2, SHORT_REACH + 6, seed=2)
+    one_by_one, _ = _cached_logits(model, source, target, [3] + [1] * (SHORT_REACH + 3))
+    torch.testing.assert_close(one_by_one, _logits(model, source, target), rtol=1e-5, atol=1e-5)
+
+
+def test_decoding_state_keeps_its_shapes_bytes_and_storage_step_after_step():
+    model = _model()
+    source, target = random_tokens(2, 9), random_tokens(2, 120, seed=2)
+    outputs, cache, seen = None, None, []
+    for position in range(target.shape[1]):
+        extra = {} if cache is None else dict(encoder_outputs=(outputs.encoder_last_hidden_state,), cache=cache)
+        with torch.no_grad():
+            outputs = model(
+                input_ids=source, decoder_input_ids=target[:, position : position + 1], use_cache=True, **extra
+            )
+        cache = returned_cache(outputs)
+        histories = [layer.history for layer in cache.self_attention_cache.layers]
+        seen.append(
+            (
+                [tuple(history.shape) for history in histories],
+                [history.data_ptr() for history in histories],
+                cache.self_attention_cache.nbytes,
+                cache.cross_attention_cache.get_seq_length(),
+            )
+        )
+    assert all(state == seen[0] for state in seen)  # position 1 to 120: nothing grows or moves
+    assert seen[0][2] == 2 * 4 * 24 * (
+        sum(model.model.decoder.history_sizes()) + 2
+    )  # the IO mixer's 2 rows are 2 d wide
+    assert seen[0][3] == 0  # the attention reads the encoder output itself: no keys/values are stored
+
+
+def test_generate_keeps_the_step_weights_only_while_it_runs():
+    model = _model(**SHORT)
+    source = random_tokens(2, 7, seed=3)
+    settings = dict(max_new_tokens=12, min_new_tokens=12, num_beams=2, pad_token_id=PAD)
+    model.generate(input_ids=source, **settings)
+    convs = [step.conv for step in model.model.decoder.causal_steps()]
+    assert all(conv.kept_step_weights is None and not conv.keeps_step_weights for conv in convs)
+    with torch.no_grad():  # weights changed between two calls: the second decodes with the new ones
+        for conv in convs:
+            conv.spatial_weight.mul_(-1.5)
+    cached = model.generate(input_ids=source, use_cache=True, **settings)
+    assert torch.equal(cached, model.generate(input_ids=source, use_cache=False, **settings))
 
 
 def test_cache_is_one_fixed_window_per_causal_step():

@@ -1,6 +1,6 @@
 """SliceNet's building blocks: the convolution types against t2t's ``subseparable_conv`` written out
-part by part, Table 1's parameter counts, TensorFlow's orthogonal initialisation, the steps' reach,
-and the timing signal."""
+part by part, their one-position decoding steps, Table 1's parameter counts, TensorFlow's orthogonal
+initialisation, the steps' reach, and the timing signal."""
 
 import math
 
@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from talk_hf import ConvCache
+from talk_hf.layers import slicenet_step
 from talk_hf.layers.slicenet_attention import TimingSignal
 from talk_hf.layers.slicenet_conv import ConvInit, ConvStep, SliceConv
+from talk_hf.layers.slicenet_step import depthwise_taps, keeping_step_weights
 
 SEPARABILITIES = [0, 1, 4, 16, -1, -2, -3]
 
@@ -69,6 +71,40 @@ def test_slice_conv_is_t2t_subseparable_conv(separability, channels):
     torch.testing.assert_close(conv(x), expected, rtol=1e-10, atol=1e-10)
     # A single position (a decoding step) takes the O(k C) path and gives the same output.
     torch.testing.assert_close(conv(x[:, -conv.history_size - 1 :]), expected[:, -1:], rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("separability", [0, -2])
+def test_decoding_step_of_a_beam_sized_batch_sums_its_taps_one_by_one(separability):
+    conv = _random_conv(48, 48, 9, 2, separability)
+    batch = slicenet_step.TAP_PRODUCT_ELEMENTS // (9 * 48) + 1  # B k C_in taps: one product would be too large
+    x = torch.randn(batch, conv.history_size + 1, 48, dtype=torch.float64)
+    torch.testing.assert_close(conv(x), t2t_subseparable_conv(conv, x), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "batch", [2, slicenet_step.TAP_PRODUCT_ELEMENTS // (5 * 16) + 1], ids=["product", "tap-by-tap"]
+)
+def test_depthwise_taps_accumulate_bf16_in_float32(batch):
+    taps, kernel = torch.randn(batch, 5, 16).bfloat16(), torch.randn(5, 16)
+    out = depthwise_taps(taps, kernel)
+    assert out.shape == (batch, 1, 16) and out.dtype == torch.float32
+    expected = (taps.double() * kernel.double()).sum(1, keepdim=True)
+    torch.testing.assert_close(out.double(), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_step_weights_are_kept_only_within_keeping_step_weights():
+    conv = _random_conv(8, 8, 3, 1, 0).float()
+    x = torch.randn(1, conv.history_size + 1, 8)
+    assert conv.step_weights(torch.float32) is not conv.step_weights(torch.float32)  # derived at every step
+    with torch.no_grad(), keeping_step_weights(conv):
+        kept = conv.step_weights(torch.float32)
+        assert conv.step_weights(torch.float32) is kept
+        assert kept.spatial.shape == (3, 8) and kept.spatial.is_contiguous()  # the depthwise kernel, tap-major
+        torch.testing.assert_close(conv(x), t2t_subseparable_conv(conv, x))
+    assert conv.kept_step_weights is None and not conv.keeps_step_weights
+    with torch.no_grad():
+        conv.spatial_weight.mul_(2.0)  # a step after the block sees the new weights
+        torch.testing.assert_close(conv(x), t2t_subseparable_conv(conv, x))
 
 
 @pytest.mark.parametrize("separability", [0, 1, 2, -2])
@@ -146,8 +182,9 @@ def test_encoder_step_is_centred():
     assert moved.tolist() == [11, 13, 15, 17, 19]  # the taps, (k - 1) / 2 * dilation = 4 to each side
 
 
-def test_causal_step_with_a_cache_equals_the_full_step():
-    step = _step(6, 6, 5, 3, -2, causal=True)
+@pytest.mark.parametrize("separability", [0, 1, 3, -2])
+def test_causal_step_with_a_cache_equals_the_full_step(separability):
+    step = _step(6, 6, 5, 3, separability, causal=True)
     step.cache_index = 0
     x = torch.randn(2, 40, 6)  # longer than the window (12)
     cache = ConvCache([step.history_size])

@@ -24,6 +24,7 @@ from ...layers.sinusoidal_positions import positions_from_mask
 from ...layers.slicenet_attention import AttentionSource, SliceAttention, TimingSignal
 from ...layers.slicenet_conv import ConvInit, ConvModule, ConvStep
 from ...layers.slicenet_layers import SliceNetDecoderLayer, SliceNetEncoderLayer, SliceNetIOMixer
+from ...layers.slicenet_step import keeping_step_weights
 from ...ops._backend import reads_backend_once
 from ...transformers_internals import init, is_loaded_from_checkpoint, split_cache
 from ..conv_modeling import ConvForConditionalGeneration, ConvPreTrainedModel, ConvSeq2SeqModel
@@ -295,6 +296,12 @@ class SliceNetForConditionalGeneration(SliceNetPreTrainedModel, ConvForCondition
     """SliceNet with its LM head (tied to the token embeddings), for translation."""
 
     base_model_class = SliceNetModel
+
+    def generate(self, *args, **kwargs):
+        """`transformers.GenerationMixin.generate`, with the decoder's convolutions deriving their
+        decoding-step weights once per call (`keeping_step_weights`: no weight changes while it runs)."""
+        with keeping_step_weights(self.model.decoder):
+            return super().generate(*args, **kwargs)
 
 
 __all__ = ["SliceNetForConditionalGeneration", "SliceNetModel", "SliceNetPreTrainedModel"]
