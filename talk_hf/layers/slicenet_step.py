@@ -76,10 +76,11 @@ def depthwise_taps(taps: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
     """
     if taps.numel() <= TAP_PRODUCT_ELEMENTS:
         return (taps * kernel).sum(1, keepdim=True)
-    out = taps[:, :1] * kernel[0]
-    for tap in range(1, kernel.shape[0]):
-        out.addcmul_(taps[:, tap : tap + 1], kernel[tap])
-    return out
+    taps, rows = taps.unbind(1), kernel.unbind(0)  # (B, C) and (C,) views, one call each
+    out = taps[0] * rows[0]
+    for tap, row in zip(taps[1:], rows[1:], strict=True):
+        out.addcmul_(tap, row)
+    return out.unsqueeze(1)
 
 
 def channel_major(taps: torch.Tensor) -> torch.Tensor:
