@@ -8,7 +8,6 @@ query depends on a bounded window of the past (see ``SliceNetDecoder``).
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -59,35 +58,32 @@ class TimingSignal(InitializesItself):
         return nn.functional.pad(signal, (0, self.depth - signal.shape[-1]))
 
 
-class AttentionSource(NamedTuple):
-    """The source that every attention block of a decoder forward reads, prepared once per forward (`of`).
+def attention_bias(source: torch.Tensor, source_mask: torch.Tensor | None) -> torch.Tensor:
+    """What `simple_attention` adds to the scaled logits, prepared once per decoder forward for all
+    its attention blocks.
 
-    values: (B, S, d) the encoder output, the keys and the values ("simple" attention has no projections).
-    keys: (B, d, S) ``values`` transposed (a view).
-    bias: (B, 1, S) added to the scaled logits, in float32 (float64 for float64 values): 0 at real source
-        tokens, the dtype's lowest number at padded ones.
+    Args:
+        source: (B, S, d) encoder output.
+        source_mask: (B, S), nonzero at real source tokens, or None.
+
+    Returns:
+        (B, 1, S) in float32 (float64 for float64 sources): 0 at real source tokens, the dtype's lowest
+        number at padded ones.
     """
-
-    values: torch.Tensor
-    keys: torch.Tensor
-    bias: torch.Tensor
-
-    @classmethod
-    def of(cls, source: torch.Tensor, source_mask: torch.Tensor | None) -> AttentionSource:
-        """source: (B, S, d) encoder output; source_mask: (B, S), nonzero at real source tokens, or None."""
-        dtype = accumulation_dtype(source.dtype)
-        bias = source.new_zeros(source.shape[0], 1, source.shape[1], dtype=dtype)
-        if source_mask is not None:
-            bias = bias.masked_fill_(~source_mask.bool().unsqueeze(1), torch.finfo(dtype).min)
-        return cls(source, source.transpose(1, 2), bias)
+    dtype = accumulation_dtype(source.dtype)
+    bias = source.new_zeros(source.shape[0], 1, source.shape[1], dtype=dtype)
+    if source_mask is not None:
+        bias = bias.masked_fill_(~source_mask.bool().unsqueeze(1), torch.finfo(dtype).min)
+    return bias
 
 
-def simple_attention(query: torch.Tensor, source: AttentionSource):
+def simple_attention(query: torch.Tensor, source: torch.Tensor, bias: torch.Tensor):
     """Attend(source, query) = softmax(query . source^T / sqrt(d)) . source, one head.
 
     Args:
         query: (B, T, d).
-        source: the (B, S, d) encoder output (keys and values) and its padding.
+        source: (B, S, d), the keys and the values.
+        bias: (B, 1, S), the `attention_bias` of the source's padding.
 
     Returns:
         ``(attended (B, T, d), weights (B, T, S))``; the logits are scaled, masked and normalised in
@@ -95,11 +91,11 @@ def simple_attention(query: torch.Tensor, source: AttentionSource):
         saturate), and padded sources get weight 0.
     """
     # bias + logits / sqrt(d), promoted to the bias' float32
-    scores = torch.add(source.bias, torch.bmm(query, source.keys), alpha=1 / math.sqrt(query.shape[-1]))
+    scores = torch.add(bias, torch.bmm(query, source.transpose(1, 2)), alpha=1 / math.sqrt(query.shape[-1]))
     weights = torch.softmax(scores, dim=-1)
-    if weights.dtype != source.values.dtype:
-        weights = weights.to(source.values.dtype)
-    return torch.bmm(weights, source.values), weights
+    if weights.dtype != source.dtype:
+        weights = weights.to(source.dtype)
+    return torch.bmm(weights, source), weights
 
 
 class SliceAttention(nn.Module):
@@ -136,7 +132,8 @@ class SliceAttention(nn.Module):
         self,
         x: torch.Tensor,
         timing: torch.Tensor,
-        source: AttentionSource,
+        source: torch.Tensor,
+        source_bias: torch.Tensor,
         padding_mask: torch.Tensor | None = None,
         cache=None,
     ):
@@ -144,7 +141,7 @@ class SliceAttention(nn.Module):
         Args:
             x: (B, T, d) decoder states.
             timing: (B or 1, T, d) timing signal of their positions.
-            source: the (B, S, d) encoder output and its padding.
+            source / source_bias: (B, S, d) encoder output and its (B, 1, S) `attention_bias`.
             padding_mask: (B, T) bool, True at real target tokens, or None.
             cache: the decoder's `ConvCache`, or None.
 
@@ -154,5 +151,5 @@ class SliceAttention(nn.Module):
         query = x + timing
         for step in self.query_steps:
             query = step(query, padding_mask, cache)
-        attended, weights = simple_attention(query, source)
+        attended, weights = simple_attention(query, source, source_bias)
         return (attended if self.norm is None else self.norm(x + attended)), weights

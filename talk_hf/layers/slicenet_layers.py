@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..transformers_internals import GradientCheckpointingLayer
-from .slicenet_attention import AttentionSource, SliceAttention
+from .slicenet_attention import SliceAttention
 from .slicenet_conv import ConvModule, ConvStep
 
 
@@ -58,13 +58,14 @@ class SliceNetIOMixer(GradientCheckpointingLayer):
         self,
         embedded: torch.Tensor,
         timing: torch.Tensor,
-        source: AttentionSource,
+        source: torch.Tensor,
+        source_bias: torch.Tensor,
         padding_mask: torch.Tensor | None = None,
         cache=None,
     ):
         """Arguments as `SliceAttention.forward` (``embedded`` is its x); returns
         ``(hidden (B, T, d), attention weights (B, T, S))``."""
-        attended, weights = self.attention(embedded, timing, source, padding_mask, cache)
+        attended, weights = self.attention(embedded, timing, source, source_bias, padding_mask, cache)
         return self.mix(torch.cat([attended, embedded], dim=-1), padding_mask, cache), weights
 
 
@@ -90,7 +91,8 @@ class SliceNetDecoderLayer(GradientCheckpointingLayer):
         self,
         hidden: torch.Tensor,
         timing: torch.Tensor,
-        source: AttentionSource,
+        source: torch.Tensor,
+        source_bias: torch.Tensor,
         padding_mask: torch.Tensor | None = None,
         cache=None,
     ):
@@ -98,7 +100,7 @@ class SliceNetDecoderLayer(GradientCheckpointingLayer):
         Args:
             hidden: (B, T, d) layer input.
             timing: (B or 1, T, d) timing signal of the target positions.
-            source: the (B, S, d) encoder output and its padding.
+            source / source_bias: (B, S, d) encoder output and its (B, 1, S) `attention_bias`.
             padding_mask: (B, T) bool, True at real target tokens, or None.
             cache: the decoder's `ConvCache`, or None.
 
@@ -107,5 +109,5 @@ class SliceNetDecoderLayer(GradientCheckpointingLayer):
         """
         module_out = self.dropout(self.module(hidden, padding_mask, cache))
         query_input = hidden if self.query_from_input else module_out
-        attended, weights = self.attention(query_input, timing, source, padding_mask, cache)
+        attended, weights = self.attention(query_input, timing, source, source_bias, padding_mask, cache)
         return module_out + attended, weights

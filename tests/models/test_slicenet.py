@@ -424,6 +424,23 @@ def _dropouts_that_drop(model, source, target) -> list[str]:
     return fired
 
 
+def test_reentrant_gradient_checkpointing_gives_the_same_gradients():
+    # Reentrant checkpointing sees only the tensor arguments of a layer: the encoder output must be one.
+    source, target = random_tokens(2, 7), random_tokens(2, 6, seed=2)
+    gradients = []
+    for checkpointing in (False, True):
+        model = _model().train()
+        if checkpointing:  # transformers 5.23 renamed gradient_checkpointing_enable; 5.17 has only that name
+            getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)(
+                {"use_reentrant": True}
+            )
+        model(input_ids=source, labels=target).loss.backward()
+        gradients.append({name: p.grad for name, p in model.named_parameters() if p.grad is not None})
+    assert gradients[0].keys() == gradients[1].keys()
+    for name, gradient in gradients[0].items():
+        torch.testing.assert_close(gradients[1][name], gradient, msg=name)
+
+
 def test_dropout_runs_where_its_placement_says_and_only_in_training():
     source, target = random_tokens(2, 8), random_tokens(2, 10, seed=2)
     model = _model(dropout=0.5)

@@ -21,7 +21,7 @@ from torch import nn
 from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithCrossAttentions
 
 from ...layers.sinusoidal_positions import positions_from_mask
-from ...layers.slicenet_attention import AttentionSource, SliceAttention, TimingSignal
+from ...layers.slicenet_attention import SliceAttention, TimingSignal, attention_bias
 from ...layers.slicenet_conv import ConvInit, ConvModule, ConvStep
 from ...layers.slicenet_layers import SliceNetDecoderLayer, SliceNetEncoderLayer, SliceNetIOMixer
 from ...layers.slicenet_step import keeping_step_weights
@@ -238,12 +238,13 @@ class SliceNetDecoder(_SliceNetStack):
             )
         timing = self.timing_signal(attention_mask, embedded.shape[1], past_length, embedded)
         padding_mask = None if attention_mask is None else attention_mask[:, -embedded.shape[1] :].bool()
-        source = AttentionSource.of(encoder_hidden_states, encoder_attention_mask)
-        hidden, weights = self.io_mixer(embedded, timing, source, padding_mask, past_key_values)
+        # The encoder output stays a tensor argument of each layer (checkpointed layers see what needs grad).
+        source, source_bias = encoder_hidden_states, attention_bias(encoder_hidden_states, encoder_attention_mask)
+        hidden, weights = self.io_mixer(embedded, timing, source, source_bias, padding_mask, past_key_values)
         all_hidden, all_weights = [], [weights]
         for layer in self.layers:
             all_hidden.append(hidden)
-            hidden, weights = layer(hidden, timing, source, padding_mask, past_key_values)
+            hidden, weights = layer(hidden, timing, source, source_bias, padding_mask, past_key_values)
             all_weights.append(weights)
         hidden = self.dropout(hidden)
         if self.final_norm is not None:
