@@ -9,7 +9,10 @@ Data flow, as tensor2tensor's paper-era code (``attention_type="simple"``):
 
 The decoder's only sequence mixers are causal convolutions (the attention reads the source), so a
 new token depends on a bounded history: the generation cache keeps, per causal
-ConvStep, its last (k-1)*dilation inputs (`SliceNetDecoder.history_sizes`), and nothing grows.
+ConvStep, its last (k-1)*dilation inputs (`SliceNetDecoder.history_sizes`), and nothing grows.  A
+decoding step convolves each new position from those windows (talk_hf.layers.slicenet_step) and
+attends to the encoder output itself, which has no projected keys/values to cache: it costs the same
+at every position.
 """
 
 from __future__ import annotations
