@@ -1,0 +1,8 @@
+"""ONNX export of the convolutional models for serving engines: the encoder and one decoding step with
+the fixed-size state as explicit inputs and outputs (`export_onnx`), and a runner that generates from
+the exported files with ONNX Runtime and numpy only (`OnnxGenerator`).  CLI: ``python -m talk_hf.export``.
+"""
+
+from .decoder_step import DecoderStepForExport, EncoderForExport, check_exportable
+from .onnx_files import export_onnx
+from .runner import OnnxGenerator, read_manifest

@@ -1,0 +1,91 @@
+"""``python -m talk_hf.export MODEL_DIR OUTPUT_DIR [--check]``: see ``--help``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig
+
+from ..models.families import family_of
+from .onnx_files import EXPORTERS, export_onnx
+from .runner import OnnxGenerator
+
+CHECK_ROWS, CHECK_LENGTH, CHECK_NEW_TOKENS = 4, 12, 20
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m talk_hf.export",
+        description=(
+            "Export a saved TaLK / DynamicConv / LightConv model (a save_pretrained folder) to ONNX: the encoder "
+            "and one decoding step with the fixed-size state as inputs and outputs, a manifest.json and runner.py, "
+            "which generates with onnxruntime and numpy only."
+        ),
+    )
+    parser.add_argument("model_dir", help="the save_pretrained folder of the model")
+    parser.add_argument("output_dir", help="the folder to write (created if missing)")
+    parser.add_argument(
+        "--exporter", choices=EXPORTERS, default="dynamo", help="torch.onnx exporter (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help=f"then decode {CHECK_ROWS} random inputs greedily ({CHECK_NEW_TOKENS} tokens) with the exported "
+        "files and with model.generate, and fail unless the tokens are equal",
+    )
+    return parser
+
+
+def load_model(model_dir: str) -> torch.nn.Module:
+    """The generative head saved in ``model_dir``, in float32 and eval mode; ValueError naming a missing
+    folder or a model type that is not the package's."""
+    if not (Path(model_dir) / "config.json").is_file():
+        raise ValueError(f"{model_dir} is not a save_pretrained folder: it has no config.json")
+    config = AutoConfig.from_pretrained(model_dir)
+    head_class = family_of(config.model_type).head_class
+    return head_class.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
+def check_greedy(model, folder: str, seed: int = 0) -> int:
+    """Decode ``CHECK_ROWS`` random inputs (special ids avoided) with the exported files and with
+    ``model.generate``; the number of equal rows, or ValueError naming the first row that differs."""
+    config = model.config
+    eos = config.eos_token_id
+    special = [config.pad_token_id, config.bos_token_id, *(eos if isinstance(eos, list) else [eos])]
+    low = 1 + max((token for token in special if token is not None), default=-1)
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(low, config.vocab_size, (CHECK_ROWS, CHECK_LENGTH), generator=generator)
+    settings = dict(max_new_tokens=CHECK_NEW_TOKENS, num_beams=1)
+    with torch.no_grad():
+        expected = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False, **settings)
+    exported = OnnxGenerator(folder).generate(ids.numpy(), **settings)
+    if expected.shape != exported.shape:
+        raise ValueError(f"generate gives shape {tuple(expected.shape)}, the exported files {exported.shape}")
+    for row, (want, got) in enumerate(zip(expected.tolist(), exported.tolist(), strict=True)):
+        if want != got:
+            raise ValueError(f"row {row} of the check differs: generate gives {want}, the exported files {got}")
+    return len(ids)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; 0 on success, 1 with a one-line ``error:`` on stderr when an input is
+    unusable or the check fails, 2 (argparse) for a malformed command line."""
+    args = build_parser().parse_args(argv)
+    try:
+        model = load_model(args.model_dir)
+        manifest = export_onnx(model, args.output_dir, exporter=args.exporter)
+        print(f"wrote {manifest.parent}: {model.config.model_type} ({type(model).__name__}), {args.exporter} exporter")
+        if args.check:
+            rows = check_greedy(model, args.output_dir)
+            print(f"check: greedy tokens of {rows} random inputs equal model.generate's")
+    except (ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,300 @@
+"""`talk_hf.export`: the exported encoder and decoding step, run by ONNX Runtime through the numpy
+runner, decode the tokens of ``model.generate`` (greedy and beam, float32) for TaLK, DynamicConv and
+LightConv encoder-decoders and LMs; the states keep their shapes; TaLK's one-token window formula is
+the op's; the runner needs neither talk_hf nor torch; bad models, folders and requests say what is wrong.
+
+Each model is exported once per module (TaLK with the default dynamo exporter, the others with the
+faster TorchScript one), with an end token chosen so that row 0 ends early when the length is free.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import talk_hf
+from talk_hf.export import OnnxGenerator, export_onnx
+from talk_hf.export.__main__ import main
+from talk_hf.export.mixer_math import sequence_core, step_sum, talk_full_kernel
+from talk_hf.layers.dynamic_conv_mixer import DynamicConvCore, LightConvCore
+from talk_hf.layers.talk_mixer import TaLKCore
+from talk_hf.ops import talk_conv
+
+from ..models import toy_family
+from ..models.helpers import CASES, PAD, SEQ2SEQ_SIZES, VOCAB, Case
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxscript")
+pytest.importorskip("onnxruntime")
+
+LIGHT_CONV_SEQ2SEQ = Case(
+    "light_conv-seq2seq",
+    talk_hf.DynamicConvForConditionalGeneration,
+    talk_hf.DynamicConvModel,
+    talk_hf.DynamicConvConfig,
+    dict(SEQ2SEQ_SIZES, encoder_kernel_sizes=[3, 4], decoder_kernel_sizes=[2, 5], conv_type="light_conv"),
+)
+_BY_NAME = {case.name: case for case in [*CASES, LIGHT_CONV_SEQ2SEQ]}
+EXPORTED = {
+    name: _BY_NAME[name]
+    for name in ("talk-seq2seq", "talk-lm", "dynamic-seq2seq", "dynamic-lm", "light_conv-seq2seq", "light_conv-lm")
+}
+NEW_TOKENS = 8
+
+
+@dataclass
+class Exported:
+    model: torch.nn.Module
+    folder: Path
+    generator: OnnxGenerator
+    ids: torch.Tensor  # (3, S) sources (row 0 right-padded) or prompts (row 0 left-padded)
+    mask: torch.Tensor
+    eos: int
+
+    @property
+    def prompt_length(self) -> int:
+        """Columns of generate's output before the new tokens: the decoder start token, or the prompt."""
+        return 1 if self.model.config.is_encoder_decoder else self.ids.shape[1]
+
+    def both(self, **settings) -> tuple[np.ndarray, np.ndarray]:
+        """(generate's tokens, the runner's) for ``settings``."""
+        expected = self.model.generate(input_ids=self.ids, attention_mask=self.mask, do_sample=False, **settings)
+        return expected.numpy(), self.generator.generate(self.ids.numpy(), self.mask.numpy(), **settings)
+
+
+def _inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.randint(3, VOCAB, (3, 7 if case.is_seq2seq else 5), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones_like(ids)
+    padding = (0, slice(5, None)) if case.is_seq2seq else (0, slice(None, 2))
+    ids[padding], mask[padding] = PAD, 0
+    return ids, mask
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """``exported(name)``: the model of ``name`` exported (once per module) with its runner."""
+    done = {}
+
+    def export(name: str) -> Exported:
+        if name not in done:
+            model = EXPORTED[name].model()
+            ids, mask = _inputs(EXPORTED[name])
+            # The end token: row 0's third new token when nothing ends, so that row 0 ends early.
+            model.generation_config.eos_token_id = None
+            free = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False)
+            eos = int(next(t for t in free[0, -NEW_TOKENS + 2 :] if t > PAD))
+            model.generation_config.eos_token_id = model.config.eos_token_id = eos
+            folder = tmp_path_factory.mktemp(name)
+            export_onnx(model, folder, exporter="dynamo" if name.startswith("talk") else "torchscript")
+            done[name] = Exported(model, folder, OnnxGenerator(folder, threads=1), ids, mask, eos)
+        return done[name]
+
+    return export
+
+
+@pytest.mark.parametrize("name", EXPORTED)
+@pytest.mark.parametrize("free_length", [False, True], ids=["fixed_length", "free_length"])
+def test_greedy_equals_generate(exported, name, free_length):
+    entry = exported(name)
+    settings = dict(max_new_tokens=NEW_TOKENS + 2, min_new_tokens=0 if free_length else NEW_TOKENS + 2)
+    expected, tokens = entry.both(**settings)
+    np.testing.assert_array_equal(tokens, expected)
+    assert (entry.eos in tokens[0, entry.prompt_length :]) == free_length
+
+
+BEAM_SETTINGS = [
+    dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, num_beams=3),
+    dict(max_new_tokens=NEW_TOKENS, num_beams=3),
+]
+TALK_BEAM_SETTINGS = [
+    dict(max_new_tokens=NEW_TOKENS, num_beams=4, early_stopping=True),
+    dict(max_new_tokens=NEW_TOKENS, num_beams=4, early_stopping="never", length_penalty=0.5),
+    dict(max_new_tokens=NEW_TOKENS, num_beams=2, length_penalty=2.0),
+]
+
+
+@pytest.mark.parametrize(
+    "name, settings",
+    [(name, settings) for name in EXPORTED for settings in BEAM_SETTINGS]
+    + [(name, settings) for name in ("talk-seq2seq", "talk-lm") for settings in TALK_BEAM_SETTINGS],
+)
+def test_beam_search_equals_generate(exported, name, settings):
+    expected, tokens = exported(name).both(**settings)
+    np.testing.assert_array_equal(tokens, expected)
+
+
+@pytest.mark.parametrize("name", EXPORTED)
+def test_step_logits_equal_the_forward_pass(exported, name):
+    """Teacher forcing through the step graph gives the logits of the model's full forward pass."""
+    entry = exported(name)
+    runner, ids, mask = entry.generator, entry.ids.numpy(), entry.mask.numpy()
+    states = runner.new_states(len(ids))
+    if entry.model.config.is_encoder_decoder:
+        targets = torch.randint(3, VOCAB, (len(ids), 6), generator=torch.Generator().manual_seed(4))
+        with torch.no_grad():
+            expected = entry.model(input_ids=entry.ids, attention_mask=entry.mask, decoder_input_ids=targets).logits
+        source, feed, positions = runner.encode(ids, mask), targets.numpy(), np.arange(6)[None].repeat(len(ids), 0)
+        real = np.ones_like(feed)
+    else:
+        with torch.no_grad():
+            expected = entry.model(input_ids=entry.ids, attention_mask=entry.mask).logits
+        source, feed, positions, real = [], ids, np.maximum(mask.cumsum(1) - 1, 0), mask
+    for t in range(feed.shape[1]):
+        column = slice(t, t + 1)
+        logits, states = runner.step(feed[:, column], positions[:, column], real[:, column], states, source)
+        np.testing.assert_allclose(logits, expected[:, t].numpy(), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["talk-seq2seq", "dynamic-lm"])
+def test_states_keep_their_shapes(exported, name):
+    """Every state input is (batch, history_size, channels) with fixed sizes but the batch, and each step
+    returns it moved on by one row, in the same shape."""
+    entry = exported(name)
+    runner = entry.generator
+    declared = {x.name: x.shape for x in runner.sessions["decoder_step"].get_inputs()}
+    for state in runner.manifest["states"]:
+        assert declared[state["name"]][1:] == [state["history_size"], state["channels"]]
+        assert isinstance(declared[state["name"]][0], str)  # the batch is dynamic
+    ids = entry.ids.numpy()
+    source = runner.encode(ids, entry.mask.numpy()) if runner.manifest["is_encoder_decoder"] else []
+    states = runner.new_states(len(ids))
+    token, position = np.full((len(ids), 1), 5, np.int64), np.zeros((len(ids), 1), np.int64)
+    for step in range(12):
+        _, new_states = runner.step(token, position + step, np.ones_like(token), states, source)
+        for old, new in zip(states, new_states, strict=True):
+            assert new.shape == old.shape and new.dtype == np.float32
+            np.testing.assert_array_equal(new[:, :-1], old[:, 1:])
+        states = new_states
+
+
+@pytest.mark.parametrize("max_left", [0, 1, 3, 8])
+def test_talk_step_formula_equals_the_op(max_left):
+    """One token's window sum over its (max_left + 1)-row context equals talk_conv's last row, for
+    random offsets, offsets of 0 and 1, and reaches of whole tokens (edge fractions of 0)."""
+    core = TaLKCore(conv_dim=8, heads=2, max_offset=max_left, causal=True, offset_dropout=0.0)
+    context = torch.randn(6, max_left + 1, 8)
+    offsets = torch.rand(6, max_left + 1, 2)
+    offsets[:3, -1] = torch.tensor([[0.0, 1.0], [1.0, 0.0], [1 / max(max_left, 1), 0.5]])
+    expected = talk_conv(context, offsets, None, max_left, 0)[:, -1:]
+    torch.testing.assert_close(step_sum(context, talk_full_kernel(core, offsets[:, -1], None)), expected)
+
+
+@pytest.mark.parametrize(
+    "core",
+    [
+        TaLKCore(8, 2, 3, causal=False, offset_dropout=0.0),
+        TaLKCore(8, 2, 0, causal=False, offset_dropout=0.0),
+        DynamicConvCore(8, 2, 4, causal=False, weight_dropout=0.0),
+        LightConvCore(8, 2, 3, causal=False, weight_dropout=0.0),
+    ],
+    ids=["talk", "talk-reach-0", "dynamic_conv-even", "light_conv"],
+)
+def test_encoder_window_sums_equal_the_ops(core):
+    if isinstance(core, LightConvCore):
+        core.init_weights()
+    u = torch.randn(3, 9, 8)
+    u[0, 6:] = 0  # padding
+    torch.testing.assert_close(sequence_core(core.eval(), u), core(u))
+
+
+def test_runner_needs_neither_talk_hf_nor_torch(exported):
+    """The folder's own runner.py decodes in a process where importing talk_hf, torch or transformers fails."""
+    entry = exported("talk-seq2seq")
+    expected, _ = entry.both(max_new_tokens=NEW_TOKENS)
+    script = (
+        "import sys, json, numpy as np\n"
+        "sys.modules.update(dict.fromkeys(['talk_hf', 'torch', 'transformers']))\n"
+        f"sys.path.insert(0, {str(entry.folder)!r})\n"
+        "import runner\n"
+        f"generator = runner.OnnxGenerator({str(entry.folder)!r}, threads=1)\n"
+        f"ids, mask = np.array({entry.ids.tolist()}), np.array({entry.mask.tolist()})\n"
+        f"print(json.dumps(generator.generate(ids, mask, max_new_tokens={NEW_TOKENS}).tolist()))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == expected.tolist()
+
+
+def test_export_refuses_what_it_cannot_express(tmp_path):
+    slicenet = next(case for case in CASES if case.name == "slicenet").model()
+    with pytest.raises(
+        ValueError, match="not support SliceNetForConditionalGeneration: its encoder is a SliceNetEncoder"
+    ):
+        export_onnx(slicenet, tmp_path)
+    toy = next(case for case in CASES if case.head is toy_family.ToyForConditionalGeneration).model()
+    with pytest.raises(ValueError, match="encoder layer 0 has a DepthwiseConvCore mixer core"):
+        export_onnx(toy, tmp_path)
+    model = EXPORTED["dynamic-lm"].model()
+    with pytest.raises(ValueError, match="exporter must be one of"):
+        export_onnx(model, tmp_path, exporter="tflite")
+    with pytest.raises(ValueError, match=r"eval mode: call DynamicConvForCausalLM.eval\(\)"):
+        export_onnx(model.train(), tmp_path)
+    with pytest.raises(ValueError, match="export a float32 model"):
+        export_onnx(model.eval().to(torch.bfloat16), tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+def _broken_copy(exported, tmp_path, edit) -> Path:
+    folder = shutil.copytree(exported("dynamic-lm").folder, tmp_path / "copy")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    edit(folder, manifest)
+    if (folder / "manifest.json").exists() and manifest is not None:
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "edit, error, message",
+    [
+        (lambda folder, m: (folder / "manifest.json").unlink(), FileNotFoundError, r"manifest.json does not exist"),
+        (lambda folder, m: (folder / "decoder_step.onnx").unlink(), FileNotFoundError, "decoder_step graph .* not"),
+        (lambda folder, m: m.update(format="other"), ValueError, "is not a talk_hf-onnx manifest of version 1"),
+        (lambda folder, m: m.pop("states"), ValueError, r"lacks the fields \['states'\]"),
+        (lambda folder, m: m["graphs"]["decoder_step"]["inputs"].pop(), ValueError, "decoder_step.onnx has the inputs"),
+    ],
+    ids=["no-manifest", "no-graph", "wrong-format", "missing-field", "wrong-names"],
+)
+def test_runner_refuses_a_bad_folder(exported, tmp_path, edit, error, message):
+    with pytest.raises(error, match=message):
+        OnnxGenerator(_broken_copy(exported, tmp_path, edit))
+
+
+def test_runner_refuses_bad_json_and_bad_requests(exported, tmp_path):
+    folder = _broken_copy(exported, tmp_path, lambda folder, m: None)
+    (folder / "manifest.json").write_text("{not json")
+    with pytest.raises(ValueError, match="manifest.json is not valid JSON"):
+        OnnxGenerator(folder)
+    runner = exported("dynamic-lm").generator
+    with pytest.raises(ValueError, match=r"input_ids must be \(batch, length\)"):
+        runner.generate(np.arange(3, 8))
+    with pytest.raises(ValueError, match=r"attention_mask has shape \(2, 4\) but input_ids \(2, 5\)"):
+        runner.generate(np.full((2, 5), 4), np.ones((2, 4)))
+    with pytest.raises(ValueError, match="max_new_tokens and num_beams must be >= 1"):
+        runner.generate(np.full((2, 5), 4), max_new_tokens=0)
+    with pytest.raises(ValueError, match="optimization must be one of"):
+        OnnxGenerator(exported("dynamic-lm").folder, optimization="max")
+
+
+def test_command_line_exports_and_checks(tmp_path, capsys):
+    model = EXPORTED["light_conv-seq2seq"].model()
+    model.save_pretrained(tmp_path / "model")
+    assert main([str(tmp_path / "model"), str(tmp_path / "onnx"), "--exporter", "torchscript", "--check"]) == 0
+    assert "check: greedy tokens of 4 random inputs equal model.generate's" in capsys.readouterr().out
+    assert OnnxGenerator(tmp_path / "onnx").manifest["head"] == "DynamicConvForConditionalGeneration"
+
+
+def test_command_line_names_a_bad_model(tmp_path, capsys):
+    assert main([str(tmp_path / "missing"), str(tmp_path / "onnx")]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("error:") and "missing is not a save_pretrained folder: it has no config.json" in error
+    next(case for case in CASES if case.name == "slicenet").model().save_pretrained(tmp_path / "slicenet")
+    assert main([str(tmp_path / "slicenet"), str(tmp_path / "onnx")]) == 1
+    assert "error: the ONNX export does not support SliceNetForConditionalGeneration" in capsys.readouterr().err
