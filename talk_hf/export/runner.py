@@ -218,7 +218,7 @@ class _Decoding:
         lengths = np.zeros((batch, beams), np.int64)
         top_beams = np.arange(keep) < beams
         for length in range(start, max_length):
-            log_probs = self.forbid_end(log_softmax(self.logits.astype(np.float32)), length - start)
+            log_probs = self.forbid_end(log_softmax(self.logits), length - start)
             candidates = (log_probs.reshape(batch, beams, vocab) + running_scores[:, :, None]).reshape(batch, -1)
             order = _top_k(candidates, keep)
             top_scores = np.take_along_axis(candidates, order, axis=1)
