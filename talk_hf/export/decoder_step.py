@@ -146,11 +146,11 @@ class DecoderStepForExport(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, token_mask: torch.Tensor, *rest: torch.Tensor):
         layers = self.decoder.layers
-        histories, rest = rest[: len(layers)], rest[len(layers) :]
+        histories, source = rest[: len(layers)], rest[len(layers) :]
         hidden = _embed(self.decoder, input_ids, positions)
         real_tokens = token_multiplier(token_mask, 1, hidden.dtype)
         if self.is_encoder_decoder:
-            source_bias = torch.where(rest[-1][:, None, None, :].bool(), 0.0, torch.finfo(hidden.dtype).min)
+            source_bias = torch.where(source[-1][:, None, None, :].bool(), 0.0, torch.finfo(hidden.dtype).min)
         new_histories = []
         for index, layer in enumerate(layers):
             u = _mixer_input(layer.mixer, hidden, real_tokens)
@@ -158,9 +158,8 @@ class DecoderStepForExport(nn.Module):
             new_histories.append(context[:, 1:])
             hidden = _mixer_output(layer.mixer, step_core(layer.mixer.core, u, context), hidden)
             if self.is_encoder_decoder:
-                hidden = _cross_attention(
-                    layer.cross_attention, hidden, rest[2 * index], rest[2 * index + 1], source_bias
-                )
+                keys, values = source[2 * index], source[2 * index + 1]
+                hidden = _cross_attention(layer.cross_attention, hidden, keys, values, source_bias)
             hidden = _feed_forward(layer.ffn, hidden)
         logits = _linear(self.lm_head, self.decoder.finish(hidden))[:, 0].float()
         return (logits, *new_histories)

@@ -10,6 +10,8 @@ Decoding follows transformers' ``generate``: greedy takes the argmax of the logi
 transformers' vectorised beam search (length penalty, ``early_stopping`` True / False / ``"never"``,
 ``2 * num_beams`` candidates per step); ``min_new_tokens`` forbids the end tokens until that many new
 tokens.  No other logits processor is applied (repetition penalties, n-gram blocking, sampling).
+The graphs' float32 logits match PyTorch's to rounding, so tokens differ only where two candidates
+tie to within it (an argmax, or beams whose scores agree to the last bits).
 A causal LM's prompt runs token by token through the step graph (left padding allowed).  The state
 of every layer keeps its shape from step to step; beam search reorders its rows.
 """
@@ -36,11 +38,9 @@ def read_manifest(folder: str | Path) -> dict:
         manifest = json.loads(path.read_text())
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} is not valid JSON: {error}") from None
-    if not isinstance(manifest, dict) or (manifest.get("format"), manifest.get("format_version")) != (
-        FORMAT,
-        FORMAT_VERSION,
-    ):
-        raise ValueError(f"{path} is not a {FORMAT} manifest of version {FORMAT_VERSION}")
+    found = (manifest.get("format"), manifest.get("format_version")) if isinstance(manifest, dict) else None
+    if found != (FORMAT, FORMAT_VERSION):
+        raise ValueError(f"{path} is not a {FORMAT} manifest of version {FORMAT_VERSION} (format, version: {found})")
     missing = [field for field in REQUIRED_FIELDS if field not in manifest]
     if missing:
         raise ValueError(f"{path} lacks the fields {missing}")
