@@ -11,7 +11,8 @@ model has d 256, 3 + 3 layers, 4 heads, FFN 1,024 (the ``small`` preset of our m
 has no FFN or heads, its own ``small`` preset at that width and depth) and random seeded weights
 (`_serving.py`).  Rows (systems): Marian in transformers `generate`; each of our encoder-decoders in
 eager `generate`, compiled (its forward under ``torch.compile(fullgraph=True)``) and with its linear
-layers in int8 (`talk_hf.quantize_int8`); the same
+layers in int8 (`talk_hf.quantize_int8`); exported to ONNX and run by ONNX Runtime (`talk_hf.export`), in
+float32 and with ONNX Runtime's dynamic int8 (SliceNet does not export yet); the same
 Marian converted by CTranslate2's `TransformersConverter`, float32 and int8.
 
 Every round translates the round's next ``--sentences`` sentences with every row in every setting, the
@@ -71,6 +72,7 @@ from _serving import (
     translation_models,
 )
 from _serving_lm import measure_lm
+from _serving_onnx import exportable, exported_copy, exported_int8_copy, onnx_runtime_generate
 
 from talk_hf import quantize_int8
 
@@ -154,9 +156,9 @@ def ctranslate2_row(precision: str) -> str:
     return f"Marian (CTranslate2 {precision})"
 
 
-def rows(ours: list[str], compile_backend: str = "inductor") -> dict[str, Row]:
-    """Every system, by row name; ``ours``: our models' names; ``compile_backend``: torch.compile's
-    backend of the compiled rows."""
+def rows(ours: list[str], exportable: list[str], compile_backend: str = "inductor") -> dict[str, Row]:
+    """Every system, by row name; ``ours``: our models' names, ``exportable`` those that export to
+    ONNX; ``compile_backend``: torch.compile's backend of the compiled rows."""
     compiled = functools.partial(compiled_copy, backend=compile_backend)
     compiled.__name__ = compiled_copy.__name__
     table = {MARIAN: Row(SEQ2SEQ_BASELINE, transformers_generate)}
@@ -164,6 +166,10 @@ def rows(ours: list[str], compile_backend: str = "inductor") -> dict[str, Row]:
         table[name] = Row(name, transformers_generate, ours=True)
         table[f"{name} compiled"] = Row(name, transformers_generate, compiled, ours=True, reference=name)
         table[f"{name} int8"] = Row(name, transformers_generate, int8_copy, "int8", ours=True, reference=name)
+        if name in exportable:
+            run = onnx_runtime_generate
+            table[f"{name} ONNX Runtime"] = Row(name, run, exported_copy, ours=True, reference=name)
+            table[f"{name} ONNX Runtime int8"] = Row(name, run, exported_int8_copy, "int8", ours=True, reference=name)
     for precision in CTRANSLATE2_PRECISIONS:
         name = ctranslate2_row(precision)
         table[name] = Row(name, ctranslate2_translate, precision=precision, reference=MARIAN)
@@ -180,7 +186,7 @@ def build_systems(args, folder: Path) -> tuple[dict, dict[str, Row], Any, list[s
     converted = convert_marian(models[SEQ2SEQ_BASELINE], tokenizer, folder, CTRANSLATE2_PRECISIONS)
     for precision, path in converted.items():
         models[ctranslate2_row(precision)] = CTranslate2Model(path, precision, tokenizer)
-    table = rows(ours, args.compile_backend)
+    table = rows(ours, [name for name in ours if exportable(models[name])], args.compile_backend)
     systems = {
         name: row.prepare(models[row.model]) if row.prepare else models[row.model] for name, row in table.items()
     }
