@@ -136,6 +136,17 @@ CASES = [
     ),
 ]
 CASE_IDS = [case.name for case in CASES]
+# The one head the shared cases lack: LightConv as an encoder-decoder (for tests that cover every
+# family in both forms).
+LIGHT_CONV_SEQ2SEQ = Case(
+    "light_conv-seq2seq",
+    talk_hf.DynamicConvForConditionalGeneration,
+    talk_hf.DynamicConvModel,
+    talk_hf.DynamicConvConfig,
+    dict(SEQ2SEQ_SIZES, encoder_kernel_sizes=[3, 4], decoder_kernel_sizes=[3, 4], conv_type="light_conv"),
+)
+ALL_CASES = [*CASES, LIGHT_CONV_SEQ2SEQ]
+ALL_IDS = [*CASE_IDS, LIGHT_CONV_SEQ2SEQ.name]
 
 
 def random_tokens(batch: int, length: int, seed: int = 1) -> torch.Tensor:

@@ -10,21 +10,8 @@ import copy
 import pytest
 import torch
 
-import talk_hf
-
 from ..tolerances import assert_tensor_sets_close
-from .helpers import CASE_IDS, CASES, PAD, SEQ2SEQ_SIZES, Case, generation_prompt, training_inputs
-
-# The shared cases plus the one head they lack: LightConv as an encoder-decoder.
-LIGHT_CONV_SEQ2SEQ = Case(
-    "light_conv-seq2seq",
-    talk_hf.DynamicConvForConditionalGeneration,
-    talk_hf.DynamicConvModel,
-    talk_hf.DynamicConvConfig,
-    dict(SEQ2SEQ_SIZES, encoder_kernel_sizes=[3, 4], decoder_kernel_sizes=[3, 4], conv_type="light_conv"),
-)
-ALL_CASES = CASES + [LIGHT_CONV_SEQ2SEQ]
-ALL_IDS = CASE_IDS + [LIGHT_CONV_SEQ2SEQ.name]
+from .helpers import ALL_CASES, ALL_IDS, PAD, generation_prompt, training_inputs
 
 AUTOCAST = [
     pytest.param("cpu", torch.bfloat16, id="cpu-bf16"),

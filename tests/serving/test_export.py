@@ -13,14 +13,13 @@ import json
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-import talk_hf
 from talk_hf.export import OnnxGenerator, export_onnx
 from talk_hf.export.__main__ import main
 from talk_hf.export.mixer_math import sequence_core, step_sum, talk_full_kernel
@@ -28,19 +27,17 @@ from talk_hf.layers.dynamic_conv_mixer import DynamicConvCore, LightConvCore
 from talk_hf.layers.talk_mixer import TaLKCore
 from talk_hf.ops import talk_conv
 
-from ..models import toy_family
-from ..models.helpers import CASES, PAD, SEQ2SEQ_SIZES, VOCAB, Case
+from ..models import helpers, toy_family
+from ..models.helpers import CASES, PAD, VOCAB, Case
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxscript")
 pytest.importorskip("onnxruntime")
 
-LIGHT_CONV_SEQ2SEQ = Case(
-    "light_conv-seq2seq",
-    talk_hf.DynamicConvForConditionalGeneration,
-    talk_hf.DynamicConvModel,
-    talk_hf.DynamicConvConfig,
-    dict(SEQ2SEQ_SIZES, encoder_kernel_sizes=[3, 4], decoder_kernel_sizes=[2, 5], conv_type="light_conv"),
+# LightConv's encoder-decoder, its decoder's histories 1 and 4 rows long.
+LIGHT_CONV_SEQ2SEQ = replace(
+    helpers.LIGHT_CONV_SEQ2SEQ,
+    config_kwargs={**helpers.LIGHT_CONV_SEQ2SEQ.config_kwargs, "decoder_kernel_sizes": [2, 5]},
 )
 _BY_NAME = {case.name: case for case in [*CASES, LIGHT_CONV_SEQ2SEQ]}
 EXPORTED = {

@@ -13,18 +13,8 @@ from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 import talk_hf
 import talk_hf.quantization
 
-from ..models.helpers import CASE_IDS, CASES, PAD, SEQ2SEQ_SIZES, Case, generation_prompt, model_inputs
+from ..models.helpers import ALL_CASES, ALL_IDS, CASES, PAD, Case, generation_prompt, model_inputs
 
-# A light_conv encoder-decoder too, so that every family has an LM and a seq2seq model here.
-LIGHT_CONV_SEQ2SEQ = Case(
-    "light_conv-seq2seq",
-    talk_hf.DynamicConvForConditionalGeneration,
-    talk_hf.DynamicConvModel,
-    talk_hf.DynamicConvConfig,
-    dict(SEQ2SEQ_SIZES, encoder_kernel_sizes=[3, 4], decoder_kernel_sizes=[3, 4], conv_type="light_conv"),
-)
-ALL_CASES = [*CASES, LIGHT_CONV_SEQ2SEQ]
-ALL_IDS = [*CASE_IDS, LIGHT_CONV_SEQ2SEQ.name]
 METHODS = ["dynamic", "weight_only"]
 
 
