@@ -2,7 +2,7 @@
 
 `exported_copy` exports a model with `talk_hf.export.export_onnx` (the default dynamo exporter) into a
 temporary folder and returns an `OnnxRuntimeSystem` over it; `exported_int8_copy` also quantizes both
-graphs with ONNX Runtime's dynamic int8 (``onnxruntime.quantization.quantize_dynamic``).  The runner
+graphs (`talk_hf.export.quantize_exported`: ONNX Runtime's dynamic int8, as ``--int8`` does).  The runner
 (`talk_hf.export.OnnxGenerator`) decodes with numpy around the sessions, without talk_hf's model code.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from talk_hf.export import OnnxGenerator, check_exportable, export_onnx, read_manifest
+from talk_hf.export import OnnxGenerator, check_exportable, export_onnx, quantize_exported
 
 
 def exportable(model) -> bool:
@@ -55,14 +55,11 @@ def exported_copy(model) -> OnnxRuntimeSystem:
 
 
 def exported_int8_copy(model) -> OnnxRuntimeSystem:
-    """``model`` exported to ONNX with both graphs' weights in int8 (ONNX Runtime's dynamic quantization)."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
+    """``model`` exported to ONNX with both graphs' weights in int8 (`talk_hf.export.quantize_exported`:
+    ONNX Runtime's dynamic quantization)."""
     folder = _export_folder()
     export_onnx(model, folder)
-    for graph in read_manifest(folder)["files"].values():
-        float32_graph = (folder / graph).rename(folder / f"float32_{graph}")
-        quantize_dynamic(float32_graph, folder / graph, weight_type=QuantType.QInt8)
+    quantize_exported(folder)
     return OnnxRuntimeSystem(folder)
 
 

@@ -4,5 +4,6 @@ the exported files with ONNX Runtime and numpy only (`OnnxGenerator`).  CLI: ``p
 """
 
 from .decoder_step import DecoderStepForExport, EncoderForExport, check_exportable
+from .int8 import quantize_exported
 from .onnx_files import export_onnx
 from .runner import OnnxGenerator, read_manifest

@@ -10,6 +10,7 @@ import torch
 from transformers import AutoConfig
 
 from ..models.families import family_of
+from .int8 import quantize_exported
 from .onnx_files import EXPORTERS, export_onnx
 from .runner import OnnxGenerator
 
@@ -29,6 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("output_dir", help="the folder to write (created if missing)")
     parser.add_argument(
         "--exporter", choices=EXPORTERS, default="dynamo", help="torch.onnx exporter (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--int8",
+        action="store_true",
+        help="then quantize the graphs' weights to int8 (ONNX Runtime's dynamic quantization; after --check)",
     )
     parser.add_argument(
         "--check",
@@ -81,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.check:
             rows = check_greedy(model, args.output_dir)
             print(f"check: greedy tokens of {rows} random inputs equal model.generate's")
+        if args.int8:
+            print(f"int8: {', '.join(quantize_exported(args.output_dir))}")
     except (ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from talk_hf.export import OnnxGenerator, export_onnx
+from talk_hf.export import OnnxGenerator, export_onnx, quantize_exported
 from talk_hf.export.__main__ import main
 from talk_hf.export.mixer_math import sequence_core, step_sum, talk_full_kernel
 from talk_hf.layers.dynamic_conv_mixer import DynamicConvCore, LightConvCore
@@ -286,6 +286,32 @@ def test_command_line_exports_and_checks(tmp_path, capsys):
     assert main([str(tmp_path / "model"), str(tmp_path / "onnx"), "--exporter", "torchscript", "--check"]) == 0
     assert "check: greedy tokens of 4 random inputs equal model.generate's" in capsys.readouterr().out
     assert OnnxGenerator(tmp_path / "onnx").manifest["head"] == "DynamicConvForConditionalGeneration"
+    assert main([str(tmp_path / "model"), str(tmp_path / "int8"), "--exporter", "torchscript", "--int8"]) == 0
+    assert "int8: decoder_step.onnx, encoder.onnx" in capsys.readouterr().out
+    assert OnnxGenerator(tmp_path / "int8").manifest["int8"]["weight_type"] == "QInt8"
+
+
+def _first_step_logits(generator: OnnxGenerator, ids: np.ndarray) -> np.ndarray:
+    """(B, V) logits of an LM's first token (each row's first column)."""
+    first = ids[:, :1].astype(np.int64)
+    return generator.step(first, np.zeros_like(first), np.ones_like(first), generator.new_states(len(ids)), [])[0]
+
+
+def test_int8_quantizes_every_graph_once_and_stays_close(exported, tmp_path):
+    """quantize_exported puts the products in int8 (ONNX Runtime's integer MatMul), records it, keeps
+    the logits close to float32's (relative to their spread), and refuses a second quantization."""
+    onnx = pytest.importorskip("onnx")
+    float32 = exported("dynamic-lm")
+    folder = shutil.copytree(float32.folder, tmp_path / "int8")
+    assert quantize_exported(folder) == ["decoder_step.onnx"]
+    operators = {node.op_type for node in onnx.load(folder / "decoder_step.onnx").graph.node}
+    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= operators and "MatMul" not in operators
+    ids = float32.ids.numpy()
+    expected = _first_step_logits(float32.generator, ids)
+    logits = _first_step_logits(OnnxGenerator(folder, threads=1), ids)
+    assert np.sqrt(np.mean((logits - expected) ** 2)) < 0.1 * expected.std()
+    with pytest.raises(ValueError, match="is already int8"):
+        quantize_exported(folder)
 
 
 def test_command_line_names_a_bad_model(tmp_path, capsys):
