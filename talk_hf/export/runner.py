@@ -73,9 +73,11 @@ class OnnxGenerator:
         folder: a folder written by ``talk_hf.export.export_onnx`` (``manifest.json`` and the graphs).
         threads: ORT's intra-op threads (None: ORT's default, one per core).
         optimization: ORT's graph optimisation level, ``"basic"``, ``"extended"`` or ``"all"``.
+        spin: let ORT's worker threads spin between calls (ORT's default; lower latency, but each
+            keeps a core busy while idle, which slows whatever else runs on it).  Off by default.
     """
 
-    def __init__(self, folder: str | Path, threads: int | None = None, optimization: str = "all"):
+    def __init__(self, folder: str | Path, threads: int | None = None, optimization: str = "all", spin: bool = False):
         self.folder = Path(folder)
         self.manifest = read_manifest(folder)
         levels = {"basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
@@ -85,6 +87,7 @@ class OnnxGenerator:
         options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, levels[optimization])
         if threads is not None:
             options.intra_op_num_threads = threads
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
         files, graphs = self.manifest["files"], self.manifest["graphs"]
         self.sessions = {role: _session(self.folder / files[role], graphs[role], options) for role in files}
         self.step_inputs = graphs["decoder_step"]["inputs"]

@@ -264,6 +264,18 @@ def test_runner_refuses_a_bad_folder(exported, tmp_path, edit, error, message):
         OnnxGenerator(_broken_copy(exported, tmp_path, edit))
 
 
+@pytest.mark.parametrize("spin", [False, True])
+def test_runner_threads_spin_only_when_asked(exported, spin):
+    """Idle ORT worker threads spin (busy a core) only with spin=True; tokens are the same."""
+    float32 = exported("dynamic-lm")
+    generator = OnnxGenerator(float32.folder, threads=2, spin=spin)
+    for session in generator.sessions.values():
+        entry = session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")
+        assert entry == ("1" if spin else "0")
+    ids, mask = float32.ids.numpy(), float32.mask.numpy()
+    np.testing.assert_array_equal(generator.generate(ids, mask), float32.generator.generate(ids, mask))
+
+
 def test_runner_refuses_bad_json_and_bad_requests(exported, tmp_path):
     folder = _broken_copy(exported, tmp_path, lambda folder, m: None)
     (folder / "manifest.json").write_text("{not json")
