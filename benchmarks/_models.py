@@ -95,51 +95,52 @@ def build_ours(
     return model_type.head_class(config_class(**{**fields, **config_fields}))
 
 
-def build_model(name: str, shape: ModelShape, max_positions: int, dropout: float | None = None) -> torch.nn.Module:
+def build_model(
+    name: str, shape: ModelShape, max_positions: int, dropout: float | None = None, **config_fields
+) -> torch.nn.Module:
     """Model ``name`` (one of `causal_lm_models()` or `seq2seq_models()`) of ``shape``, in float32.
 
     max_positions: the longest sequence the baselines' position tables cover.
     dropout: every dropout probability of the model (residual, attention, activation, embedding,
         offsets or kernels), or None for each config's defaults.
+    config_fields: further configuration fields, set last (e.g. a tokenizer's special token ids).
     """
     ours = {**_ours(encoder_decoder=False), **_ours(encoder_decoder=True)}
     if name in ours:
-        return build_ours(ours[name], shape, dropout)
+        return build_ours(ours[name], shape, dropout, **config_fields)
     if name == LM_BASELINE:
         gpt2_dropout = {} if dropout is None else dict.fromkeys(("resid_pdrop", "embd_pdrop", "attn_pdrop"), dropout)
-        return GPT2LMHeadModel(
-            GPT2Config(
-                vocab_size=shape.vocab,
-                n_embd=shape.d_model,
-                n_layer=shape.layers,
-                n_head=shape.heads,
-                n_inner=shape.ffn,
-                n_positions=max_positions,
-                bos_token_id=0,
-                eos_token_id=2,
-                attn_implementation="sdpa",
-                **gpt2_dropout,
-            )
+        fields = dict(
+            vocab_size=shape.vocab,
+            n_embd=shape.d_model,
+            n_layer=shape.layers,
+            n_head=shape.heads,
+            n_inner=shape.ffn,
+            n_positions=max_positions,
+            bos_token_id=0,
+            eos_token_id=2,
+            attn_implementation="sdpa",
+            **gpt2_dropout,
         )
+        return GPT2LMHeadModel(GPT2Config(**{**fields, **config_fields}))
     if name == SEQ2SEQ_BASELINE:
         marian_dropout = (
             {} if dropout is None else dict.fromkeys(("dropout", "attention_dropout", "activation_dropout"), dropout)
         )
-        return MarianMTModel(
-            MarianConfig(
-                vocab_size=shape.vocab,
-                d_model=shape.d_model,
-                encoder_layers=shape.layers,
-                decoder_layers=shape.layers,
-                encoder_attention_heads=shape.heads,
-                decoder_attention_heads=shape.heads,
-                encoder_ffn_dim=shape.ffn,
-                decoder_ffn_dim=shape.ffn,
-                pad_token_id=1,
-                decoder_start_token_id=2,
-                max_position_embeddings=max_positions,
-                attn_implementation="sdpa",
-                **marian_dropout,
-            )
+        fields = dict(
+            vocab_size=shape.vocab,
+            d_model=shape.d_model,
+            encoder_layers=shape.layers,
+            decoder_layers=shape.layers,
+            encoder_attention_heads=shape.heads,
+            decoder_attention_heads=shape.heads,
+            encoder_ffn_dim=shape.ffn,
+            decoder_ffn_dim=shape.ffn,
+            pad_token_id=1,
+            decoder_start_token_id=2,
+            max_position_embeddings=max_positions,
+            attn_implementation="sdpa",
+            **marian_dropout,
         )
+        return MarianMTModel(MarianConfig(**{**fields, **config_fields}))
     raise ValueError(f"unknown model {name!r}; expected one of {causal_lm_models() + seq2seq_models()}")

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from _models import SEQ2SEQ_BASELINE, ModelShape, build_ours
-from transformers import MarianConfig, MarianMTModel
+from _models import SEQ2SEQ_BASELINE, ModelShape, build_model, build_ours
+from transformers import MarianMTModel
 
 from talk_hf.models.families import MODEL_FAMILIES
 
@@ -73,26 +73,17 @@ def token_ids(tokenizer) -> dict[str, int]:
 
 def build_marian(shape: ModelShape, tokenizer, max_positions: int = 512) -> MarianMTModel:
     """The Marian baseline of ``shape`` (as `examples/common/models.py` builds it, output layer untied)."""
-    return MarianMTModel(
-        MarianConfig(
-            vocab_size=shape.vocab,
-            decoder_vocab_size=shape.vocab,
-            d_model=shape.d_model,
-            encoder_layers=shape.layers,
-            decoder_layers=shape.layers,
-            encoder_attention_heads=shape.heads,
-            decoder_attention_heads=shape.heads,
-            encoder_ffn_dim=shape.ffn,
-            decoder_ffn_dim=shape.ffn,
-            dropout=0.0,
-            max_position_embeddings=max_positions,
-            scale_embedding=True,
-            share_encoder_decoder_embeddings=True,
-            tie_word_embeddings=False,
-            forced_eos_token_id=None,
-            attn_implementation="sdpa",
-            **token_ids(tokenizer),
-        )
+    return build_model(
+        SEQ2SEQ_BASELINE,
+        shape,
+        max_positions,
+        dropout=0.0,
+        decoder_vocab_size=shape.vocab,
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=False,
+        forced_eos_token_id=None,
+        **token_ids(tokenizer),
     )
 
 

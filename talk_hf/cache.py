@@ -9,9 +9,12 @@ For encoder-decoder models `ConvEncoderDecoderCache` (an ``EncoderDecoderCache``
 `ConvCache` with a ``DynamicCache`` that holds the cross-attention keys/values of the encoder
 output, computed once.
 
-Every window keeps its shape and storage through decoding (updated in place), so a decoding step
-compiles to one graph: ``generate(..., compile_config=CompileConfig(fullgraph=True))`` (see
-``FixedStateGenerationMixin``).
+Every tensor of the state keeps its shape and storage through decoding (updated in place), and a
+decoding step reads no Python number that changes from step to step: the token counts are tensors
+too (`ConvCache.next_positions` per row, each layer's ``seen``), and ``generate`` gives a step only
+its new tokens' mask column (``FixedStateGenerationMixin.create_masks_for_generate``).  So a decoding
+step compiles to one graph of fixed shapes, which CUDA graphs can replay:
+``generate(..., compile_config=CompileConfig(fullgraph=True))``.
 
 Assisted and speculative decoding roll rejected draft tokens back with ``crop``: while recording
 (``activate_past_recording``), a layer keeps the rows received since the last crop.
@@ -21,11 +24,17 @@ from __future__ import annotations
 
 import torch
 
+from .layers.sinusoidal_positions import positions_from_mask
 from .transformers_internals import Cache, CacheLayerMixin, DynamicCache, FixedStateEncoderDecoderCache
 
 
 class ConvHistoryLayer(CacheLayerMixin):
     """The state of one decoder layer: the last ``history_size`` mixer inputs and the count of tokens seen.
+
+    ``seen`` () int64 counts the tokens received (padding included), on the window's device, added to
+    in place; ``has_past`` says whether it is above 0 without reading it (a step's graph branches on
+    that bool, never on the count).  ``get_seq_length()`` reads the count (a host synchronisation:
+    transformers asks for it outside the decoding steps).
 
     ``window`` (B, history_size, C) holds the inputs, oldest first.  It is allocated once, on the
     first update, and then only written in place (``copy_``): its shape and storage stay the same
@@ -48,11 +57,12 @@ class ConvHistoryLayer(CacheLayerMixin):
         self.history_size = history_size
         self.window: torch.Tensor | None = None
         self.recorded: torch.Tensor | None = None
-        self.seen_tokens = 0
+        self.seen: torch.Tensor | None = None
+        self.has_past = False
         self.record_past = False
 
     def __repr__(self) -> str:
-        return f"{self.__class__.__name__}(history_size={self.history_size}, seen_tokens={self.seen_tokens})"
+        return f"{self.__class__.__name__}(history_size={self.history_size}, seen_tokens={self.get_seq_length()})"
 
     @property
     def history(self) -> torch.Tensor | None:
@@ -63,6 +73,7 @@ class ConvHistoryLayer(CacheLayerMixin):
         """Allocate a zero window for the batch size, width, dtype and device of ``key_states`` (B, T, C)."""
         batch, _, channels = key_states.shape
         self._set_window(key_states.new_zeros(batch, self.history_size, channels))
+        self.seen = _static(torch.zeros((), dtype=torch.long, device=key_states.device))
         if self.record_past:
             self.recorded = self.window.clone()
         self.device = key_states.device
@@ -70,9 +81,7 @@ class ConvHistoryLayer(CacheLayerMixin):
 
     def _set_window(self, window: torch.Tensor) -> None:
         """Hold ``window`` (B, history_size, C) from now on, its address fixed for compiled steps."""
-        self.window = window
-        if not torch.compiler.is_compiling():
-            torch._dynamo.mark_static_address(window)
+        self.window = _static(window)
 
     def activate_past_recording(self) -> None:
         """Keep each update's rows until the next ``crop`` (transformers calls this for assisted decoding)."""
@@ -94,7 +103,7 @@ class ConvHistoryLayer(CacheLayerMixin):
             without a past): the history is all zeros then, so the caller's causal step without a
             cache computes the same, without the context's copy and extra rows.
         """
-        fresh = self.seen_tokens == 0  # a new, reset or fully cropped layer: its window is zeros
+        fresh = not self.has_past  # a new, reset or fully cropped layer: its window is zeros
         if not self.is_initialized:
             self.lazy_initialization(inputs)
         stored = inputs if inputs.dtype == self.window.dtype else inputs.to(self.window.dtype)
@@ -102,7 +111,8 @@ class ConvHistoryLayer(CacheLayerMixin):
         if self.record_past:
             self.recorded = torch.cat([self.recorded, stored], dim=1)
         self.window.copy_(context[:, context.shape[1] - self.history_size :])
-        self.seen_tokens += inputs.shape[1]
+        self.seen.add_(inputs.shape[1])
+        self.has_past = True
         if fresh:
             return None
         return context if context.dtype == inputs.dtype else context.to(inputs.dtype)
@@ -111,20 +121,21 @@ class ConvHistoryLayer(CacheLayerMixin):
         raise NotImplementedError("ConvHistoryLayer keeps mixer inputs, not keys/values: call extend(inputs)")
 
     def get_seq_length(self) -> int:
-        return self.seen_tokens
+        return int(self.seen) if self.has_past else 0
 
     def get_max_length(self) -> int:
         return -1  # the state is fixed-size: any length can be generated
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.seen_tokens + query_length, 0
+        return self.get_seq_length() + query_length, 0
 
     def reset(self) -> None:
         if self.is_initialized:
             self.window.zero_()
+            self.seen.zero_()
             if self.record_past:
                 self.recorded = self.window.clone()
-        self.seen_tokens = 0
+        self.has_past = False
 
     def crop(self, tokens_to_remove: int) -> None:
         """Forget the last ``-tokens_to_remove`` tokens (transformers' convention: a count <= 0) and
@@ -147,7 +158,8 @@ class ConvHistoryLayer(CacheLayerMixin):
         if removed > 0:
             kept = self.recorded.shape[1] - removed
             self.window.copy_(self.recorded[:, kept - self.history_size : kept])
-            self.seen_tokens -= removed
+            self.seen.sub_(removed)
+            self.has_past = self.get_seq_length() > 0
         if self.recorded is not None:
             self.recorded = self.window.clone()
 
@@ -174,18 +186,25 @@ class ConvHistoryLayer(CacheLayerMixin):
     def offload(self) -> None:
         if self.is_initialized:
             self.window = self.window.to("cpu", non_blocking=True)
+            self.seen = self.seen.to("cpu", non_blocking=True)
             if self.recorded is not None:
                 self.recorded = self.recorded.to("cpu", non_blocking=True)
 
     def prefetch(self) -> None:
         if self.is_initialized and self.window.device != self.device:
             self._set_window(self.window.to(self.device, non_blocking=True))
+            self.seen = _static(self.seen.to(self.device, non_blocking=True))
             if self.recorded is not None:
                 self.recorded = self.recorded.to(self.device, non_blocking=True)
 
 
 class ConvCache(Cache):
-    """One `ConvHistoryLayer` per decoder layer.
+    """One `ConvHistoryLayer` per decoder layer, and each row's count of real tokens.
+
+    ``next_positions`` (B,) int64 counts, per row, the real (unpadded) tokens seen: the position of
+    the row's next token.  With it a step's positions need only the new tokens' mask (B, T), not the
+    mask of every token so far, whose length grows step by step (`new_token_positions`).  Like the
+    windows it is allocated once and then updated in place, beam reordering included.
 
     Args:
         history_sizes: per decoder layer, the number of past mixer inputs its causal step needs.
@@ -193,6 +212,7 @@ class ConvCache(Cache):
 
     def __init__(self, history_sizes: list[int]):
         super().__init__(layers=[ConvHistoryLayer(size) for size in history_sizes])
+        self.next_positions: torch.Tensor | None = None
 
     @property
     def nbytes(self) -> int:
@@ -203,6 +223,80 @@ class ConvCache(Cache):
             for layer in self.layers
             if layer.is_initialized
         )
+
+    def new_token_positions(self, attention_mask: torch.Tensor | None, length: int, device) -> torch.Tensor:
+        """Positions of the T = ``length`` new tokens, counted from each row's first real token.
+
+        Args:
+            attention_mask: 1 at real tokens: (B, T), the new tokens' only (positions go on from
+                ``next_positions``), or (B, past + T), every token's (positions counted over it); or
+                None (no padding).
+
+        Returns:
+            (B, T) int64, or (1, T) without a mask on a fresh cache; padding gets its row's count
+            before it, minus one (clamped at 0), as `positions_from_mask` gives it.
+        """
+        if attention_mask is not None and attention_mask.shape[1] != length:
+            return positions_from_mask(attention_mask, length, 0, device)
+        steps = (
+            torch.arange(length, device=device).unsqueeze(0)
+            if attention_mask is None
+            else attention_mask.long().cumsum(-1) - 1
+        )
+        if self.next_positions is not None:
+            steps = steps + self.next_positions.unsqueeze(1)
+        return steps.clamp(min=0)
+
+    def count_new_tokens(self, attention_mask: torch.Tensor | None, batch: int, length: int, device) -> None:
+        """Add the new tokens' real ones to ``next_positions`` (after `new_token_positions` read it).
+
+        Args:
+            attention_mask: as for `new_token_positions`; batch, length: B and T of the new tokens.
+        """
+        if attention_mask is not None and attention_mask.shape[1] != length:
+            real_so_far = attention_mask.long().sum(-1)
+            if self.next_positions is None:
+                self.next_positions = _static(real_so_far)
+            else:
+                self.next_positions.copy_(real_so_far)
+            return
+        if self.next_positions is None:
+            self.next_positions = _static(torch.zeros(batch, dtype=torch.long, device=device))
+        self.next_positions.add_(length if attention_mask is None else attention_mask.long().sum(-1))
+
+    def reset(self) -> None:
+        super().reset()
+        if self.next_positions is not None:
+            self.next_positions.zero_()
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        super().reorder_cache(beam_idx)
+        if self.next_positions is not None:
+            self.next_positions.copy_(self.next_positions.index_select(0, beam_idx.to(self.next_positions.device)))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        super().batch_repeat_interleave(repeats)
+        if self.next_positions is not None:
+            self.next_positions = _static(self.next_positions.repeat_interleave(repeats, dim=0))
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        super().batch_select_indices(indices)
+        if self.next_positions is not None:
+            self.next_positions = _static(self.next_positions[indices])
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Forget the last ``-tokens_to_remove`` tokens (see `ConvHistoryLayer.crop`); they were real
+        tokens in every row (assisted decoding drafts whole tokens)."""
+        super().crop(tokens_to_remove)
+        if self.next_positions is not None and tokens_to_remove < 0:
+            self.next_positions.sub_(-tokens_to_remove)
+
+
+def _static(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``, marked as keeping its address through compiled steps (CUDA graphs read it in place)."""
+    if not torch.compiler.is_compiling():
+        torch._dynamo.mark_static_address(tensor)
+    return tensor
 
 
 class ConvEncoderDecoderCache(FixedStateEncoderDecoderCache):

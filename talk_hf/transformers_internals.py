@@ -159,8 +159,11 @@ class FixedStateGenerationMixin:
       ``CompileConfig._compile_all_devices`` is set; here the user's ``compile_config`` decides.
     * ``create_masks_for_generate(...)``: ``generate`` turns the 2D attention mask into a 4D
       attention mask over a static cache's length when the cache is compileable; the convolutions
-      read the 2D mask (padding and positions), so it is returned as it is.  Keyword names differ
-      between 5.17 (``past_key_values``) and 5.24 (``cache``): only ``attention_mask`` is read.
+      read a 2D mask (padding and positions), and need only the new tokens' columns of it, since the
+      cache counts each row's real tokens so far: the (B, T) columns of the T new tokens are returned.
+      The mask ``generate`` keeps grows a column per step; this one keeps its shape, so a compiled step
+      has fixed shapes.  Keyword names differ between 5.17 (``past_key_values``) and 5.24 (``cache``):
+      only ``inputs_embeds`` (its shape) and ``attention_mask`` are read.
     """
 
     new_cache: Callable[[], Cache]
@@ -195,7 +198,9 @@ class FixedStateGenerationMixin:
         return super()._valid_auto_compile_criteria(model_kwargs, generation_config)
 
     def create_masks_for_generate(self, config, inputs_embeds, attention_mask, *args, **kwargs):
-        return attention_mask
+        if attention_mask is None:
+            return None
+        return attention_mask[:, attention_mask.shape[1] - inputs_embeds.shape[1] :]
 
 
 class HeadClassKeepingResizeMixin:

@@ -36,7 +36,7 @@ from ..layers.feed_forward import FeedForwardBlock
 from ..layers.initialization import InitializesItself
 from ..layers.linear_layer import Linear
 from ..layers.mixer_block import MixerBlock, MixerCore, token_multiplier
-from ..layers.sinusoidal_positions import SinusoidalPositions, positions_from_mask
+from ..layers.sinusoidal_positions import SinusoidalPositions
 from ..ops._backend import reads_backend_once
 from ..transformers_internals import (
     CACHE_NAME,
@@ -49,7 +49,7 @@ from ..transformers_internals import (
     split_cache,
 )
 from .forward_arguments import refuse_unknown_arguments
-from .input_checks import InputNames, check_embedding_inputs, check_mask_values
+from .input_checks import InputNames, check_mask_values, embedding_positions
 from .non_finite_weights import warn_about_non_finite_weights
 
 
@@ -92,18 +92,18 @@ class _ConvStack(nn.Module):
         self.dropout = config.dropout
         self.final_layer_norm = nn.LayerNorm(config.d_model) if final_layer_norm else None
 
-    def embed(self, input_ids, inputs_embeds, attention_mask, past_length: int, position_ids=None) -> torch.Tensor:
+    def embed(self, input_ids, inputs_embeds, attention_mask, cache=None, position_ids=None) -> torch.Tensor:
         """(B, T) ids or (B, T, d) embeddings -> (B, T, d) scaled embeddings + positions, dropped out.
 
-        attention_mask: (B, past_length + T) with 1 at real tokens, or None; position_ids: None or the
-        positions counted from the mask (`check_position_ids`); every input is checked.
+        attention_mask: (B, T) or, with a cache, (B, past + T) with 1 at real tokens, or None; cache: the
+        decoder's `ConvCache` (positions go on from it; it counts the new tokens) or None; position_ids:
+        None or the positions the model counts (`check_position_ids`); every input is checked.
         """
-        check_embedding_inputs(
-            self.names, self.embed_tokens, input_ids, inputs_embeds, attention_mask, position_ids, past_length
+        positions = embedding_positions(
+            self.names, self.embed_tokens, input_ids, inputs_embeds, attention_mask, cache, position_ids
         )
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
-        positions = positions_from_mask(attention_mask, inputs_embeds.shape[1], past_length, inputs_embeds.device)
         positions = positions + self.position_offset
         hidden = inputs_embeds * self.embed_scale + self.embed_positions(positions).to(inputs_embeds.dtype)
         return dropout(hidden, self.dropout, self.training)
@@ -193,7 +193,7 @@ class ConvEncoder(_ConvStack):
     ) -> BaseModelOutput:
         """input_ids (B, S) or inputs_embeds (B, S, d); attention_mask (B, S) with 1 at real tokens; see
         `EncoderStack` (``output_attentions``: the mixers are convolutions, there are no weights to return)."""
-        hidden = self.embed(input_ids, inputs_embeds, attention_mask, 0, position_ids)
+        hidden = self.embed(input_ids, inputs_embeds, attention_mask, position_ids=position_ids)
         real_tokens = token_multiplier(attention_mask, hidden.shape[1], hidden.dtype)
         all_hidden = []
         for layer in self.layers:
@@ -262,7 +262,7 @@ class ConvDecoder(_ConvStack):
         """
         Args:
             input_ids: (B, T) new target tokens (or inputs_embeds (B, T, d)).
-            attention_mask: (B, past + T) with 1 at real tokens, or None.
+            attention_mask: (B, T) or (B, past + T) with 1 at real tokens, or None.
             position_ids: None, or the positions the model counts itself (`check_position_ids`).
             encoder_hidden_states / encoder_attention_mask: (B, S, d) and (B, S) for seq2seq, else None.
             past_key_values: `ConvCache` / `EncoderDecoderCache` updated in place, or None.
@@ -271,8 +271,7 @@ class ConvDecoder(_ConvStack):
             ``last_hidden_state`` (B, T, d); ``hidden_states`` (each layer's input, then the output)
             and ``cross_attentions`` (B, heads, T, S) per layer when asked, else None.
         """
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        hidden = self.embed(input_ids, inputs_embeds, attention_mask, past_length, position_ids)
+        hidden = self.embed(input_ids, inputs_embeds, attention_mask, split_cache(past_key_values)[0], position_ids)
         if encoder_hidden_states is not None and encoder_hidden_states.shape[0] != hidden.shape[0]:
             raise ValueError(
                 f"the encoder's output has batch size {encoder_hidden_states.shape[0]} but "

@@ -69,7 +69,7 @@ def check_stack_inputs(
 
     Args:
         input_ids: (B, T) integer ids with B, T >= 1, or None when ``inputs_embeds`` (B, T, d_model) is given.
-        attention_mask: (B, past_length + T) or None.
+        attention_mask: (B, T) or (B, past_length + T), or None.
         past_length: tokens already in the cache (0 for an encoder).
     """
     if (input_ids is None) == (inputs_embeds is None):
@@ -100,29 +100,31 @@ def check_stack_inputs(
             f"{names.mask} must have shape (batch, length) with the batch of {name} ({batch}), "
             f"got {tuple(attention_mask.shape)}"
         )
-    if attention_mask.shape[1] != past_length + length:
-        covered = f"the {past_length} cached and {length} new tokens" if past_length else f"the {length} tokens"
-        raise ValueError(f"{names.mask} must cover {covered}, got length {attention_mask.shape[1]}")
+    if attention_mask.shape[1] not in (length, past_length + length):
+        covered = f"the {length} new tokens, or the {past_length} cached and {length} new ones"
+        raise ValueError(
+            f"{names.mask} must cover {covered if past_length else f'the {length} tokens'}, got length {attention_mask.shape[1]}"
+        )
 
 
 def check_position_ids(
     name: str,
     position_ids: torch.Tensor | None,
+    expected: torch.Tensor,
     attention_mask: torch.Tensor | None,
-    past_length: int,
     batch: int,
     length: int,
 ) -> None:
     """Accept ``position_ids`` that equal the positions the model counts itself; refuse any other.
 
-    The model counts 0, 1, ... from each row's first real token (after the ``past_length`` cached ones),
-    `positions_from_mask`; only real tokens are compared (a padded token's position is unused).
+    The model counts 0, 1, ... from each row's first real token (on from the cached ones); only real
+    tokens are compared (a padded token's position is unused).
 
     Args:
         name: the argument's name (``position_ids`` or ``decoder_position_ids``).
         position_ids: (B, T), (1, T) or (T,) integer positions of the T new tokens, or None.
-        attention_mask: (B, past_length + T) with 1 at real tokens, or None (no padding).
-        past_length: tokens already in the cache.
+        expected: (B or 1, T) the positions the model counts.
+        attention_mask: (B, T) or (B, past + T) with 1 at real tokens, or None (no padding).
         batch, length: B and T of the new tokens.
 
     Raises:
@@ -142,7 +144,6 @@ def check_position_ids(
         raise ValueError(
             f"{name} must have one position per new token, shape ({batch}, {length}), got {tuple(position_ids.shape)}"
         )
-    expected = positions_from_mask(attention_mask, length, past_length, position_ids.device)
     real = torch.ones_like(expected, dtype=torch.bool) if attention_mask is None else attention_mask[:, -length:].bool()
     wrong = (position_ids != expected) & real
     if torch.compiler.is_compiling():
@@ -161,30 +162,58 @@ def check_position_ids(
         )
     raise ValueError(
         f"{name} must equal the positions the model counts itself (0, 1, ... from each row's first real token in "
-        f"attention_mask, after the {past_length} cached tokens), or be left out: row {row}, token {token} has "
+        f"attention_mask, on from the cached tokens), or be left out: row {row}, token {token} has "
         f"{given[row, token].item()}, expected {expected.expand_as(wrong)[row, token].item()}"
     )
 
 
-def check_embedding_inputs(
+def embedding_positions(
     names: InputNames,
     embeddings: nn.Embedding,
     input_ids,
     inputs_embeds,
     attention_mask,
+    cache,
     position_ids,
-    past_length: int,
-) -> None:
-    """Every check of one stack's inputs before it embeds them: shapes and dtypes, then (eager only) the
-    values: token ids within ``embeddings``, a mask of 0 and 1, ``position_ids`` equal to the model's own.
+) -> torch.Tensor:
+    """Every check of one stack's inputs before it embeds them, then their positions, which ``cache``
+    counts: shapes and dtypes, then (eager only) the values: token ids within ``embeddings``, a mask of 0
+    and 1, ``position_ids`` equal to the model's own.
 
     Args:
         input_ids: (B, T) or None, inputs_embeds: (B, T, d) or None (exactly one of them).
-        attention_mask: (B, past_length + T) or None; position_ids: (B, T), (1, T), (T,) or None.
+        attention_mask: (B, T), or with a cache (B, past + T), or None; position_ids: (B, T), (1, T),
+            (T,) or None.
+        cache: the decoder's `ConvCache` (positions go on from its counts, which then count the new
+            tokens), or None.
+
+    Returns:
+        (B, T) or (1, T) int64 positions of the new tokens.
     """
+    tokens = input_ids if input_ids is not None else inputs_embeds
+    length = None if tokens is None or tokens.dim() < 2 else tokens.shape[1]
+    past_length = _cached_length(cache, attention_mask, length)
     check_stack_inputs(names, input_ids, inputs_embeds, attention_mask, past_length, embeddings.embedding_dim)
     if input_ids is not None:
         check_token_ids(names.ids, input_ids, embeddings.num_embeddings)
     check_mask_values(names.mask, attention_mask)
-    batch, length = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
-    check_position_ids(names.positions, position_ids, attention_mask, past_length, batch, length)
+    batch = tokens.shape[0]
+    if cache is None:
+        positions = positions_from_mask(attention_mask, length, 0, tokens.device)
+    else:
+        positions = cache.new_token_positions(attention_mask, length, tokens.device)
+    check_position_ids(names.positions, position_ids, positions, attention_mask, batch, length)
+    if cache is not None:
+        cache.count_new_tokens(attention_mask, batch, length, tokens.device)
+    return positions
+
+
+def _cached_length(cache, attention_mask: torch.Tensor | None, length: int | None) -> int:
+    """The cached tokens that ``attention_mask`` covers besides the ``length`` new ones: 0 for a mask of
+    the new tokens only; a compiled step takes the mask's word for it (reading the cache's count there
+    would synchronise with the device, and make the count an input of the graph)."""
+    if cache is None or attention_mask is None or attention_mask.dim() != 2 or attention_mask.shape[1] == length:
+        return 0
+    if torch.compiler.is_compiling():
+        return attention_mask.shape[1] - length
+    return cache.get_seq_length()

@@ -4,6 +4,8 @@ pre-norm decoder without a final LayerNorm, and separate source and target vocab
 import pytest
 import torch
 
+from talk_hf.cache import ConvCache
+
 from .helpers import CASES, random_tokens, returned_cache
 
 OUR_CASES = [case for case in CASES if hasattr(case.config_class, "position_offset")]
@@ -15,12 +17,14 @@ def test_position_offset_shifts_the_sinusoidal_positions(case):
     model = case.model(position_offset=2)
     decoder = model.model.decoder
     ids = random_tokens(2, 5)
-    embedded = decoder.embed(ids, None, None, past_length=3)
+    three_tokens_seen = ConvCache([1])
+    three_tokens_seen.count_new_tokens(None, batch=2, length=3, device="cpu")
+    embedded = decoder.embed(ids, None, None, three_tokens_seen)
     expected = decoder.embed_tokens(ids) * decoder.embed_scale + decoder.embed_positions(torch.arange(5, 10)[None])
     torch.testing.assert_close(embedded, expected)
     # and with padding, real tokens count from the offset: a left-padded row matches the unpadded one
     mask = torch.tensor([[0, 0, 1, 1, 1]] * 2)
-    torch.testing.assert_close(decoder.embed(ids, None, mask, 0)[:, 2:], decoder.embed(ids[:, 2:], None, None, 0))
+    torch.testing.assert_close(decoder.embed(ids, None, mask)[:, 2:], decoder.embed(ids[:, 2:], None, None))
 
 
 @pytest.mark.parametrize("case", OUR_CASES, ids=[case.name for case in OUR_CASES])

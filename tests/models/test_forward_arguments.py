@@ -127,10 +127,10 @@ def test_positions_restarting_after_left_padding_are_not_taken_for_packing():
     mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
     for padding_position in (0, 1):
         positions = _hf_positions(mask).masked_fill(mask == 0, padding_position)
-        check_position_ids("position_ids", positions, mask, past_length=0, batch=2, length=5)
+        check_position_ids("position_ids", positions, _hf_positions(mask), mask, batch=2, length=5)
     packed = torch.tensor([[0, 0, 0, 1, 2], [0, 1, 2, 0, 1]])
     with pytest.raises(ValueError, match=r"position_ids restart inside row 1 \(token 3 has position 0 after 2\)"):
-        check_position_ids("position_ids", packed, mask, past_length=0, batch=2, length=5)
+        check_position_ids("position_ids", packed, _hf_positions(mask), mask, batch=2, length=5)
 
 
 @pytest.mark.parametrize("case", LM_CASES[:2], ids=[case.name for case in LM_CASES[:2]])

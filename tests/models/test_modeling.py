@@ -319,8 +319,8 @@ def test_a_decoder_mask_of_the_wrong_length_is_rejected():
     model = case.model()
     tokens = random_tokens(1, 4)
     cache = returned_cache(model(input_ids=tokens, use_cache=True))
-    with pytest.raises(ValueError, match="must cover the 4 cached and 1 new tokens"):
-        model(input_ids=tokens[:, :1], attention_mask=torch.ones(1, 1, dtype=torch.long), cache=cache)
+    with pytest.raises(ValueError, match=r"must cover the 1 new tokens, or the 4 cached and 1 new ones, got length 3"):
+        model(input_ids=tokens[:, :1], attention_mask=torch.ones(1, 3, dtype=torch.long), cache=cache)
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)

@@ -16,14 +16,16 @@ from torch._dynamo.utils import counters
 from transformers import CompileConfig
 
 from talk_hf.cache import ConvHistoryLayer
+from talk_hf.transformers_internals import CACHE_NAME
 
-from ..models.helpers import CASE_IDS, CASES, EOS, PAD, VOCAB
+from ..models.helpers import CASE_IDS, CASES, EOS, PAD, VOCAB, random_tokens, returned_cache
 
 NEW_TOKENS = 12
-# dynamo compiles the step twice: with the first step's shapes, then, when the attention mask and the
-# tokens seen have grown, with those sizes symbolic; after that every step reuses the second graph.
-# A compiled forward (beam search) adds the prompt's pass.
-MOST_GRAPHS = {"compile_config": 2, "forward": 3}
+# Every step has the same shapes and reads no Python number that changes (the cache counts tokens in
+# tensors; a step gets only its new tokens' mask column), so dynamo compiles the step once, without
+# dynamic shapes (``dynamic=False`` would recompile on any size or int that changed: one graph per
+# step), and CUDA graphs can replay it.  A compiled forward (beam search) adds the prompt's pass.
+GRAPHS = {"compile_config": 1, "forward": 2}
 
 
 def _prompt(batch: int = 2) -> dict:
@@ -43,9 +45,9 @@ def _compile_switch(settings: dict) -> str:
 def _generate(model, compile_backend: str | None, seed: int = 0, **settings) -> torch.Tensor:
     """Tokens of ``generate`` with a fixed output length, compiled with ``compile_backend`` or eager."""
     if compile_backend is not None and _compile_switch(settings) == "compile_config":
-        settings["compile_config"] = CompileConfig(fullgraph=True, backend=compile_backend)
+        settings["compile_config"] = CompileConfig(fullgraph=True, dynamic=False, backend=compile_backend)
     elif compile_backend is not None:
-        model.forward = torch.compile(model.forward, fullgraph=True, backend=compile_backend)
+        model.forward = torch.compile(model.forward, fullgraph=True, dynamic=False, backend=compile_backend)
     torch.manual_seed(seed)
     return model.generate(
         **_prompt(), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, pad_token_id=PAD, **settings
@@ -58,15 +60,15 @@ def _generate(model, compile_backend: str | None, seed: int = 0, **settings) -> 
     [{"do_sample": False}, {"do_sample": False, "num_beams": 3}, {"do_sample": True, "top_k": 5}],
     ids=["greedy", "beam3", "sampling"],
 )
-def test_a_compiled_step_is_one_graph_and_decodes_the_eager_tokens(case, settings):
+def test_a_compiled_step_is_one_static_graph_and_decodes_the_eager_tokens(case, settings):
     model = case.model()
     expected = _generate(model, None, **settings)
     torch._dynamo.reset()
     counters.clear()
     tokens = _generate(model, "eager", **settings)
     assert torch.equal(tokens, expected), f"{case.name}: compiled decoding chose other tokens"
-    graphs, most = counters["stats"]["unique_graphs"], MOST_GRAPHS[_compile_switch(settings)]
-    assert 1 <= graphs <= most, f"{case.name}: {graphs} graphs for {NEW_TOKENS} steps (recompiled per step)"
+    graphs, expected_graphs = counters["stats"]["unique_graphs"], GRAPHS[_compile_switch(settings)]
+    assert graphs == expected_graphs, f"{case.name}: {graphs} graphs for {NEW_TOKENS} steps (recompiled per step)"
 
 
 @pytest.mark.slow
@@ -111,6 +113,44 @@ def test_the_window_keeps_its_storage_through_steps_and_beam_reordering():
     assert layer.window.data_ptr() == address and layer.window.shape == shape
     layer.batch_select_indices(torch.tensor([0, 2]))
     assert layer.window.shape == (2, 3, 8)
+
+
+def _decoder_pass(model, case, ids, mask, cache=None):
+    """Logits (B, T, V) and cache of one decoder pass over ``ids`` (B, T) with the decoder mask ``mask``."""
+    if case.is_seq2seq:
+        source = random_tokens(ids.shape[0], 6, seed=5)
+        inputs = {"input_ids": source, "decoder_input_ids": ids, "decoder_attention_mask": mask}
+    else:
+        inputs = {"input_ids": ids, "attention_mask": mask}
+    outputs = model(**inputs, use_cache=True, **({CACHE_NAME: cache} if cache is not None else {}))
+    return outputs.logits, returned_cache(outputs)
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_a_step_given_only_its_new_mask_column_equals_one_given_the_whole_mask(case):
+    """The cache counts each row's real tokens, so a step needs only the new tokens' mask (B, T) (what
+    ``generate`` passes, a fixed shape); the whole mask (B, past + T) gives the same logits.  The counts
+    follow beam reordering in place."""
+    model = case.model().eval()
+    prompt = random_tokens(3, 5, seed=4)
+    mask = torch.ones_like(prompt)
+    mask[0, :2] = mask[2, :1] = 0
+    steps = random_tokens(3, 3, seed=6)
+    _, by_whole_mask = _decoder_pass(model, case, prompt, mask)
+    _, by_new_column = _decoder_pass(model, case, prompt, mask)
+    counts = (by_new_column.self_attention_cache if case.is_seq2seq else by_new_column).next_positions
+    address = counts.data_ptr()
+    assert counts.tolist() == [3, 5, 4]
+    whole_mask = mask
+    for step in range(steps.shape[1]):
+        token, new_column = steps[:, step : step + 1], torch.ones(3, 1, dtype=mask.dtype)
+        whole_mask = torch.cat([whole_mask, new_column], dim=1)
+        expected, _ = _decoder_pass(model, case, token, whole_mask, by_whole_mask)
+        logits, _ = _decoder_pass(model, case, token, new_column, by_new_column)
+        torch.testing.assert_close(logits, expected, rtol=0, atol=0)
+    assert counts.tolist() == [6, 8, 7]
+    by_new_column.reorder_cache(torch.tensor([2, 2, 0]))
+    assert counts.tolist() == [7, 7, 6] and counts.data_ptr() == address
 
 
 @pytest.mark.parametrize("case", [case for case in CASES if case.is_seq2seq][:1], ids=lambda c: c.name)
@@ -165,14 +205,15 @@ def test_a_compiled_inference_step_keeps_the_few_rows_linear_kernel(rows, monkey
 )
 def test_cuda_compiled_decoding_equals_eager(case, mode):
     """On a GPU: inductor's code, and with ``reduce-overhead`` CUDA graphs (none skipped), decode the
-    eager tokens; dynamo still traces at most two graphs."""
+    eager tokens from one static graph (no re-recording per step)."""
     model = case.model().cuda()
     prompt = {name: tensor.cuda() for name, tensor in _prompt().items()}
     settings = {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS, "pad_token_id": PAD}
     expected = model.generate(**prompt, **settings)
     torch._dynamo.reset()
     counters.clear()
-    compiled = model.generate(**prompt, **settings, compile_config=CompileConfig(fullgraph=True, mode=mode))
+    config = CompileConfig(fullgraph=True, dynamic=False, mode=mode)
+    compiled = model.generate(**prompt, **settings, compile_config=config)
     assert torch.equal(compiled, expected)
-    assert counters["stats"]["unique_graphs"] <= MOST_GRAPHS["compile_config"]
+    assert counters["stats"]["unique_graphs"] == GRAPHS["compile_config"]
     assert counters["inductor"]["cudagraph_skips"] == 0

@@ -23,7 +23,6 @@ import torch
 from torch import nn
 from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithCrossAttentions
 
-from ...layers.sinusoidal_positions import positions_from_mask
 from ...layers.slicenet_attention import SliceAttention, TimingSignal, attention_bias
 from ...layers.slicenet_conv import ConvInit, ConvModule, ConvStep
 from ...layers.slicenet_layers import SliceNetDecoderLayer, SliceNetEncoderLayer, SliceNetIOMixer
@@ -31,7 +30,7 @@ from ...layers.slicenet_step import keeping_step_weights
 from ...ops._backend import reads_backend_once
 from ...transformers_internals import init, is_loaded_from_checkpoint, split_cache
 from ..conv_modeling import ConvForConditionalGeneration, ConvPreTrainedModel, ConvSeq2SeqModel
-from ..input_checks import InputNames, check_embedding_inputs
+from ..input_checks import InputNames, embedding_positions
 from .configuration_slicenet import SliceNetConfig
 
 
@@ -54,27 +53,25 @@ class _SliceNetStack(nn.Module):
             config.d_model, config.timing_num_timescales, config.timing_min_timescale, config.timing_max_timescale
         )
 
-    def embed(self, input_ids, inputs_embeds, attention_mask, past_length: int, position_ids=None) -> torch.Tensor:
-        """(B, T) ids or (B, T, d) embeddings -> (B, T, d) scaled embeddings.
+    def embed(self, input_ids, inputs_embeds, attention_mask, cache=None, position_ids=None):
+        """(B, T) ids or (B, T, d) embeddings -> ((B, T, d) scaled embeddings, (B or 1, T, d) timing signal).
 
-        attention_mask: (B, past_length + T) with 1 at real tokens, or None; position_ids: None or the
-        positions counted from the mask (`check_position_ids`); every input is checked.
-        In training, ``token_dropout`` of the ids become the pad id (t2t's symbol dropout).
+        attention_mask: (B, T) or, with a cache, (B, past + T) with 1 at real tokens, or None; cache: the
+        decoder's `ConvCache` (positions go on from it; it counts the new tokens) or None; position_ids:
+        None or the positions the model counts (`check_position_ids`); every input is checked.
+        In training, ``token_dropout`` of the ids become the pad id (t2t's symbol dropout).  The timing
+        signal is counted from each row's first real token.
         """
-        check_embedding_inputs(
-            self.names, self.embed_tokens, input_ids, inputs_embeds, attention_mask, position_ids, past_length
+        positions = embedding_positions(
+            self.names, self.embed_tokens, input_ids, inputs_embeds, attention_mask, cache, position_ids
         )
         if inputs_embeds is None:
             if self.training and self.token_dropout > 0:
                 dropped = torch.rand(input_ids.shape, device=input_ids.device) < self.token_dropout
                 input_ids = input_ids.masked_fill(dropped, self.pad_token_id)
             inputs_embeds = self.embed_tokens(input_ids)
-        return inputs_embeds * self.embed_scale
-
-    def timing_signal(self, attention_mask, length: int, past_length: int, like: torch.Tensor) -> torch.Tensor:
-        """(B or 1, T, d) timing of the last ``length`` positions, counted from the first real token."""
-        positions = positions_from_mask(attention_mask, length, past_length, like.device)
-        return self.timing(positions).to(like.dtype)
+        embedded = inputs_embeds * self.embed_scale
+        return embedded, self.timing(positions).to(embedded.dtype)
 
 
 class SliceNetEncoder(_SliceNetStack):
@@ -118,8 +115,8 @@ class SliceNetEncoder(_SliceNetStack):
 
         ``hidden_states``: the input of each layer, then the (dropped out) output.
         """
-        hidden = self.embed(input_ids, inputs_embeds, attention_mask, 0, position_ids)
-        hidden = hidden + self.timing_signal(attention_mask, hidden.shape[1], 0, hidden)
+        embedded, timing = self.embed(input_ids, inputs_embeds, attention_mask, position_ids=position_ids)
+        hidden = embedded + timing
         padding_mask = None if attention_mask is None else attention_mask.bool()
         all_hidden = []
         for layer in self.layers:
@@ -219,7 +216,7 @@ class SliceNetDecoder(_SliceNetStack):
         """
         Args:
             input_ids: (B, T) new target tokens (or inputs_embeds (B, T, d)).
-            attention_mask: (B, past + T) with 1 at real tokens, or None.
+            attention_mask: (B, T) or (B, past + T) with 1 at real tokens, or None.
             position_ids: None, or the positions the model counts itself (`check_position_ids`).
             encoder_hidden_states / encoder_attention_mask: (B, S, d) encoder output and its (B, S) mask
                 (or None).
@@ -232,14 +229,12 @@ class SliceNetDecoder(_SliceNetStack):
             ``cross_attentions``: (B, 1, T, S) each, from the IO mixer and then each layer.
         """
         past_key_values, _ = split_cache(past_key_values)
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        embedded = self.embed(input_ids, inputs_embeds, attention_mask, past_length, position_ids)
+        embedded, timing = self.embed(input_ids, inputs_embeds, attention_mask, past_key_values, position_ids)
         if encoder_hidden_states.shape[0] != embedded.shape[0]:
             raise ValueError(
                 f"the encoder's output has batch size {encoder_hidden_states.shape[0]} but "
                 f"{self.names.ids} has {embedded.shape[0]}"
             )
-        timing = self.timing_signal(attention_mask, embedded.shape[1], past_length, embedded)
         padding_mask = None if attention_mask is None else attention_mask[:, -embedded.shape[1] :].bool()
         # The encoder output stays a tensor argument of each layer (checkpointed layers see what needs grad).
         source, source_bias = encoder_hidden_states, attention_bias(encoder_hidden_states, encoder_attention_mask)
