@@ -162,8 +162,9 @@ class FixedStateGenerationMixin:
       read a 2D mask (padding and positions), and need only the new tokens' columns of it, since the
       cache counts each row's real tokens so far: the (B, T) columns of the T new tokens are returned.
       The mask ``generate`` keeps grows a column per step; this one keeps its shape, so a compiled step
-      has fixed shapes.  Keyword names differ between 5.17 (``past_key_values``) and 5.24 (``cache``):
-      only ``inputs_embeds`` (its shape) and ``attention_mask`` are read.
+      has fixed shapes (and strides: a copy, which 5.24 makes itself and 5.17 does not).  Keyword names
+      differ between 5.17 (``past_key_values``) and 5.24 (``cache``): only ``inputs_embeds`` (its shape)
+      and ``attention_mask`` are read.
     """
 
     new_cache: Callable[[], Cache]
@@ -200,7 +201,8 @@ class FixedStateGenerationMixin:
     def create_masks_for_generate(self, config, inputs_embeds, attention_mask, *args, **kwargs):
         if attention_mask is None:
             return None
-        return attention_mask[:, attention_mask.shape[1] - inputs_embeds.shape[1] :]
+        new_columns = attention_mask[:, attention_mask.shape[1] - inputs_embeds.shape[1] :]
+        return new_columns.clone(memory_format=torch.contiguous_format)  # same strides at every step
 
 
 class HeadClassKeepingResizeMixin:
