@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m talk_hf.export",
         description=(
-            "Export a saved TaLK / DynamicConv / LightConv model (a save_pretrained folder) to ONNX: the encoder "
+            "Export a saved TaLK / DynamicConv / LightConv / SliceNet model (a save_pretrained folder) to ONNX: the encoder "
             "and one decoding step with the fixed-size state as inputs and outputs, a manifest.json and runner.py, "
             "which generates with onnxruntime and numpy only."
         ),

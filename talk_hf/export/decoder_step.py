@@ -72,17 +72,21 @@ def _cross_attention(block, hidden: torch.Tensor, keys, values, source_bias: tor
     return block.residual.post(_linear(block.out_proj, attended), hidden)
 
 
-def check_exportable(model) -> None:
-    """Raise a ValueError naming what the export does not support in ``model`` (its head class or a
-    layer's core); the supported heads are `ConvForConditionalGeneration` and `ConvForCausalLM` with
-    TaLK, DynamicConv or LightConv cores, in eval mode."""
+def _cross_attention_names(layers: int) -> dict[str, int]:
+    """Each decoder layer's cross-attention keys and values (B, heads, S, head_dim): name -> source axis."""
+    return {f"cross_{kind}_{i}": 2 for i in range(layers) for kind in ("key", "value")}
+
+
+def check_mixer_model(model) -> None:
+    """Raise a ValueError naming what `EncoderForExport` / `DecoderStepForExport` do not support in
+    ``model`` (its head class or a layer's core): they take `ConvForConditionalGeneration` and
+    `ConvForCausalLM` with TaLK, DynamicConv or LightConv cores."""
     if not isinstance(model, (ConvForConditionalGeneration, ConvForCausalLM)):
         raise ValueError(
             f"the ONNX export supports the heads of the convolutional families (ConvForConditionalGeneration, "
-            f"ConvForCausalLM: TaLK, DynamicConv, LightConv), not {type(model).__name__}"
+            f"ConvForCausalLM: TaLK, DynamicConv, LightConv; SliceNetForConditionalGeneration), "
+            f"not {type(model).__name__}"
         )
-    if model.training:
-        raise ValueError(f"export a model in eval mode: call {type(model).__name__}.eval() first (dropout is on)")
     stacks = {"encoder": model.model.encoder} if isinstance(model, ConvForConditionalGeneration) else {}
     stacks["decoder"] = model.model.decoder
     for name, stack in stacks.items():
@@ -98,13 +102,16 @@ def check_exportable(model) -> None:
 
 class EncoderForExport(nn.Module):
     """input_ids (B, S), attention_mask (B, S) (1 at real tokens) -> encoder output (B, S, d), then each
-    decoder layer's cross-attention keys and values (B, heads, S, head_dim), layer by layer."""
+    decoder layer's cross-attention keys and values (B, heads, S, head_dim), layer by layer.
+
+    ``outputs``: each output's name and the axis of its source length."""
 
     def __init__(self, model: ConvForConditionalGeneration):
         super().__init__()
-        check_exportable(model)
+        check_mixer_model(model)
         self.encoder = model.model.encoder
         self.cross_attention = nn.ModuleList(layer.cross_attention for layer in model.model.decoder.layers)
+        self.outputs = {"encoder_hidden_states": 1, **_cross_attention_names(len(self.cross_attention))}
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         length = input_ids.shape[1]
@@ -135,14 +142,23 @@ class DecoderStepForExport(nn.Module):
 
     Outputs: logits (B, V) float32 of the next token, then each layer's new history (the old one
     without its oldest row, then this token's mixer input): the shapes of the inputs.
+
+    ``state_shapes``: (history_size, channels) of each layer's history; ``source_inputs``: the names
+    of the inputs after the histories, with the axis of their source length.
     """
 
     def __init__(self, model: ConvForConditionalGeneration | ConvForCausalLM):
         super().__init__()
-        check_exportable(model)
+        check_mixer_model(model)
         self.decoder = model.model.decoder
         self.lm_head = model.lm_head
         self.is_encoder_decoder = isinstance(model, ConvForConditionalGeneration)
+        self.state_shapes = [(size, model.config.conv_dim) for size in self.decoder.history_sizes()]
+        self.source_inputs = (
+            {**_cross_attention_names(len(self.decoder.layers)), "encoder_attention_mask": 1}
+            if self.is_encoder_decoder
+            else {}
+        )
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, token_mask: torch.Tensor, *rest: torch.Tensor):
         layers = self.decoder.layers

@@ -53,8 +53,37 @@ def talk_full_kernel(core: TaLKCore, offset_left: torch.Tensor, offset_right: to
     return torch.cat(parts, dim=-1) / (core.max_left + core.max_right + 1)
 
 
+def tap_rows(padded: torch.Tensor, tap: int, taps: int, dilation: int) -> torch.Tensor:
+    """(B, L, ...) -> (B, L - (taps - 1) * dilation, ...): row ``tap * dilation + t`` for every output t,
+    the rows tap ``tap`` reads.  Sliced by offsets from both ends, so an exported graph keeps L dynamic."""
+    from_end = (taps - 1 - tap) * dilation
+    return padded[:, tap * dilation : -from_end if from_end else None]
+
+
+def tap_sum(padded: torch.Tensor, kernel: torch.Tensor, dilation: int = 1) -> torch.Tensor:
+    """The window sums of the tokens a padded input holds in full, tap by tap (no (T, K, C) copy).
+
+    Args:
+        padded: (B, T + (K - 1) * dilation, C): the tokens' taps and the padding around them.
+        kernel: (B, T, H, K) or (1, 1, H, K) per-token (or shared) taps; head h owns channels h*C/H ...
+            (h+1)*C/H - 1.
+        dilation: the spacing of the taps (``out[t]`` reads ``padded[t + k * dilation]`` for the taps k).
+
+    Returns:
+        (B, T, C) float32 sums.
+    """
+    batch, _, channels = padded.shape
+    heads, taps = kernel.shape[-2:]
+    padded = padded.float().view(batch, padded.shape[1], heads, channels // heads)
+    kernel = kernel.float().unsqueeze(-1)
+    out = tap_rows(padded, 0, taps, dilation) * kernel[:, :, :, 0]
+    for tap in range(1, taps):
+        out = out + tap_rows(padded, tap, taps, dilation) * kernel[:, :, :, tap]
+    return out.view(batch, out.shape[1], channels)
+
+
 def window_sum(x: torch.Tensor, kernel: torch.Tensor, padding_l: int) -> torch.Tensor:
-    """The dynamic-convolution sum of every token, tap by tap.
+    """The dynamic-convolution sum of every token, tap by tap (`tap_sum` of ``x`` padded with zeros).
 
     Args:
         x: (B, T, C) input, zero at padding.
@@ -64,15 +93,9 @@ def window_sum(x: torch.Tensor, kernel: torch.Tensor, padding_l: int) -> torch.T
     Returns:
         (B, T, C) float32 sums, cast back to ``x``'s dtype.
     """
-    batch, length, channels = x.shape
-    heads, taps = kernel.shape[-2:]
+    taps = kernel.shape[-1]
     padded = F.pad(x.float(), (0, 0, padding_l, taps - 1 - padding_l))
-    padded = padded.view(batch, length + taps - 1, heads, channels // heads)
-    kernel = kernel.float().unsqueeze(-1)
-    out = padded[:, :length] * kernel[:, :, :, 0]
-    for tap in range(1, taps):
-        out = out + padded[:, tap : tap + length] * kernel[:, :, :, tap]
-    return out.reshape(batch, length, channels).to(x.dtype)
+    return tap_sum(padded, kernel).to(x.dtype)
 
 
 def step_sum(context: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:

@@ -44,10 +44,9 @@ from pathlib import Path
 
 import torch
 
-from ..models.conv_modeling import ConvForConditionalGeneration
 from ..version import __version__
 from . import runner
-from .decoder_step import DecoderStepForExport, EncoderForExport, check_exportable
+from .graphs import export_graphs
 
 OPSET = 18
 ENCODER_FILE, STEP_FILE = "encoder.onnx", "decoder_step.onnx"
@@ -58,36 +57,34 @@ GENERATION_FIELDS = ("num_beams", "length_penalty", "early_stopping", "max_lengt
 EXAMPLE_BATCH, EXAMPLE_SOURCE_LENGTH = 2, 5
 
 
-def _graph_names(model, layers: int) -> dict:
-    """The input and output names of each graph."""
-    cross = [f"cross_{kind}_{i}" for i in range(layers) for kind in ("key", "value")]
-    states = [f"state_{i}" for i in range(layers)]
-    step_inputs = ["input_ids", "positions", "token_mask", *states]
-    graphs = {"decoder_step": {"outputs": ["logits", *(f"new_{name}" for name in states)]}}
-    if isinstance(model, ConvForConditionalGeneration):
-        graphs["encoder"] = {"inputs": ["input_ids", "attention_mask"], "outputs": ["encoder_hidden_states", *cross]}
-        step_inputs += [*cross, "encoder_attention_mask"]
-    graphs["decoder_step"]["inputs"] = step_inputs
+def _graph_names(encoder, step) -> dict:
+    """The input and output names of each graph (`export_graphs`' modules describe theirs)."""
+    states = [f"state_{i}" for i in range(len(step.state_shapes))]
+    graphs = {
+        "decoder_step": {
+            "inputs": ["input_ids", "positions", "token_mask", *states, *step.source_inputs],
+            "outputs": ["logits", *(f"new_{name}" for name in states)],
+        }
+    }
+    if encoder is not None:
+        graphs["encoder"] = {"inputs": ["input_ids", "attention_mask"], "outputs": list(encoder.outputs)}
     return graphs
 
 
-def _dynamic_axes(graph: dict, role: str) -> dict:
-    """Each name's dynamic axes: batch first; the source length in the encoder's tensors and the
-    step's source inputs (the cross-attention keys and values: axis 2)."""
+def _dynamic_axes(graph: dict, source_axes: dict[str, int]) -> dict:
+    """Each name's dynamic axes: the batch first, and the source length where ``source_axes`` names it."""
     axes = {}
     for name in graph["inputs"] + graph["outputs"]:
-        if name.startswith("cross_"):
-            axes[name] = {0: "batch", 2: "source_length"}
-        elif role == "encoder" or name == "encoder_attention_mask":
-            axes[name] = {0: "batch", 1: "source_length"}
-        else:
-            axes[name] = {0: "batch"}
+        axes[name] = {0: "batch"}
+        if name in source_axes:
+            axes[name][source_axes[name]] = "source_length"
     return axes
 
 
-def _export(module, args: tuple, path: Path, graph: dict, role: str, exporter: str) -> None:
-    """Export ``module(*args)`` to ``path`` with ``graph``'s names and dynamic batch / source length."""
-    axes = _dynamic_axes(graph, role)
+def _export(module, args: tuple, path: Path, graph: dict, role: str, source_axes: dict[str, int], exporter: str):
+    """Export ``module(*args)`` (``role``: "encoder" or "decoder_step") to ``path`` with ``graph``'s names,
+    a dynamic batch and the source length dynamic on the axes ``source_axes`` gives."""
+    axes = _dynamic_axes(graph, source_axes)
     if exporter == "torchscript":
         dynamic = {"dynamic_axes": axes}
     else:
@@ -124,10 +121,10 @@ def _special_tokens(model) -> dict:
 
 
 def export_onnx(model, folder: str | Path, exporter: str = "dynamo") -> Path:
-    """Export ``model`` (a TaLK / DynamicConv / LightConv head, float32, eval mode) into ``folder``.
+    """Export ``model`` (a TaLK / DynamicConv / LightConv / SliceNet head, float32, eval mode) into ``folder``.
 
     Args:
-        model: a `ConvForConditionalGeneration` or `ConvForCausalLM` (see `check_exportable`).
+        model: a `ConvForConditionalGeneration` or `ConvForCausalLM` (see `export_graphs`).
         folder: created if missing; its files of the same names are replaced.
         exporter: ``"dynamo"`` (``torch.onnx.export(dynamo=True)``) or ``"torchscript"``.
 
@@ -136,30 +133,32 @@ def export_onnx(model, folder: str | Path, exporter: str = "dynamo") -> Path:
     """
     if exporter not in EXPORTERS:
         raise ValueError(f"exporter must be one of {EXPORTERS}, got {exporter!r}")
-    check_exportable(model)
+    encoder, step = export_graphs(model)
     dtypes = {parameter.dtype for parameter in model.parameters()}
     if dtypes != {torch.float32}:
         raise ValueError(f"export a float32 model; {type(model).__name__} has parameters of {sorted(map(str, dtypes))}")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    decoder = model.model.decoder
-    graphs = _graph_names(model, len(decoder.layers))
+    graphs = _graph_names(encoder, step)
     batch, device = EXAMPLE_BATCH, model.device
     ids = torch.full((batch, 1), model.config.bos_token_id or 0, device=device)
     ones = torch.ones_like(ids)
-    histories = [torch.zeros(batch, size, model.config.conv_dim, device=device) for size in decoder.history_sizes()]
+    histories = [torch.zeros(batch, size, channels, device=device) for size, channels in step.state_shapes]
     step_args = (ids, ids * 0, ones, *histories)
     files = {"decoder_step": STEP_FILE}
     with torch.no_grad():
-        if isinstance(model, ConvForConditionalGeneration):
-            encoder = EncoderForExport(model).eval()
+        if encoder is not None:
             source = ids.expand(batch, EXAMPLE_SOURCE_LENGTH).contiguous()
             source_mask = torch.ones_like(source)
-            _export(encoder, (source, source_mask), folder / ENCODER_FILE, graphs["encoder"], "encoder", exporter)
-            step_args += (*encoder(source, source_mask)[1:], source_mask)
+            encoder_axes = {"input_ids": 1, "attention_mask": 1, **encoder.outputs}
+            example = (source, source_mask)
+            _export(encoder, example, folder / ENCODER_FILE, graphs["encoder"], "encoder", encoder_axes, exporter)
+            named = dict(zip(encoder.outputs, encoder(*example), strict=True))
+            named["encoder_attention_mask"] = source_mask
+            step_args += tuple(named[name] for name in step.source_inputs)
             files["encoder"] = ENCODER_FILE
-        step = DecoderStepForExport(model).eval()
-        _export(step, step_args, folder / STEP_FILE, graphs["decoder_step"], "decoder_step", exporter)
+        step_graph = graphs["decoder_step"]
+        _export(step, step_args, folder / STEP_FILE, step_graph, "decoder_step", step.source_inputs, exporter)
     generation = model.generation_config
     manifest = {
         "format": runner.FORMAT,
@@ -170,9 +169,9 @@ def export_onnx(model, folder: str | Path, exporter: str = "dynamo") -> Path:
         "files": files,
         "graphs": graphs,
         "states": [
-            {"name": name, "history_size": size, "channels": model.config.conv_dim}
-            for name, size in zip(
-                graphs["decoder_step"]["inputs"][3 : 3 + len(decoder.layers)], decoder.history_sizes(), strict=True
+            {"name": name, "history_size": size, "channels": channels}
+            for name, (size, channels) in zip(
+                graphs["decoder_step"]["inputs"][3 : 3 + len(step.state_shapes)], step.state_shapes, strict=True
             )
         ],
         "vocab_size": model.lm_head.out_features,

@@ -91,6 +91,7 @@ class OnnxGenerator:
         files, graphs = self.manifest["files"], self.manifest["graphs"]
         self.sessions = {role: _session(self.folder / files[role], graphs[role], options) for role in files}
         self.step_inputs = graphs["decoder_step"]["inputs"]
+        self.source_inputs = self.step_inputs[3 + len(self.manifest["states"]) :]
         tokens = self.manifest["special_tokens"]
         eos = tokens.get("eos_token_id")
         self.eos = np.array([] if eos is None else np.atleast_1d(eos), dtype=np.int64)
@@ -103,9 +104,13 @@ class OnnxGenerator:
         return [np.zeros((batch, s["history_size"], s["channels"]), np.float32) for s in self.manifest["states"]]
 
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> list[np.ndarray]:
-        """Source (B, S) ids and mask -> the step's source inputs: keys and values per layer, then the mask."""
+        """Source (B, S) ids and mask -> the step's source inputs, in its order: the encoder's outputs
+        of those names (e.g. each layer's cross-attention keys and values) and, as
+        ``encoder_attention_mask``, the mask."""
         outputs = self.sessions["encoder"].run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
-        return [*outputs[1:], attention_mask]
+        named = dict(zip(self.manifest["graphs"]["encoder"]["outputs"], outputs, strict=True))
+        named["encoder_attention_mask"] = attention_mask
+        return [named[name] for name in self.source_inputs]
 
     def step(self, ids, positions, token_mask, states, source) -> tuple[np.ndarray, list[np.ndarray]]:
         """One token per row: ids, positions, token_mask (B, 1) int64, the histories and the source's

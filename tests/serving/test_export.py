@@ -1,10 +1,12 @@
 """`talk_hf.export`: the exported encoder and decoding step, run by ONNX Runtime through the numpy
 runner, decode the tokens of ``model.generate`` (greedy and beam, float32) for TaLK, DynamicConv and
-LightConv encoder-decoders and LMs; the states keep their shapes; TaLK's one-token window formula is
-the op's; the runner needs neither talk_hf nor torch; bad models, folders and requests say what is wrong.
+LightConv encoder-decoders and LMs and SliceNet; the states keep their shapes; TaLK's one-token window
+formula is the op's; the runner needs neither talk_hf nor torch; bad models, folders and requests say
+what is wrong.
 
-Each model is exported once per module (TaLK with the default dynamo exporter, the others with the
-faster TorchScript one), with an end token chosen so that row 0 ends early when the length is free.
+Each model is exported once per module (TaLK and SliceNet with the default dynamo exporter, the others
+with the faster TorchScript one), with an end token chosen so that row 0 ends early when the length is
+free.  The sources are of different lengths: row 0 right-padded, row 1 left-padded.
 """
 
 from __future__ import annotations
@@ -42,7 +44,15 @@ LIGHT_CONV_SEQ2SEQ = replace(
 _BY_NAME = {case.name: case for case in [*CASES, LIGHT_CONV_SEQ2SEQ]}
 EXPORTED = {
     name: _BY_NAME[name]
-    for name in ("talk-seq2seq", "talk-lm", "dynamic-seq2seq", "dynamic-lm", "light_conv-seq2seq", "light_conv-lm")
+    for name in (
+        "talk-seq2seq",
+        "talk-lm",
+        "dynamic-seq2seq",
+        "dynamic-lm",
+        "light_conv-seq2seq",
+        "light_conv-lm",
+        "slicenet",
+    )
 }
 NEW_TOKENS = 8
 
@@ -52,7 +62,7 @@ class Exported:
     model: torch.nn.Module
     folder: Path
     generator: OnnxGenerator
-    ids: torch.Tensor  # (3, S) sources (row 0 right-padded) or prompts (row 0 left-padded)
+    ids: torch.Tensor  # (3, S) sources (row 0 right-padded, row 1 left-padded) or prompts (row 0 left-padded)
     mask: torch.Tensor
     eos: int
 
@@ -70,8 +80,9 @@ class Exported:
 def _inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
     ids = torch.randint(3, VOCAB, (3, 7 if case.is_seq2seq else 5), generator=torch.Generator().manual_seed(3))
     mask = torch.ones_like(ids)
-    padding = (0, slice(5, None)) if case.is_seq2seq else (0, slice(None, 2))
-    ids[padding], mask[padding] = PAD, 0
+    paddings = [(0, slice(5, None)), (1, slice(None, 3))] if case.is_seq2seq else [(0, slice(None, 2))]
+    for padding in paddings:
+        ids[padding], mask[padding] = PAD, 0
     return ids, mask
 
 
@@ -90,7 +101,7 @@ def exported(tmp_path_factory):
             eos = int(next(t for t in free[0, -NEW_TOKENS + 2 :] if t > PAD))
             model.generation_config.eos_token_id = model.config.eos_token_id = eos
             folder = tmp_path_factory.mktemp(name)
-            export_onnx(model, folder, exporter="dynamo" if name.startswith("talk") else "torchscript")
+            export_onnx(model, folder, exporter="dynamo" if name.startswith(("talk", "slicenet")) else "torchscript")
             done[name] = Exported(model, folder, OnnxGenerator(folder, threads=1), ids, mask, eos)
         return done[name]
 
@@ -130,15 +141,18 @@ def test_beam_search_equals_generate(exported, name, settings):
 
 @pytest.mark.parametrize("name", EXPORTED)
 def test_step_logits_equal_the_forward_pass(exported, name):
-    """Teacher forcing through the step graph gives the logits of the model's full forward pass."""
+    """Teacher forcing through the step graph gives the logits of the model's full forward pass (targets
+    longer than every state's history, so that the oldest rows leave each window)."""
     entry = exported(name)
     runner, ids, mask = entry.generator, entry.ids.numpy(), entry.mask.numpy()
     states = runner.new_states(len(ids))
     if entry.model.config.is_encoder_decoder:
-        targets = torch.randint(3, VOCAB, (len(ids), 6), generator=torch.Generator().manual_seed(4))
+        length = max(state["history_size"] for state in runner.manifest["states"]) + 4
+        targets = torch.randint(3, VOCAB, (len(ids), length), generator=torch.Generator().manual_seed(4))
         with torch.no_grad():
             expected = entry.model(input_ids=entry.ids, attention_mask=entry.mask, decoder_input_ids=targets).logits
-        source, feed, positions = runner.encode(ids, mask), targets.numpy(), np.arange(6)[None].repeat(len(ids), 0)
+        source, feed = runner.encode(ids, mask), targets.numpy()
+        positions = np.arange(length)[None].repeat(len(ids), 0)
         real = np.ones_like(feed)
     else:
         with torch.no_grad():
@@ -150,7 +164,7 @@ def test_step_logits_equal_the_forward_pass(exported, name):
         np.testing.assert_allclose(logits, expected[:, t].numpy(), atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["talk-seq2seq", "dynamic-lm"])
+@pytest.mark.parametrize("name", ["talk-seq2seq", "dynamic-lm", "slicenet"])
 def test_states_keep_their_shapes(exported, name):
     """Every state input is (batch, history_size, channels) with fixed sizes but the batch, and each step
     returns it moved on by one row, in the same shape."""
@@ -221,11 +235,9 @@ def test_runner_needs_neither_talk_hf_nor_torch(exported):
 
 
 def test_export_refuses_what_it_cannot_express(tmp_path):
-    slicenet = next(case for case in CASES if case.name == "slicenet").model()
-    with pytest.raises(
-        ValueError, match="not support SliceNetForConditionalGeneration: its encoder is a SliceNetEncoder"
-    ):
-        export_onnx(slicenet, tmp_path)
+    headless = EXPORTED["slicenet"].model().model
+    with pytest.raises(ValueError, match=r"supports the heads .* not SliceNetModel"):
+        export_onnx(headless, tmp_path)
     toy = next(case for case in CASES if case.head is toy_family.ToyForConditionalGeneration).model()
     with pytest.raises(ValueError, match="encoder layer 0 has a DepthwiseConvCore mixer core"):
         export_onnx(toy, tmp_path)
@@ -292,35 +304,48 @@ def test_runner_refuses_bad_json_and_bad_requests(exported, tmp_path):
         OnnxGenerator(exported("dynamic-lm").folder, optimization="max")
 
 
-def test_command_line_exports_and_checks(tmp_path, capsys):
-    model = EXPORTED["light_conv-seq2seq"].model()
+@pytest.mark.parametrize("name", ["light_conv-seq2seq", "slicenet"])
+def test_command_line_exports_and_checks(tmp_path, capsys, name):
+    model = EXPORTED[name].model()
     model.save_pretrained(tmp_path / "model")
     assert main([str(tmp_path / "model"), str(tmp_path / "onnx"), "--exporter", "torchscript", "--check"]) == 0
     assert "check: greedy tokens of 4 random inputs equal model.generate's" in capsys.readouterr().out
-    assert OnnxGenerator(tmp_path / "onnx").manifest["head"] == "DynamicConvForConditionalGeneration"
+    assert OnnxGenerator(tmp_path / "onnx").manifest["head"] == type(model).__name__
     assert main([str(tmp_path / "model"), str(tmp_path / "int8"), "--exporter", "torchscript", "--int8"]) == 0
     assert "int8: decoder_step.onnx, encoder.onnx" in capsys.readouterr().out
     assert OnnxGenerator(tmp_path / "int8").manifest["int8"]["weight_type"] == "QInt8"
 
 
-def _first_step_logits(generator: OnnxGenerator, ids: np.ndarray) -> np.ndarray:
-    """(B, V) logits of an LM's first token (each row's first column)."""
-    first = ids[:, :1].astype(np.int64)
-    return generator.step(first, np.zeros_like(first), np.ones_like(first), generator.new_states(len(ids)), [])[0]
+def _first_step_logits(generator: OnnxGenerator, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """(B, V) logits of the first step: an encoder-decoder's start token over the source ``ids``, an
+    LM's first token (each row's first column)."""
+    manifest = generator.manifest
+    if manifest["is_encoder_decoder"]:
+        first = np.full((len(ids), 1), manifest["special_tokens"]["decoder_start_token_id"], np.int64)
+        source = generator.encode(ids, mask)
+    else:
+        first, source = ids[:, :1].astype(np.int64), []
+    return generator.step(first, np.zeros_like(first), np.ones_like(first), generator.new_states(len(ids)), source)[0]
 
 
-def test_int8_quantizes_every_graph_once_and_stays_close(exported, tmp_path):
-    """quantize_exported puts the products in int8 (ONNX Runtime's integer MatMul), records it, keeps
-    the logits close to float32's (relative to their spread), and refuses a second quantization."""
+@pytest.mark.parametrize("name", ["dynamic-lm", "slicenet"])
+def test_int8_quantizes_every_graph_once_and_stays_close(exported, tmp_path, name):
+    """quantize_exported puts the products with weights in int8 (ONNX Runtime's integer MatMul; only
+    SliceNet's attention, a product of the query and the encoder output, stays float32), records it,
+    keeps the logits close to float32's (relative to their spread), and refuses a second quantization."""
     onnx = pytest.importorskip("onnx")
-    float32 = exported("dynamic-lm")
+    float32 = exported(name)
     folder = shutil.copytree(float32.folder, tmp_path / "int8")
-    assert quantize_exported(folder) == ["decoder_step.onnx"]
-    operators = {node.op_type for node in onnx.load(folder / "decoder_step.onnx").graph.node}
-    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= operators and "MatMul" not in operators
-    ids = float32.ids.numpy()
-    expected = _first_step_logits(float32.generator, ids)
-    logits = _first_step_logits(OnnxGenerator(folder, threads=1), ids)
+    files = sorted(float32.generator.manifest["files"].values())
+    assert sorted(quantize_exported(folder)) == files
+    for file in files:
+        nodes = onnx.load(folder / file).graph.node
+        assert {"DynamicQuantizeLinear", "MatMulInteger"} <= {node.op_type for node in nodes}
+        float_products = {node.input[1] for node in nodes if node.op_type in ("MatMul", "Gemm")}
+        assert float_products <= {"source_keys", "encoder_hidden_states"}, file
+    ids, mask = float32.ids.numpy(), float32.mask.numpy()
+    expected = _first_step_logits(float32.generator, ids, mask)
+    logits = _first_step_logits(OnnxGenerator(folder, threads=1), ids, mask)
     assert np.sqrt(np.mean((logits - expected) ** 2)) < 0.1 * expected.std()
     with pytest.raises(ValueError, match="is already int8"):
         quantize_exported(folder)
@@ -330,6 +355,6 @@ def test_command_line_names_a_bad_model(tmp_path, capsys):
     assert main([str(tmp_path / "missing"), str(tmp_path / "onnx")]) == 1
     error = capsys.readouterr().err
     assert error.startswith("error:") and "missing is not a save_pretrained folder: it has no config.json" in error
-    next(case for case in CASES if case.name == "slicenet").model().save_pretrained(tmp_path / "slicenet")
-    assert main([str(tmp_path / "slicenet"), str(tmp_path / "onnx")]) == 1
-    assert "error: the ONNX export does not support SliceNetForConditionalGeneration" in capsys.readouterr().err
+    next(case for case in CASES if case.name == "toy-seq2seq").model().save_pretrained(tmp_path / "toy")
+    assert main([str(tmp_path / "toy"), str(tmp_path / "onnx")]) == 1
+    assert "error: encoder layer 0 has a DepthwiseConvCore mixer core" in capsys.readouterr().err
