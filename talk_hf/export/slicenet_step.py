@@ -38,14 +38,6 @@ from .slicenet_math import conv_module, valid_conv
 SOURCE_INPUTS = {"encoder_hidden_states": 1, "source_keys": 2, "source_bias": 2}
 
 
-def _encoder_step(step: ConvStep, x: torch.Tensor, real_tokens: torch.Tensor) -> torch.Tensor:
-    """`ConvStep.forward` of an encoder step ("SAME" padding): x (B, S, C_in), real_tokens (B, S, 1)
-    -> (B, S, C_out)."""
-    left = step.history_size // 2
-    padded = F.pad(torch.relu(x) * real_tokens, (0, 0, left, step.history_size - left))
-    return step.norm(valid_conv(step.conv, padded))
-
-
 def _attention(
     block: SliceAttention,
     x: torch.Tensor,
@@ -91,7 +83,10 @@ class SliceNetEncoderForExport(nn.Module):
         real_tokens = token_multiplier(attention_mask, length, hidden.dtype)
 
         def conv_step(step: ConvStep, x: torch.Tensor) -> torch.Tensor:
-            return _encoder_step(step, x, real_tokens)
+            """`ConvStep.forward` of an encoder step ("SAME" padding): (B, S, C_in) -> (B, S, C_out)."""
+            left = step.history_size // 2
+            padded = F.pad(torch.relu(x) * real_tokens, (0, 0, left, step.history_size - left))
+            return step.norm(valid_conv(step.conv, padded))
 
         for layer in encoder.layers:
             hidden = conv_module(layer.module, hidden, conv_step) * real_tokens
