@@ -19,7 +19,7 @@ from talk_hf.export import OnnxGenerator, check_exportable, export_onnx, quantiz
 
 
 def exportable(model) -> bool:
-    """Whether `export_onnx` takes ``model`` (SliceNet is not exported yet)."""
+    """Whether `export_onnx` takes ``model`` (every registered encoder-decoder does; a new family may not)."""
     try:
         check_exportable(model)
     except (TypeError, ValueError):

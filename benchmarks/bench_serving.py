@@ -12,7 +12,7 @@ has no FFN or heads, its own ``small`` preset at that width and depth) and rando
 (`_serving.py`).  Rows (systems): Marian in transformers `generate`; each of our encoder-decoders in
 eager `generate`, compiled (its forward under ``torch.compile(fullgraph=True)``) and with its linear
 layers in int8 (`talk_hf.quantize_int8`); exported to ONNX and run by ONNX Runtime (`talk_hf.export`), in
-float32 and with ONNX Runtime's dynamic int8 (SliceNet does not export yet); the same
+float32 and with ONNX Runtime's dynamic int8 (every family, SliceNet included); the same
 Marian converted by CTranslate2's `TransformersConverter`, float32 and int8.
 
 Every round translates the round's next ``--sentences`` sentences with every row in every setting, the
