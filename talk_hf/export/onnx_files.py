@@ -1,6 +1,7 @@
 """Write a model's encoder and decoding step as ONNX files, with a manifest and the runner beside them.
 
-The folder holds ``encoder.onnx`` (encoder-decoders), ``decoder_step.onnx``, ``manifest.json`` (the
+The folder holds ``encoder.onnx`` (encoder-decoders), ``decoder_step.onnx``, ``beam_candidates.onnx``
+(beam search's log-softmax and ranking of the step's logits, `beam_graph`), ``manifest.json`` (the
 graphs' input and output names, each layer's state shape, the special tokens, the vocabulary size,
 the model type and the generation defaults the runner applies) and ``runner.py`` (a copy of
 `talk_hf.export.runner`: onnxruntime and numpy only).  Batch and source length are dynamic axes;
@@ -42,14 +43,16 @@ import shutil
 import warnings
 from pathlib import Path
 
+import onnx
 import torch
 
 from ..version import __version__
 from . import runner
+from .beam_graph import INPUTS, OUTPUTS, candidates_graph, chunk_size
 from .graphs import export_graphs
 
 OPSET = 18
-ENCODER_FILE, STEP_FILE = "encoder.onnx", "decoder_step.onnx"
+ENCODER_FILE, STEP_FILE, CANDIDATES_FILE = "encoder.onnx", "decoder_step.onnx", f"{runner.CANDIDATES}.onnx"
 EXPORTERS = ("dynamo", "torchscript")
 # Generation settings the runner applies, read from the model's generation configuration (those set).
 GENERATION_FIELDS = ("num_beams", "length_penalty", "early_stopping", "max_length")
@@ -64,7 +67,8 @@ def _graph_names(encoder, step) -> dict:
         "decoder_step": {
             "inputs": ["input_ids", "positions", "token_mask", *states, *step.source_inputs],
             "outputs": ["logits", *(f"new_{name}" for name in states)],
-        }
+        },
+        runner.CANDIDATES: {"inputs": list(INPUTS), "outputs": list(OUTPUTS)},
     }
     if encoder is not None:
         graphs["encoder"] = {"inputs": ["input_ids", "attention_mask"], "outputs": list(encoder.outputs)}
@@ -159,6 +163,9 @@ def export_onnx(model, folder: str | Path, exporter: str = "dynamo") -> Path:
             files["encoder"] = ENCODER_FILE
         step_graph = graphs["decoder_step"]
         _export(step, step_args, folder / STEP_FILE, step_graph, "decoder_step", step.source_inputs, exporter)
+    vocab_size = model.lm_head.out_features
+    onnx.save(candidates_graph(vocab_size, chunk_size(vocab_size), OPSET), folder / CANDIDATES_FILE)
+    files[runner.CANDIDATES] = CANDIDATES_FILE
     generation = model.generation_config
     manifest = {
         "format": runner.FORMAT,
@@ -174,7 +181,7 @@ def export_onnx(model, folder: str | Path, exporter: str = "dynamo") -> Path:
                 graphs["decoder_step"]["inputs"][3 : 3 + len(step.state_shapes)], step.state_shapes, strict=True
             )
         ],
-        "vocab_size": model.lm_head.out_features,
+        "vocab_size": vocab_size,
         "special_tokens": _special_tokens(model),
         "generation": {
             name: getattr(generation, name) for name in GENERATION_FIELDS if getattr(generation, name) is not None

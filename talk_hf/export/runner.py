@@ -10,6 +10,9 @@ Decoding follows transformers' ``generate``: greedy takes the argmax of the logi
 transformers' vectorised beam search (length penalty, ``early_stopping`` True / False / ``"never"``,
 ``2 * num_beams`` candidates per step); ``min_new_tokens`` forbids the end tokens until that many new
 tokens.  No other logits processor is applied (repetition penalties, n-gram blocking, sampling).
+Each beam step's log-softmax and ranking over the (rows, vocabulary) logits run in ONNX Runtime
+(``beam_candidates.onnx``), numpy the rest over (batch, 2 * num_beams) candidates; a folder exported
+without that graph decodes greedily only.
 The graphs' float32 logits match PyTorch's to rounding, so tokens differ only where two candidates
 tie to within it (an argmax, or beams whose scores agree to the last bits).
 A causal LM's prompt runs token by token through the step graph (left padding allowed).  The state
@@ -27,6 +30,7 @@ import onnxruntime as ort
 MANIFEST_NAME = "manifest.json"
 FORMAT, FORMAT_VERSION = "talk_hf-onnx", 1
 REQUIRED_FIELDS = ("model_type", "is_encoder_decoder", "files", "graphs", "states", "vocab_size", "special_tokens")
+CANDIDATES = "beam_candidates"  # the graph role of beam search's candidates (talk_hf.export.beam_graph)
 
 
 def read_manifest(folder: str | Path) -> dict:
@@ -58,12 +62,6 @@ def _session(path: Path, graph: dict, options: ort.SessionOptions) -> ort.Infere
         if names != graph[kind]:
             raise ValueError(f"{path} has the {kind} {names}, but its manifest names {graph[kind]}")
     return session
-
-
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    """(N, V) float32 logits -> log probabilities, in float32."""
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
 class OnnxGenerator:
@@ -119,6 +117,14 @@ class OnnxGenerator:
         logits, *states = self.sessions["decoder_step"].run(None, dict(zip(self.step_inputs, values, strict=True)))
         return logits, states
 
+    def candidates(self, logits: np.ndarray, beam_scores: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """Beam search's candidates: the step's (B * beams, V) logits and the (B, beams) running scores ->
+        the ``count`` largest ``log_softmax(logits) + beam score`` per batch row (B, count), largest
+        first, and their indices ``beam * V + token`` (B, count) int64, equal scores lowest index first."""
+        feed = {"logits": logits, "beam_scores": beam_scores, "count": np.array([count], np.int64)}
+        scores, indices = self.sessions[CANDIDATES].run(None, feed)
+        return scores, indices
+
     def generate(
         self,
         input_ids,
@@ -148,6 +154,12 @@ class OnnxGenerator:
             max_new_tokens = settings.get("max_length", 20) - prompt_length
         if max_new_tokens < 1 or num_beams < 1:
             raise ValueError(f"max_new_tokens and num_beams must be >= 1, got {max_new_tokens} and {num_beams}")
+        if num_beams > 1 and CANDIDATES not in self.sessions:
+            raise ValueError(
+                f"{self.folder} has no {CANDIDATES}.onnx (exported by an older talk_hf): re-export the model "
+                f"(python -m talk_hf.export MODEL_DIR {self.folder}) to search with num_beams > 1; greedy decoding "
+                "runs from it as it is, and so does beam search with the runner.py exported beside it"
+            )
         batch = ids.shape[0]
         if seq2seq:
             source = self.encode(ids, mask)
@@ -191,6 +203,19 @@ class _Decoding:
             scores[:, self.generator.eos] = -np.inf
         return scores
 
+    def candidates(self, beam_scores: np.ndarray, keep: int, new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ``keep`` best (B, keep) scores of the step's logits and running (B, beams) ``beam_scores``, and
+        their indices ``beam * V + token`` (`OnnxGenerator.candidates`).  While ``min_new_tokens`` forbids
+        the end tokens, the graph ranks ``beams * len(eos)`` more, and the end tokens among them are dropped:
+        the order of the rest is the order with the end tokens' scores at -inf."""
+        eos, vocab = self.generator.eos, self.logits.shape[-1]
+        extra = beam_scores.shape[1] * len(eos) if new_tokens < self.min_new else 0
+        scores, indices = self.generator.candidates(self.logits, beam_scores, keep + extra)
+        if extra:
+            allowed = np.argsort(np.isin(indices % vocab, eos), axis=1, kind="stable")[:, :keep]
+            scores, indices = np.take_along_axis(scores, allowed, 1), np.take_along_axis(indices, allowed, 1)
+        return scores, indices
+
     def greedy(self) -> np.ndarray:
         """(B, new) argmax tokens; a row that produced an end token continues with padding."""
         eos, pad = self.generator.eos, self.generator.pad
@@ -226,10 +251,7 @@ class _Decoding:
         lengths = np.zeros((batch, beams), np.int64)
         top_beams = np.arange(keep) < beams
         for length in range(start, max_length):
-            log_probs = self.forbid_end(log_softmax(self.logits), length - start)
-            candidates = (log_probs.reshape(batch, beams, vocab) + running_scores[:, :, None]).reshape(batch, -1)
-            order = _top_k(candidates, keep)
-            top_scores = np.take_along_axis(candidates, order, axis=1)
+            top_scores, order = self.candidates(running_scores, keep, length - start)
             source_beam, token = order // vocab, order % vocab
             top_sequences = np.take_along_axis(running, source_beam[:, :, None], axis=1)
             top_sequences[:, :, length] = token
@@ -264,15 +286,5 @@ class _Decoding:
 
 
 def _top_k(values: np.ndarray, k: int) -> np.ndarray:
-    """(N, M) -> (N, k) indices of the k largest values per row, largest first, ties lowest index first.
-
-    k rounds of ``argmax`` (each a fast linear scan): numpy's ``argpartition`` of a (32, 5 * 8000)
-    beam step takes longer than the model's step.
-    """
-    work = np.maximum(values, np.finfo(np.float32).min)  # a copy whose -inf rank above the picked ones
-    rows = np.arange(len(values))
-    picked = np.empty((len(values), k), np.int64)
-    for rank in range(k):
-        picked[:, rank] = work.argmax(axis=1)
-        work[rows, picked[:, rank]] = -np.inf
-    return picked
+    """(N, M) -> (N, k) indices of the k largest values per row, largest first, ties lowest index first."""
+    return np.argsort(-values, axis=1, kind="stable")[:, :k]

@@ -217,9 +217,10 @@ def test_encoder_window_sums_equal_the_ops(core):
 
 
 def test_runner_needs_neither_talk_hf_nor_torch(exported):
-    """The folder's own runner.py decodes in a process where importing talk_hf, torch or transformers fails."""
+    """The folder's own runner.py decodes (greedy and beam search) in a process where importing talk_hf,
+    torch or transformers fails."""
     entry = exported("talk-seq2seq")
-    expected, _ = entry.both(max_new_tokens=NEW_TOKENS)
+    expected = [entry.both(max_new_tokens=NEW_TOKENS, num_beams=beams)[0].tolist() for beams in (1, 3)]
     script = (
         "import sys, json, numpy as np\n"
         "sys.modules.update(dict.fromkeys(['talk_hf', 'torch', 'transformers']))\n"
@@ -227,11 +228,12 @@ def test_runner_needs_neither_talk_hf_nor_torch(exported):
         "import runner\n"
         f"generator = runner.OnnxGenerator({str(entry.folder)!r}, threads=1)\n"
         f"ids, mask = np.array({entry.ids.tolist()}), np.array({entry.mask.tolist()})\n"
-        f"print(json.dumps(generator.generate(ids, mask, max_new_tokens={NEW_TOKENS}).tolist()))\n"
+        f"tokens = [generator.generate(ids, mask, max_new_tokens={NEW_TOKENS}, num_beams=b) for b in (1, 3)]\n"
+        "print(json.dumps([t.tolist() for t in tokens]))\n"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == expected.tolist()
+    assert json.loads(result.stdout) == expected
 
 
 def test_export_refuses_what_it_cannot_express(tmp_path):
@@ -331,13 +333,16 @@ def _first_step_logits(generator: OnnxGenerator, ids: np.ndarray, mask: np.ndarr
 @pytest.mark.parametrize("name", ["dynamic-lm", "slicenet"])
 def test_int8_quantizes_every_graph_once_and_stays_close(exported, tmp_path, name):
     """quantize_exported puts the products with weights in int8 (ONNX Runtime's integer MatMul; only
-    SliceNet's attention, a product of the query and the encoder output, stays float32), records it,
-    keeps the logits close to float32's (relative to their spread), and refuses a second quantization."""
+    SliceNet's attention, a product of the query and the encoder output, stays float32), leaves the beam
+    candidates graph (no weights) as it is, records it, keeps the logits close to float32's (relative to
+    their spread), and refuses a second quantization."""
     onnx = pytest.importorskip("onnx")
     float32 = exported(name)
     folder = shutil.copytree(float32.folder, tmp_path / "int8")
-    files = sorted(float32.generator.manifest["files"].values())
+    files = sorted(name for role, name in float32.generator.manifest["files"].items() if role != "beam_candidates")
     assert sorted(quantize_exported(folder)) == files
+    candidates = "beam_candidates.onnx"
+    assert (folder / candidates).read_bytes() == (float32.folder / candidates).read_bytes()
     for file in files:
         nodes = onnx.load(folder / file).graph.node
         assert {"DynamicQuantizeLinear", "MatMulInteger"} <= {node.op_type for node in nodes}

@@ -1,0 +1,80 @@
+"""`talk_hf.export.beam_graph`: the beam candidates graph ranks like a full stable sort of the (batch,
+beams * V) sums ``log_softmax(logits) + beam score`` (largest first, equal sums lowest index first),
+with the same float32 sums, for vocabularies a multiple of the chunk or padded, one chunk per row or
+one value per chunk, tied and distinct logits, and any count up to beams * V; a folder exported
+without it decodes greedily and names the re-export for beam search.  (Beam tokens equal to
+``generate``'s: test_export.py.)"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from talk_hf.export import OnnxGenerator, export_onnx
+from talk_hf.export.beam_graph import candidates_graph, chunk_size
+
+from .test_export import EXPORTED, _inputs
+
+ort = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+
+
+def _session(model) -> ort.InferenceSession:
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    """(N, V) -> ONNX Runtime's LogSoftmax of it (the graph's own kernel, so that the sums are its sums)."""
+    node = onnx.helper.make_node("LogSoftmax", ["x"], ["y"], axis=-1)
+    value = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(
+        [node], "log_softmax", [value("x", onnx.TensorProto.FLOAT, None)], [value("y", onnx.TensorProto.FLOAT, None)]
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18)])
+    return _session(model).run(None, {"x": logits})[0]
+
+
+@pytest.mark.parametrize("vocab, chunk", [(40, 5), (43, 5), (40, 64), (7, 1), (1000, 64)])
+@pytest.mark.parametrize("batch, beams", [(3, 2), (2, 4), (1, 1)])
+@pytest.mark.parametrize("ties", [False, True])
+def test_candidates_equal_a_full_sort(vocab, chunk, batch, beams, ties):
+    rng = np.random.default_rng(vocab + batch + beams)
+    logits = rng.standard_normal((batch * beams, vocab)).astype(np.float32) * 3
+    scores = rng.standard_normal((batch, beams)).astype(np.float32)
+    if ties:  # equal logits within each row, equal rows and equal scores across beams
+        logits, scores = np.round(logits), np.round(scores)
+        logits[1::2] = logits[: len(logits) // 2 * 2 : 2]
+    sums = (_log_softmax(logits).reshape(batch, beams, vocab) + scores[:, :, None]).reshape(batch, -1)
+    session = _session(candidates_graph(vocab, chunk))
+    for count in sorted({1, 2 * beams, 3 * beams + 1, beams * vocab}):
+        expected = np.argsort(-sums, axis=1, kind="stable")[:, :count]
+        top_scores, top_indices = session.run(
+            None, {"logits": logits, "beam_scores": scores, "count": np.array([count])}
+        )
+        np.testing.assert_array_equal(top_indices, expected)
+        np.testing.assert_array_equal(top_scores, np.take_along_axis(sums, expected, axis=1))
+
+
+def test_chunk_size_leaves_eight_chunks_to_rank_in_small_vocabularies():
+    assert [chunk_size(vocab) for vocab in (8000, 512, 40, 3)] == [64, 64, 5, 1]
+
+
+def test_a_folder_without_the_candidates_graph_decodes_greedily_and_names_the_re_export(tmp_path):
+    """A folder exported before beam_candidates.onnx (no such file or manifest entry): greedy decoding runs
+    as before, beam search is refused with the command that re-exports the model."""
+    case = EXPORTED["dynamic-lm"]
+    export_onnx(case.model(), tmp_path, exporter="torchscript")
+    ids, mask = (tensor.numpy() for tensor in _inputs(case))
+    greedy = OnnxGenerator(tmp_path, threads=1).generate(ids, mask)
+    (tmp_path / "beam_candidates.onnx").unlink()
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    del manifest["files"]["beam_candidates"], manifest["graphs"]["beam_candidates"]
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    older = OnnxGenerator(tmp_path, threads=1)
+    np.testing.assert_array_equal(older.generate(ids, mask), greedy)
+    with pytest.raises(
+        ValueError, match=r"has no beam_candidates.onnx .* re-export the model \(python -m talk_hf.export"
+    ):
+        older.generate(ids, mask, num_beams=2)
