@@ -177,5 +177,6 @@ class DecoderStepForExport(nn.Module):
                 keys, values = source[2 * index], source[2 * index + 1]
                 hidden = _cross_attention(layer.cross_attention, hidden, keys, values, source_bias)
             hidden = _feed_forward(layer.ffn, hidden)
-        logits = _linear(self.lm_head, self.decoder.finish(hidden))[:, 0].float()
+        # the token's row before the output layer: a select after it copies the (B, V) logits
+        logits = _linear(self.lm_head, self.decoder.finish(hidden)[:, 0]).float()
         return (logits, *new_histories)

@@ -142,5 +142,6 @@ class SliceNetStepForExport(nn.Module):
             hidden = module_out + _attention(layer.attention, query_input, timing, conv_step, source)
         if decoder.final_norm is not None:
             hidden = decoder.final_norm(hidden)
-        logits = F.linear(hidden, self.lm_head.weight, self.lm_head.bias)[:, 0].float()
+        # the token's row before the output layer: a select after it copies the (B, V) logits
+        logits = F.linear(hidden[:, 0], self.lm_head.weight, self.lm_head.bias).float()
         return (logits, *new_histories)
