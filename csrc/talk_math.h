@@ -12,8 +12,11 @@
 // is the integral of the step signal x[floor(.)] from 0 to u.  Kernels evaluate P only as a local
 // prefix sum over the rows a tile of tokens reaches (never one global prefix sum).
 //
+// In a packed row (talk_hf/ops/documents.py) the clamp is into the token's document [start, end]
+// instead of [0, T - 1]: a Span, read per token by RowSpans (no packing) or DocumentSpans.
+//
 // Offsets are not checked by the kernels (no host synchronisation): any value is safe.  Edges are
-// clamped into [0, T - 1] and a NaN edge becomes 0, so no index ever leaves [0, T]; a negative
+// clamped into the span and a NaN edge becomes its first token, so no index ever leaves [0, T]; a negative
 // offset gives the signed integral F(u_b) - F(u_a) of a reversed window.  The PyTorch path
 // rejects negative and NaN offsets instead.  Edge positions are computed relative to t (see
 // shifted_edge), which is more precise than the PyTorch path's t - offset * max_left at long T.
@@ -39,36 +42,76 @@ struct Edge {
   bool free;
 };
 
-// The edge at position t + shift, clamped into [0, T - 1].  The shift (a few tokens: offset times
-// max offset) is split into whole and fractional parts before t is added, so the fraction keeps
-// acc_t's precision at any T (t - shift in float32 would keep only 7 fractional bits at t = 70,000).
-// torch.clamp passes gradients at the bounds themselves, so `free` includes them.  A NaN shift
-// gives position 0; infinite shifts clamp like large ones.
+// The tokens [first, last] a token's window may cover: its row [0, T - 1], or in a packed row its
+// document (first <= t <= last).
+struct Span {
+  int64_t first, last;
+};
+
+// The span of every token of a row: [0, T - 1].  Its bounds are the constants the kernels had before
+// packing, so a kernel instantiated with RowSpans compiles to its unpacked form (`packed` is false).
+struct RowSpans {
+  static constexpr bool packed = false;
+  int64_t length;
+
+  TALK_HD Span operator()(int64_t, int64_t) const { return Span{0, length - 1}; }
+};
+
+// The span of token (b, t) in a packed row: its document, [edges[b, t, 0], edges[b, t, 1]], from the
+// contiguous (B, T, 2) int32 edges that talk_hf/ops/documents.py derives from position_ids.
+struct DocumentSpans {
+  static constexpr bool packed = true;
+  const int32_t* edges;
+  int64_t length;
+
+  TALK_HD Span operator()(int64_t b, int64_t t) const {
+    const int32_t* edge = edges + 2 * (b * length + t);
+    return Span{edge[0], edge[1]};
+  }
+};
+
+// The edge at position t + shift, clamped into the span of t.  The shift (a few tokens: offset
+// times max offset) is split into whole and fractional parts before t is added, so the fraction
+// keeps acc_t's precision at any T (t - shift in float32 would keep only 7 fractional bits at
+// t = 70,000).  torch.clamp passes gradients at the bounds themselves, so `free` includes them.  A
+// NaN shift gives the span's first token; infinite shifts clamp like large ones.
 template <typename acc_t>
-TALK_HD Edge<acc_t> shifted_edge(int64_t t, acc_t shift, int64_t length) {
-  if (!(shift == shift)) return Edge<acc_t>{0, acc_t(0), false};
-  const acc_t limit = static_cast<acc_t>(2 * length);  // past either end: clamps the same way
+TALK_HD Edge<acc_t> shifted_edge(int64_t t, acc_t shift, Span span) {
+  if (!(shift == shift)) return Edge<acc_t>{span.first, acc_t(0), false};
+  const acc_t limit = static_cast<acc_t>(2 * (span.last - span.first + 1));  // past either end: clamps the same way
   shift = shift < -limit ? -limit : (shift > limit ? limit : shift);
   const acc_t whole = std::floor(shift);
   const int64_t index = t + static_cast<int64_t>(whole);
   const acc_t frac = shift - whole;
-  if (index < 0) return Edge<acc_t>{0, acc_t(0), false};
-  if (index > length - 1 || (index == length - 1 && frac > acc_t(0))) return Edge<acc_t>{length - 1, acc_t(0), false};
+  if (index < span.first) return Edge<acc_t>{span.first, acc_t(0), false};
+  if (index > span.last || (index == span.last && frac > acc_t(0))) return Edge<acc_t>{span.last, acc_t(0), false};
   return Edge<acc_t>{index, frac, true};
 }
 
-// u_a of token t: clamp(t - offset * max_left, 0, T - 1).
+// u_a of token t: clamp(t - offset * max_left, span.first, span.last).
 template <typename acc_t>
-TALK_HD Edge<acc_t> left_edge(int64_t t, int64_t length, acc_t offset, int64_t max_left) {
-  return shifted_edge<acc_t>(t, -(offset * static_cast<acc_t>(max_left)), length);
+TALK_HD Edge<acc_t> left_edge(int64_t t, Span span, acc_t offset, int64_t max_left) {
+  return shifted_edge<acc_t>(t, -(offset * static_cast<acc_t>(max_left)), span);
 }
 
-// u_b of token t: clamp(t + offset * max_right, 0, T - 1) + 1.
+// u_a of token t in an unpacked row: clamp(t - offset * max_left, 0, T - 1).
 template <typename acc_t>
-TALK_HD Edge<acc_t> right_edge(int64_t t, int64_t length, acc_t offset, int64_t max_right) {
-  Edge<acc_t> edge = shifted_edge<acc_t>(t, offset * static_cast<acc_t>(max_right), length);
+TALK_HD Edge<acc_t> left_edge(int64_t t, int64_t length, acc_t offset, int64_t max_left) {
+  return left_edge<acc_t>(t, Span{0, length - 1}, offset, max_left);
+}
+
+// u_b of token t: clamp(t + offset * max_right, span.first, span.last) + 1.
+template <typename acc_t>
+TALK_HD Edge<acc_t> right_edge(int64_t t, Span span, acc_t offset, int64_t max_right) {
+  Edge<acc_t> edge = shifted_edge<acc_t>(t, offset * static_cast<acc_t>(max_right), span);
   edge.index += 1;
   return edge;
+}
+
+// u_b of token t in an unpacked row: clamp(t + offset * max_right, 0, T - 1) + 1.
+template <typename acc_t>
+TALK_HD Edge<acc_t> right_edge(int64_t t, int64_t length, acc_t offset, int64_t max_right) {
+  return right_edge<acc_t>(t, Span{0, length - 1}, offset, max_right);
 }
 
 // u_b of token t in the causal form: exactly t + 1, no offset.
@@ -114,20 +157,23 @@ TALK_HD ScatterEntry<acc_t> scatter_entry(const Edge<acc_t>& left, const Edge<ac
   }
 }
 
-// Reads the window edges of token (b, t) of head h from contiguous (B, T, H) offsets.
+// Reads the window edges of token (b, t) of head h from contiguous (B, T, H) offsets, clamped into
+// the token's span (without one: its row's).
 template <typename scalar_t, typename acc_t>
 struct TalkOffsets {
   const scalar_t* offset_left;
   const scalar_t* offset_right;  // nullptr in the causal form
   int64_t length, heads, max_left, max_right;
 
-  TALK_HD Edge<acc_t> left(int64_t b, int64_t t, int64_t h) const {
-    return left_edge<acc_t>(t, length, static_cast<acc_t>(offset_left[(b * length + t) * heads + h]), max_left);
+  TALK_HD Edge<acc_t> left(int64_t b, int64_t t, int64_t h, Span span) const {
+    return left_edge<acc_t>(t, span, static_cast<acc_t>(offset_left[(b * length + t) * heads + h]), max_left);
   }
-  TALK_HD Edge<acc_t> right(int64_t b, int64_t t, int64_t h) const {
+  TALK_HD Edge<acc_t> right(int64_t b, int64_t t, int64_t h, Span span) const {
     if (offset_right == nullptr) return causal_right_edge<acc_t>(t);
-    return right_edge<acc_t>(t, length, static_cast<acc_t>(offset_right[(b * length + t) * heads + h]), max_right);
+    return right_edge<acc_t>(t, span, static_cast<acc_t>(offset_right[(b * length + t) * heads + h]), max_right);
   }
+  TALK_HD Edge<acc_t> left(int64_t b, int64_t t, int64_t h) const { return left(b, t, h, Span{0, length - 1}); }
+  TALK_HD Edge<acc_t> right(int64_t b, int64_t t, int64_t h) const { return right(b, t, h, Span{0, length - 1}); }
 };
 
 // How far a token's window reaches, for the backward pass: the contributors to a target row j
@@ -172,10 +218,21 @@ struct InputGate {
   }
 };
 
-// DynamicConv/LightConv: tap k of output t reads x[t + k - padding_l], zero outside [0, T).
+// DynamicConv/LightConv: tap k of output t reads x[t + k - padding_l], zero outside [0, T) (in a
+// packed row: outside the span of t).
 TALK_HD int64_t conv_source(int64_t t, int64_t tap, int64_t padding_l) { return t + tap - padding_l; }
 
 TALK_HD bool in_sequence(int64_t index, int64_t length) { return index >= 0 && index < length; }
+
+// The taps [first, end) of output t that read inside its span (conv_source in [span.first, span.last]).
+struct TapRange {
+  int64_t first, end;
+};
+
+TALK_HD TapRange taps_inside(Span span, int64_t t, int64_t taps, int64_t padding_l) {
+  const int64_t first = span.first + padding_l - t, end = span.last + 1 + padding_l - t;
+  return TapRange{first > 0 ? first : 0, end < taps ? end : taps};
+}
 
 // Reads weight[b, t, h, k] through its strides (zero batch and time strides for LightConv).
 template <typename scalar_t>

@@ -40,6 +40,30 @@ void with_input_gate(bool relu, const acc_t* scale, const Body& body) {
   }
 }
 
+// Calls body(RowSpans{T}) without document edges, else body(DocumentSpans{...}) over the (B, T, 2)
+// int32 edges of a packed row (talk_hf/ops/documents.py): one instantiation of a kernel per form,
+// the first the kernel as it runs without packing.  The edges' values are not checked (the Python
+// op derives them: start <= t <= end, all in [0, T)); their type and shape are.
+template <typename Body>
+void with_document_spans(const std::optional<at::Tensor>& document_edges, const at::Tensor& x, const Body& body) {
+  const int64_t length = x.size(1);
+  if (!document_edges.has_value()) return body(RowSpans{length});
+  TORCH_CHECK(document_edges->scalar_type() == at::kInt && document_edges->dim() == 3 &&
+                  document_edges->size(0) == x.size(0) && document_edges->size(1) == length &&
+                  document_edges->size(2) == 2,
+              "document_edges must be an int32 tensor of shape (B, T, 2) = (", x.size(0), ", ", length, ", 2), got ",
+              document_edges->scalar_type(), " of shape ", document_edges->sizes());
+  const at::Tensor edges = document_edges->contiguous();
+  body(DocumentSpans{edges.const_data_ptr<int32_t>(), length});
+}
+
+// For the kernels that do not take packed rows yet (the CUDA ones): raises where document edges are given.
+inline void reject_document_edges(const std::optional<at::Tensor>& document_edges, const char* op) {
+  TORCH_CHECK(!document_edges.has_value(), op,
+              ": the CUDA kernels do not take packed sequences (position_ids) yet; run the PyTorch path "
+              "(backend 'torch', which 'auto' picks for them)");
+}
+
 // The inputs of talk_conv made contiguous; offset_right is undefined in the causal form.
 struct TalkInputs {
   at::Tensor x, offset_left, offset_right;

@@ -15,6 +15,12 @@
 // each row as it is read, so the gated input is never written out; the backward recomputes it from
 // x, and multiplies the gradient for x by the gate's derivative as it stores it.
 //
+// Packed rows: a tap that reads outside its step's span (talk_math.h's Spans: RowSpans, the whole
+// row, or DocumentSpans, the step's document) reads zero.  Each kernel is instantiated once per kind
+// of span, and the RowSpans one is the unpacked kernel: the forward's tap ranges take the span's
+// bounds where they took 0 and T - 1, and the weight gradient's per-step test of the span is
+// compiled in for DocumentSpans only.
+//
 // The backward has no atomics and no per-token weight gradients: the gradient for x is the
 // forward with the taps reversed, and each thread sums the weight gradient of its own contiguous
 // run of tasks into a private (K, C) buffer; the buffers are added at the end (in a fixed order
@@ -88,17 +94,17 @@ struct Geometry {
   int64_t tile() const { return std::max(kMinTile, 2 * (taps - 1) * dilation); }
   int64_t tasks() const { return batch * ceil_div(length, tile()); }
 
-  // The taps [first, end) of step t that read rows inside [0, T).  Steps whose every tap is inside
-  // (all but the first `left` and the last (K - 1) * dilation - left) skip the divisions, which
-  // cost more than a short kernel's multiply-adds.
-  void taps_of_step(int64_t t, int64_t& first, int64_t& end) const {
-    if (t >= left && t + (taps - 1) * dilation - left < length) {
+  // The taps [first, end) of step t that read rows inside its span ([0, T - 1] unpacked).  Steps
+  // whose every tap is inside (unpacked: all but the first `left` and the last (K - 1) * dilation -
+  // left) skip the divisions, which cost more than a short kernel's multiply-adds.
+  void taps_of_step(int64_t t, Span span, int64_t& first, int64_t& end) const {
+    if (t - left >= span.first && t + (taps - 1) * dilation - left <= span.last) {
       first = 0;
       end = taps;
       return;
     }
-    first = first_multiple_reaching(left - t, dilation);
-    end = std::min(taps, first_multiple_reaching(length + left - t, dilation));
+    first = first_multiple_reaching(span.first + left - t, dilation);
+    end = std::min(taps, first_multiple_reaching(span.last + 1 + left - t, dilation));
   }
 
   // The batch row and the steps [first, end) of a task.
@@ -110,13 +116,14 @@ struct Geometry {
   }
 };
 
-// out[b, t] = sum_k w_rows[k] * in[b, t + k * dilation - left] for the steps [first, end) of batch
-// row b, w_rows (K, C) in acc_t: the forward, and with reversed taps the gradient for x.  The forward
+// out[b, t] = sum_k w_rows[k] * in[b, t + k * dilation - left] over the rows in the span of t, for the
+// steps [first, end) of batch row b, w_rows (K, C) in acc_t: the forward, and with reversed taps the
+// gradient for x (whose outputs in the span of t are those whose taps read t).  The forward
 // reads the rows through the input gate (`Gate::apply`); the gradient for x leaves through its
 // backward (`Gate::backward`, which reads x at the output's own row).  Rows are numbered b * T + t.
-template <typename Gate, bool kForward, typename acc_t, typename scalar_t>
-void correlate_tile(const Geometry& g, const scalar_t* in, const acc_t* w_rows, scalar_t* out, const scalar_t* x,
-                    const acc_t* scale, int64_t b, int64_t first, int64_t end) {
+template <typename Gate, bool kForward, typename acc_t, typename scalar_t, typename Spans>
+void correlate_tile(const Geometry& g, const Spans& spans, const scalar_t* in, const acc_t* w_rows, scalar_t* out,
+                    const scalar_t* x, const acc_t* scale, int64_t b, int64_t first, int64_t end) {
   const int64_t channels = g.channels, row_base = b * g.length;
   const scalar_t* in_batch = in + row_base * channels;
   scalar_t* out_batch = out + row_base * channels;
@@ -124,7 +131,7 @@ void correlate_tile(const Geometry& g, const scalar_t* in, const acc_t* w_rows, 
     using Block = decltype(block);
     for (int64_t t = first; t < end; ++t) {
       int64_t tap_first, tap_end;
-      g.taps_of_step(t, tap_first, tap_end);
+      g.taps_of_step(t, spans(b, t), tap_first, tap_end);
       typename Block::Pack sums[Block::count] = {};
       for (int64_t k = tap_first; k < tap_end; ++k) {
         const int64_t source_t = t + k * g.dilation - g.left;
@@ -149,10 +156,10 @@ void correlate_tile(const Geometry& g, const scalar_t* in, const acc_t* w_rows, 
 }
 
 // partial[k] += sum over the steps t in [first, end) of grad[b, t] * u[b, t + k * dilation - left]
-// (rows inside [0, T) only), u the gated x, partial (K, C) in acc_t.
-template <typename Gate, typename acc_t, typename scalar_t>
-void weight_gradient_tile(const Geometry& g, const scalar_t* grad, const scalar_t* x, const acc_t* scale,
-                          acc_t* partial, int64_t b, int64_t first, int64_t end) {
+// (rows inside the span of t only), u the gated x, partial (K, C) in acc_t.
+template <typename Gate, typename acc_t, typename scalar_t, typename Spans>
+void weight_gradient_tile(const Geometry& g, const Spans& spans, const scalar_t* grad, const scalar_t* x,
+                          const acc_t* scale, acc_t* partial, int64_t b, int64_t first, int64_t end) {
   const int64_t channels = g.channels, row_base = b * g.length;
   const scalar_t* grad_batch = grad + row_base * channels;
   const scalar_t* x_batch = x + row_base * channels;
@@ -164,6 +171,10 @@ void weight_gradient_tile(const Geometry& g, const scalar_t* grad, const scalar_
       if (t_first >= t_end) continue;
       typename Block::Pack sums[Block::count] = {};
       for (int64_t t = t_first; t < t_end; ++t) {
+        if constexpr (Spans::packed) {
+          const Span span = spans(b, t);
+          if (t + shift < span.first || t + shift > span.last) continue;
+        }
         const scalar_t* grad_row = grad_batch + t * channels + c;
         const scalar_t* x_row = x_batch + (t + shift) * channels + c;
         for (int v = 0; v < Block::count; ++v) {
@@ -192,7 +203,8 @@ at::Tensor weight_rows(const at::Tensor& weight, bool reversed) {
 }  // namespace
 
 at::Tensor depthwise_forward(const at::Tensor& x_in, const at::Tensor& weight, int64_t dilation, int64_t left,
-                             const std::optional<at::Tensor>& input_scale, bool relu) {
+                             const std::optional<at::Tensor>& input_scale, bool relu,
+                             const std::optional<at::Tensor>& document_edges) {
   const at::Tensor x = x_in.contiguous();
   const Geometry g = geometry_of(x, weight, dilation, left);
   const at::Tensor w_rows = weight_rows(weight, false), scale = gate_scale(input_scale, x);
@@ -205,12 +217,14 @@ at::Tensor depthwise_forward(const at::Tensor& x_in, const at::Tensor& weight, i
     scalar_t* out_data = out.mutable_data_ptr<scalar_t>();
     with_input_gate(relu, scale_data, [&](auto gate) {
       using Gate = decltype(gate);
-      at::parallel_for(0, g.tasks(), 1, [&](int64_t begin, int64_t end) {
-        for (int64_t task = begin; task < end; ++task) {
-          int64_t b, first, last;
-          g.task(task, b, first, last);
-          correlate_tile<Gate, true>(g, x_data, w_data, out_data, x_data, scale_data, b, first, last);
-        }
+      with_document_spans(document_edges, x, [&](const auto& spans) {
+        at::parallel_for(0, g.tasks(), 1, [&](int64_t begin, int64_t end) {
+          for (int64_t task = begin; task < end; ++task) {
+            int64_t b, first, last;
+            g.task(task, b, first, last);
+            correlate_tile<Gate, true>(g, spans, x_data, w_data, out_data, x_data, scale_data, b, first, last);
+          }
+        });
       });
     });
   });
@@ -219,7 +233,8 @@ at::Tensor depthwise_forward(const at::Tensor& x_in, const at::Tensor& weight, i
 
 std::tuple<at::Tensor, at::Tensor> depthwise_backward(const at::Tensor& grad_out_in, const at::Tensor& x_in,
                                                       const at::Tensor& weight, int64_t dilation, int64_t left,
-                                                      const std::optional<at::Tensor>& input_scale, bool relu) {
+                                                      const std::optional<at::Tensor>& input_scale, bool relu,
+                                                      const std::optional<at::Tensor>& document_edges) {
   const at::Tensor grad_out = grad_out_in.contiguous();
   const at::Tensor x = x_in.contiguous();
   const Geometry g = geometry_of(x, weight, dilation, left);
@@ -243,17 +258,19 @@ std::tuple<at::Tensor, at::Tensor> depthwise_backward(const at::Tensor& grad_out
     acc_t* partial_data = partials.mutable_data_ptr<acc_t>();
     with_input_gate(relu, scale_data, [&](auto gate) {
       using Gate = decltype(gate);
-      at::parallel_for(0, runs, 1, [&](int64_t run_begin, int64_t run_end) {
-        for (int64_t run = run_begin; run < run_end; ++run) {
-          acc_t* partial = partial_data + run * g.taps * g.channels;
-          for (int64_t task = run * tasks / runs; task < (run + 1) * tasks / runs; ++task) {
-            int64_t b, first, last;
-            g.task(task, b, first, last);
-            correlate_tile<Gate, false>(reversed, grad_data, w_data, grad_x_data, x_data, scale_data, b, first,
-                                        last);
-            weight_gradient_tile<Gate>(g, grad_data, x_data, scale_data, partial, b, first, last);
+      with_document_spans(document_edges, x, [&](const auto& spans) {
+        at::parallel_for(0, runs, 1, [&](int64_t run_begin, int64_t run_end) {
+          for (int64_t run = run_begin; run < run_end; ++run) {
+            acc_t* partial = partial_data + run * g.taps * g.channels;
+            for (int64_t task = run * tasks / runs; task < (run + 1) * tasks / runs; ++task) {
+              int64_t b, first, last;
+              g.task(task, b, first, last);
+              correlate_tile<Gate, false>(reversed, spans, grad_data, w_data, grad_x_data, x_data, scale_data, b,
+                                          first, last);
+              weight_gradient_tile<Gate>(g, spans, grad_data, x_data, scale_data, partial, b, first, last);
+            }
           }
-        }
+        });
       });
     });
   });

@@ -143,7 +143,9 @@ void correlate(const at::Tensor& in, const at::Tensor& weight, const at::Tensor&
 }  // namespace
 
 at::Tensor depthwise_forward(const at::Tensor& x_in, const at::Tensor& weight_in, int64_t dilation, int64_t left,
-                             const std::optional<at::Tensor>& input_scale, bool relu) {
+                             const std::optional<at::Tensor>& input_scale, bool relu,
+                             const std::optional<at::Tensor>& document_edges) {
+  reject_document_edges(document_edges, "depthwise_conv");
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous(), weight = weight_in.contiguous();
   at::Tensor out = at::empty(x.sizes(), x.options());
@@ -155,7 +157,9 @@ at::Tensor depthwise_forward(const at::Tensor& x_in, const at::Tensor& weight_in
 
 std::tuple<at::Tensor, at::Tensor> depthwise_backward(const at::Tensor& grad_out_in, const at::Tensor& x_in,
                                                       const at::Tensor& weight_in, int64_t dilation, int64_t left,
-                                                      const std::optional<at::Tensor>& input_scale, bool relu) {
+                                                      const std::optional<at::Tensor>& input_scale, bool relu,
+                                                      const std::optional<at::Tensor>& document_edges) {
+  reject_document_edges(document_edges, "depthwise_conv");
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor grad_out = grad_out_in.contiguous(), x = x_in.contiguous(), weight = weight_in.contiguous();
   const auto accumulation = x.options().dtype(at::toOpMathType(x.scalar_type()));

@@ -7,12 +7,18 @@
 // loops run over channels with no branch inside, accumulating in vector-register variables (Lanes)
 // where they sum over taps or channels.  The build may target the host's vector instructions (see
 // native_cpu in talk_hf/ops/_build/build_folder.py).
+//
+// Packed rows: a tap that reads outside its token's span (Spans: RowSpans, the whole row, or
+// DocumentSpans, the token's document) reads zero.  The tap ranges are worked out per token, so the
+// inner loops do not change; each kernel is instantiated once per kind of span, and the RowSpans one
+// is the unpacked kernel.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/zeros.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "cpu_tiles.h"
@@ -132,7 +138,8 @@ void tap_gradients_by_dots(const scalar_t* x_batch, const scalar_t* grad_batch, 
 
 }  // namespace
 
-at::Tensor conv_forward(const at::Tensor& x_in, const at::Tensor& weight, int64_t padding_l) {
+at::Tensor conv_forward(const at::Tensor& x_in, const at::Tensor& weight, int64_t padding_l,
+                        const std::optional<at::Tensor>& document_edges) {
   const at::Tensor x = x_in.contiguous();
   at::Tensor out = at::empty(x.sizes(), x.options());
   const int64_t batch = x.size(0), length = x.size(1), channels = x.size(2);
@@ -143,26 +150,27 @@ at::Tensor conv_forward(const at::Tensor& x_in, const at::Tensor& weight, int64_
     const StridedWeight<scalar_t> w = strided_weight<scalar_t>(weight);
     const scalar_t* x_data = x.const_data_ptr<scalar_t>();
     scalar_t* out_data = out.mutable_data_ptr<scalar_t>();
-    for_each_tile(batch, length, [&](int64_t b, int64_t first, int64_t end) {
-      const scalar_t* x_batch = x_data + b * length * channels;
-      for (int64_t t = first; t < end; ++t) {
-        // Taps [tap_first, tap_end) read rows inside the sequence (conv_source in [0, T)).
-        const int64_t tap_first = std::max<int64_t>(0, padding_l - t);
-        const int64_t tap_end = std::min(taps, length + padding_l - t);
-        for (int64_t h = 0; h < heads; ++h) {
-          weighted_row_sum<acc_t>(
-              out_data + (b * length + t) * channels + h * head_size, head_size, tap_first, tap_end,
-              [&](int64_t k) { return static_cast<acc_t>(w(b, t, h, k)); },
-              [&](int64_t k) { return x_batch + conv_source(t, k, padding_l) * channels + h * head_size; });
+    with_document_spans(document_edges, x, [&](const auto& spans) {
+      for_each_tile(batch, length, [&](int64_t b, int64_t first, int64_t end) {
+        const scalar_t* x_batch = x_data + b * length * channels;
+        for (int64_t t = first; t < end; ++t) {
+          const TapRange inside = taps_inside(spans(b, t), t, taps, padding_l);
+          for (int64_t h = 0; h < heads; ++h) {
+            weighted_row_sum<acc_t>(
+                out_data + (b * length + t) * channels + h * head_size, head_size, inside.first, inside.end,
+                [&](int64_t k) { return static_cast<acc_t>(w(b, t, h, k)); },
+                [&](int64_t k) { return x_batch + conv_source(t, k, padding_l) * channels + h * head_size; });
+          }
         }
-      }
+      });
     });
   });
   return out;
 }
 
 std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out_in, const at::Tensor& x_in,
-                                                 const at::Tensor& weight, int64_t padding_l, bool sum_weight_gradient) {
+                                                 const at::Tensor& weight, int64_t padding_l, bool sum_weight_gradient,
+                                                 const std::optional<at::Tensor>& document_edges) {
   const at::Tensor grad_out = grad_out_in.contiguous();
   const at::Tensor x = x_in.contiguous();
   const int64_t batch = x.size(0), length = x.size(1), channels = x.size(2);
@@ -183,46 +191,57 @@ std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out_in, 
     scalar_t* grad_x_data = grad_x.mutable_data_ptr<scalar_t>();
     acc_t* grad_weight_data = grad_weight.mutable_data_ptr<acc_t>();
     const std::vector<scalar_t> zeros(head_size, scalar_t(0));  // the rows outside the sequence
-    for_each_tile(batch, length, [&](int64_t b, int64_t first, int64_t end) {
-      const scalar_t* x_batch = x_data + b * length * channels;
-      const scalar_t* grad_batch = grad_data + b * length * channels;
-      for (int64_t j = first; j < end; ++j) {
-        // grad_x[j] gathers tap k of every output t = j - k + padding_l in [0, T) that read x[j].
-        const int64_t gather_first = std::max<int64_t>(0, j + padding_l - length + 1);
-        const int64_t gather_end = std::min(taps, j + padding_l + 1);
-        for (int64_t h = 0; h < heads; ++h) {
-          weighted_row_sum<acc_t>(
-              grad_x_data + (b * length + j) * channels + h * head_size, head_size, gather_first, gather_end,
-              [&](int64_t k) { return static_cast<acc_t>(w(b, j - k + padding_l, h, k)); },
-              [&](int64_t k) { return grad_batch + (j - k + padding_l) * channels + h * head_size; });
-        }
-      }
-      // grad_weight[j, h, k] = <grad_out[j], x[j + k - padding_l]> over head h, 0 where that row is outside.
-      std::vector<acc_t> transposed;
-      for (int64_t h = 0; h < heads; ++h) {
-        const auto store = [&](int64_t j, const acc_t* gradients) {
-          if (sum_weight_gradient) {
-            acc_t* task_sum = grad_weight_data + ((b * tiles + first / kTile) * heads + h) * taps;
-            for (int64_t k = 0; k < taps; ++k) task_sum[k] += gradients[k];
-          } else {
-            std::copy_n(gradients, taps, grad_weight_data + ((b * length + j) * heads + h) * taps);
+    with_document_spans(document_edges, x, [&](const auto& spans) {
+      for_each_tile(batch, length, [&](int64_t b, int64_t first, int64_t end) {
+        const scalar_t* x_batch = x_data + b * length * channels;
+        const scalar_t* grad_batch = grad_data + b * length * channels;
+        for (int64_t j = first; j < end; ++j) {
+          // grad_x[j] gathers tap k of every output t = j - k + padding_l that read x[j]: the outputs in
+          // the span of j (t's span holds j exactly where j's holds t).
+          const Span span = spans(b, j);
+          const int64_t gather_first = std::max<int64_t>(0, j + padding_l - span.last);
+          const int64_t gather_end = std::min(taps, j + padding_l - span.first + 1);
+          for (int64_t h = 0; h < heads; ++h) {
+            weighted_row_sum<acc_t>(
+                grad_x_data + (b * length + j) * channels + h * head_size, head_size, gather_first, gather_end,
+                [&](int64_t k) { return static_cast<acc_t>(w(b, j - k + padding_l, h, k)); },
+                [&](int64_t k) { return grad_batch + (j - k + padding_l) * channels + h * head_size; });
           }
-        };
-        const auto in_registers = [&](auto tap_vectors) {
-          tap_gradients<decltype(tap_vectors)::value, acc_t>(x_batch, grad_batch, length, channels, heads, h,
-                                                              padding_l, first, end, transposed, store);
-        };
-        // One vector of taps or fewer (k = 3): the transposed copy costs more than the horizontal
-        // sums it saves (measured: k = 3 forward+backward 1.5x slower that way).
-        switch (ceil_div(taps, Lanes<acc_t>::count)) {
-          case 2: in_registers(std::integral_constant<int, 2>{}); break;
-          case 3: in_registers(std::integral_constant<int, 3>{}); break;
-          case 4: in_registers(std::integral_constant<int, 4>{}); break;
-          default:
-            tap_gradients_by_dots<acc_t>(x_batch, grad_batch, length, channels, heads, h, taps, padding_l, first,
-                                         end, zeros.data(), store);
         }
-      }
+        // grad_weight[j, h, k] = <grad_out[j], x[j + k - padding_l]> over head h, 0 where that row is
+        // outside the sequence (the functions below read zeros there) or, packed, outside the span of j
+        // (`store` drops those taps' gradients).
+        std::vector<acc_t> transposed;
+        for (int64_t h = 0; h < heads; ++h) {
+          const auto store = [&](int64_t j, const acc_t* gradients) {
+            using Spans = std::decay_t<decltype(spans)>;
+            const TapRange inside = Spans::packed ? taps_inside(spans(b, j), j, taps, padding_l) : TapRange{0, taps};
+            if (sum_weight_gradient) {
+              acc_t* task_sum = grad_weight_data + ((b * tiles + first / kTile) * heads + h) * taps;
+              for (int64_t k = inside.first; k < inside.end; ++k) task_sum[k] += gradients[k];
+            } else {
+              acc_t* token_gradient = grad_weight_data + ((b * length + j) * heads + h) * taps;
+              std::fill(token_gradient, token_gradient + inside.first, acc_t(0));
+              std::copy(gradients + inside.first, gradients + inside.end, token_gradient + inside.first);
+              std::fill(token_gradient + inside.end, token_gradient + taps, acc_t(0));
+            }
+          };
+          const auto in_registers = [&](auto tap_vectors) {
+            tap_gradients<decltype(tap_vectors)::value, acc_t>(x_batch, grad_batch, length, channels, heads, h,
+                                                                padding_l, first, end, transposed, store);
+          };
+          // One vector of taps or fewer (k = 3): the transposed copy costs more than the horizontal
+          // sums it saves (measured: k = 3 forward+backward 1.5x slower that way).
+          switch (ceil_div(taps, Lanes<acc_t>::count)) {
+            case 2: in_registers(std::integral_constant<int, 2>{}); break;
+            case 3: in_registers(std::integral_constant<int, 3>{}); break;
+            case 4: in_registers(std::integral_constant<int, 4>{}); break;
+            default:
+              tap_gradients_by_dots<acc_t>(x_batch, grad_batch, length, channels, heads, h, taps, padding_l, first,
+                                           end, zeros.data(), store);
+          }
+        }
+      });
     });
   });
   return {grad_x, sum_weight_gradient ? grad_weight.sum(0) : grad_weight};

@@ -64,7 +64,9 @@ __global__ void conv_grad_weight_kernel(Layout layout, int64_t heads, int64_t ta
 
 }  // namespace
 
-at::Tensor conv_forward(const at::Tensor& x_in, const at::Tensor& weight, int64_t padding_l) {
+at::Tensor conv_forward(const at::Tensor& x_in, const at::Tensor& weight, int64_t padding_l,
+                        const std::optional<at::Tensor>& document_edges) {
+  reject_document_edges(document_edges, "dynamic_conv/light_conv");
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous();
   at::Tensor out = at::empty(x.sizes(), x.options());
@@ -82,7 +84,9 @@ at::Tensor conv_forward(const at::Tensor& x_in, const at::Tensor& weight, int64_
 }
 
 std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out_in, const at::Tensor& x_in,
-                                                 const at::Tensor& weight, int64_t padding_l, bool sum_weight_gradient) {
+                                                 const at::Tensor& weight, int64_t padding_l, bool sum_weight_gradient,
+                                                 const std::optional<at::Tensor>& document_edges) {
+  reject_document_edges(document_edges, "dynamic_conv/light_conv");
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor grad_out = grad_out_in.contiguous();
   const at::Tensor x = x_in.contiguous();

@@ -316,8 +316,12 @@ std::string conv_stream_fallback(const at::Tensor& x, const at::Tensor& weight, 
                               stream::shared_budget(x));
 }
 
-at::Tensor conv_forward_stream(const at::Tensor& x_in, const at::Tensor& weight, int64_t padding_l) {
-  if (!conv_stream_fallback(x_in, weight, padding_l).empty()) return conv_forward(x_in, weight, padding_l);
+at::Tensor conv_forward_stream(const at::Tensor& x_in, const at::Tensor& weight, int64_t padding_l,
+                               const std::optional<at::Tensor>& document_edges) {
+  reject_document_edges(document_edges, "dynamic_conv/light_conv");
+  if (!conv_stream_fallback(x_in, weight, padding_l).empty()) {
+    return conv_forward(x_in, weight, padding_l, document_edges);
+  }
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous();
   at::Tensor out = at::empty(x.sizes(), x.options());
@@ -327,9 +331,11 @@ at::Tensor conv_forward_stream(const at::Tensor& x_in, const at::Tensor& weight,
 
 std::tuple<at::Tensor, at::Tensor> conv_backward_stream(const at::Tensor& grad_out_in, const at::Tensor& x_in,
                                                         const at::Tensor& weight, int64_t padding_l,
-                                                        bool sum_weight_gradient) {
+                                                        bool sum_weight_gradient,
+                                                        const std::optional<at::Tensor>& document_edges) {
+  reject_document_edges(document_edges, "dynamic_conv/light_conv");
   if (!conv_stream_fallback(x_in, weight, padding_l).empty()) {
-    return conv_backward(grad_out_in, x_in, weight, padding_l, sum_weight_gradient);
+    return conv_backward(grad_out_in, x_in, weight, padding_l, sum_weight_gradient, document_edges);
   }
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor grad_out = grad_out_in.contiguous();

@@ -233,7 +233,9 @@ __global__ void talk_grad_offsets_kernel(TalkOffsets<scalar_t, acc_t> offsets, L
 }  // namespace
 
 at::Tensor talk_forward(const at::Tensor& x_in, const at::Tensor& offset_left_in,
-                        const std::optional<at::Tensor>& offset_right_in, int64_t max_left, int64_t max_right) {
+                        const std::optional<at::Tensor>& offset_right_in, int64_t max_left, int64_t max_right,
+                        const std::optional<at::Tensor>& document_edges) {
+  reject_document_edges(document_edges, "talk_conv");
   const c10::cuda::CUDAGuard guard(x_in.device());
   const TalkInputs inputs(x_in, offset_left_in, offset_right_in);
   const at::Tensor &x = inputs.x, &offset_left = inputs.offset_left, &offset_right = inputs.offset_right;
@@ -254,7 +256,9 @@ at::Tensor talk_forward(const at::Tensor& x_in, const at::Tensor& offset_left_in
 std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward(const at::Tensor& grad_out_in, const at::Tensor& x_in,
                                                              const at::Tensor& offset_left_in,
                                                              const std::optional<at::Tensor>& offset_right_in,
-                                                             int64_t max_left, int64_t max_right) {
+                                                             int64_t max_left, int64_t max_right,
+                                                             const std::optional<at::Tensor>& document_edges) {
+  reject_document_edges(document_edges, "talk_conv");
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor grad_out = grad_out_in.contiguous();
   const TalkInputs inputs(x_in, offset_left_in, offset_right_in);

@@ -20,6 +20,9 @@ them only where ``$TALK_HF_UNVERIFIED_CUDA`` names the op: a comma-separated lis
 ``depthwise_conv,talk_conv``), or ``all``; unset or empty names none.  Off, the op runs its verified
 fallback: its verified CUDA kernel where it has one, else the PyTorch path (and backend ``"cuda"``
 is an error).  The variable is read at each call (under ``torch.compile``: once, while tracing).
+
+Packed rows (an op called with ``position_ids``): the CUDA kernels do not take document edges yet,
+so on CUDA tensors ``"auto"`` runs the PyTorch path for them and ``"cuda"`` is an error.
 """
 
 from __future__ import annotations
@@ -119,21 +122,30 @@ def unverified_cuda_enabled(op: str) -> bool:
 
 
 @torch.compiler.assume_constant_result
-def resolve_backend(backend: str | None, device: torch.device, op: str | None = None) -> str:
+def resolve_backend(backend: str | None, device: torch.device, op: str | None = None, packed: bool = False) -> str:
     """Map the user's choice to the backend that runs ``op`` on tensors of ``device``.
 
     Under ``torch.compile`` this runs once, while tracing, and its answer is baked into the graph.
     ``op`` (None: any op with verified kernels) matters on CUDA only: an op whose CUDA kernels are
-    all unverified runs the PyTorch path there under ``"auto"`` unless the switch names it.
+    all unverified runs the PyTorch path there under ``"auto"`` unless the switch names it.  So
+    does ``packed`` (the call has document edges), which the CUDA kernels do not take yet.
 
     Returns:
         ``"torch"``, ``"cpu"`` or ``"cuda"``; the compiled module of the last two is loaded.
 
     Raises:
-        ValueError: ``"cuda"`` for an op whose CUDA kernels are unverified and switched off.
+        ValueError: ``"cuda"`` for an op whose CUDA kernels are unverified and switched off, or
+            for a packed call.
     """
     requested = requested_backend(backend)
     if requested == "torch":
+        return "torch"
+    if packed and device.type == "cuda" and requested in ("auto", "cuda"):
+        if requested == "cuda":
+            raise ValueError(
+                f"backend 'cuda' of {op} cannot run packed sequences (position_ids) yet: its CUDA kernels do "
+                "not take document edges; use backend 'auto' or 'torch'"
+            )
         return "torch"
     if device.type == "cuda" and _unverified_cuda_ops.get(op) is False and not unverified_cuda_enabled(op):
         if requested == "cuda":

@@ -15,7 +15,7 @@ Calling a `CompiledOp` picks one of the three (`CompiledOp.__call__`).  Argument
 the public functions before they get here.  Every op keeps one contract, from which its fake
 implementations follow: its output has the shape and dtype of its first input, and its backward
 returns one gradient per tensor input, of that input's shape and dtype (an empty tensor for an
-absent optional input or a bool one).
+absent optional input or a non-float one).
 
 Which kernels run on CUDA is the op's declared data, read by :mod:`._backend`: its verified CUDA
 kernels, or, where ``$TALK_HF_UNVERIFIED_CUDA`` names the op, its unverified ones.
@@ -71,12 +71,13 @@ class CompiledOp:
         name: the op's name: ``talk_hf::<name>`` and ``talk_hf::<name>_backward`` are registered.
         forward: ``forward(kernel, *inputs) -> output``: the forward formula, calling ``kernel``, the
             forward entry point of the inputs' device.  Its parameters after ``kernel`` carry type
-            annotations (``torch.Tensor``, ``torch.Tensor | None``, ``int``, ``bool``): they are
-            the custom op's schema.  The tensors come first (the autograd formula saves them and
-            keeps the rest as they are).
+            annotations (``torch.Tensor``, ``torch.Tensor | None``, ``int``, ``bool``) and defaults:
+            they are the custom op's schema (a trailing optional tensor with default None, e.g. a
+            packed row's document edges, can be left out by callers of the custom op).  The
+            autograd formula saves the tensors and keeps the rest as they are.
         backward: ``backward(kernel, grad_out, *inputs) -> gradients``: the backward formula, calling
-            the backward entry point; one entry per tensor input: its gradient, in any float dtype
-            (anything for an absent or bool input, which gets none).
+            the backward entry point; one entry per tensor input, in order: its gradient, in any float
+            dtype (anything for an absent or non-float input, which gets none).
         cpu: the entry points in the CPU extension.
         cuda: the verified entry points in the CUDA extension, or None where the op has none (its
             CUDA calls then run the PyTorch path unless ``$TALK_HF_UNVERIFIED_CUDA`` names the op).
@@ -101,7 +102,8 @@ class CompiledOp:
         if unverified_cuda is not None:
             declare_unverified_cuda(name, has_verified_kernel=cuda is not None)
         inputs = list(inspect.signature(forward, eval_str=True).parameters.values())[1:]
-        self._tensor_count = _leading_tensor_count(name, inputs)
+        self._tensor_positions = tuple(i for i, parameter in enumerate(inputs) if parameter.annotation in _TENSOR_TYPES)
+        self._defaults = tuple(parameter.default for parameter in inputs)
         grad_out = inspect.Parameter("grad_out", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor)
         self.custom_op = torch.library.custom_op(
             f"talk_hf::{name}", self.run_forward, mutates_args=(), schema=_schema(inputs, torch.Tensor)
@@ -118,9 +120,10 @@ class CompiledOp:
         self.function = _eager_function(name, self.run_forward, self._setup_context, self._backward)
 
     def __call__(self, *inputs):
-        """The forward: through the custom op where `needs_custom_op`, the ``autograd.Function``
-        where autograd records the call, else the kernel directly."""
-        tensors = inputs[: self._tensor_count]
+        """The forward, given every input of the forward formula: through the custom op where
+        `needs_custom_op`, the ``autograd.Function`` where autograd records the call, else the
+        kernel directly."""
+        tensors = self._tensors(inputs)
         if needs_custom_op(*tensors):
             return self.custom_op(*inputs)
         if needs_autograd(*tensors):
@@ -145,52 +148,56 @@ class CompiledOp:
     def run_backward(self, grad_out: torch.Tensor, *inputs) -> list[torch.Tensor]:
         """The backward formula on the kernels of the inputs' device: one gradient per tensor input,
         in its dtype; an empty tensor for an input without one (`_has_gradient`)."""
+        inputs = self._complete(inputs)
         gradients = self._backward_formula(self.kernel(inputs[0], "backward"), grad_out, *inputs)
         return [
             gradient.to(tensor.dtype) if _has_gradient(tensor) else grad_out.new_empty(0)
-            for tensor, gradient in zip(inputs[: self._tensor_count], gradients, strict=True)
+            for tensor, gradient in zip(self._tensors(inputs), gradients, strict=True)
         ]
 
     def _fake_backward(self, grad_out: torch.Tensor, *inputs) -> list[torch.Tensor]:
         return [
             tensor.new_empty(tensor.shape) if _has_gradient(tensor) else grad_out.new_empty(0)
-            for tensor in inputs[: self._tensor_count]
+            for tensor in self._tensors(self._complete(inputs))
         ]
 
+    def _complete(self, inputs: tuple) -> tuple:
+        """The inputs with the trailing ones the dispatcher left out (those equal to their default,
+        when it traces) put back."""
+        return (*inputs, *self._defaults[len(inputs) :])
+
+    def _tensors(self, inputs: tuple) -> list[torch.Tensor | None]:
+        """The tensor inputs among an op's (complete) inputs, in order."""
+        return [inputs[position] for position in self._tensor_positions]
+
     def _setup_context(self, ctx, inputs: tuple, output: torch.Tensor) -> None:
-        ctx.save_for_backward(*inputs[: self._tensor_count])
-        ctx.other_inputs = inputs[self._tensor_count :]
+        inputs = self._complete(inputs)
+        ctx.save_for_backward(*self._tensors(inputs))
+        # The other inputs as they are, with a hole (None) where a saved tensor goes.
+        ctx.other_inputs = [None if i in self._tensor_positions else value for i, value in enumerate(inputs)]
 
     def _backward(self, ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         tensors = ctx.saved_tensors  # each read unpacks them again
-        inputs = (*tensors, *ctx.other_inputs)
+        inputs = list(ctx.other_inputs)
+        for position, tensor in zip(self._tensor_positions, tensors, strict=True):
+            inputs[position] = tensor
         if needs_custom_op(grad_out, *tensors):  # tracing: the backward op, one opaque node
             gradients = self.backward_op(grad_out, *inputs)
         else:
             gradients = self._backward_formula(self.kernel(inputs[0], "backward"), grad_out, *inputs)
-        result = [
-            (gradient if gradient.dtype == tensor.dtype else gradient.to(tensor.dtype))
-            if _has_gradient(tensor)
-            else None
-            for tensor, gradient in zip(tensors, gradients, strict=True)
-        ]
-        return (*result, *[None] * len(ctx.other_inputs))
+        result: list[torch.Tensor | None] = [None] * len(inputs)
+        for position, tensor, gradient in zip(self._tensor_positions, tensors, gradients, strict=True):
+            if _has_gradient(tensor):
+                result[position] = gradient if gradient.dtype == tensor.dtype else gradient.to(tensor.dtype)
+        return tuple(result)
 
 
 _TENSOR_TYPES = (torch.Tensor, torch.Tensor | None)
 
 
-def _leading_tensor_count(name: str, inputs: list[inspect.Parameter]) -> int:
-    """How many of the forward formula's inputs are tensors; they must come first."""
-    is_tensor = [parameter.annotation in _TENSOR_TYPES for parameter in inputs]
-    count = is_tensor.index(False) if False in is_tensor else len(is_tensor)
-    if any(is_tensor[count:]):
-        raise ValueError(f"the forward formula of {name} must take its tensor inputs first, got {inputs}")
-    return count
-
-
 def _has_gradient(tensor: torch.Tensor | None) -> bool:
-    """Whether an op's tensor input gets a gradient: given, and floating-point (not a bool mask)."""
+    """Whether an op's tensor input gets a gradient: given, and floating-point (not a bool mask
+    or integer document edges)."""
     return tensor is not None and tensor.is_floating_point()
 
 

@@ -2,7 +2,9 @@
 
     out[b, t, c] = sum_k weight[c, k] * u[b, t + k * dilation - left, c]
 
-with u taken as zero outside ``[0, T)`` and ``left`` set by the padding:
+with u taken as zero outside ``[0, T)`` (in a packed row, ``position_ids``, see :mod:`..documents`:
+outside the document of t, so a packed document computes what it computes alone) and ``left`` set
+by the padding:
 
 * ``padding="causal"``: ``left = (K - 1) * dilation``, every tap looks at the past (decoders); any
   K in [1, 63];
@@ -29,6 +31,7 @@ import torch
 
 from .._backend import resolve_backend
 from .._validation import check_int, check_same_device_and_dtype, check_tensor
+from ..documents import document_edges
 from .depthwise_compiled import compiled_depthwise_conv
 from .depthwise_torch import depthwise_conv_torch, gate_input
 
@@ -44,6 +47,7 @@ def depthwise_conv(
     padding: str = "causal",
     relu_input: bool = False,
     input_mask: torch.Tensor | None = None,
+    position_ids: torch.Tensor | None = None,
     backend: str | None = None,
 ) -> torch.Tensor:
     """Depthwise (one kernel per channel) convolution along time, zero-padded to length T.
@@ -58,6 +62,8 @@ def depthwise_conv(
         relu_input: convolve ``relu(x)`` instead of x.
         input_mask: (B, T) bool, or None: the rows of x where it is False (padding) count as zero,
             after the ReLU.
+        position_ids: None, or (B, T) integer positions of a packed row (on x's device, >= 0): a
+            document starts at every 0 (and at the row's first token); taps outside it read zero.
         backend: ``"auto"``, ``"torch"``, ``"cpu"`` or ``"cuda"``; ``None`` reads ``$TALK_HF_BACKEND``.
 
     Returns:
@@ -69,9 +75,10 @@ def depthwise_conv(
     check_tensor("weight", weight, 2, "(C, K)")
     dilation, left = _check_depthwise(x, weight, dilation, padding)
     _check_input_gate(x, relu_input, input_mask)
-    if resolve_backend(backend, x.device, "depthwise_conv") == "torch":
-        return depthwise_conv_torch(gate_input(x, relu_input, input_mask), weight, dilation, left)
-    return compiled_depthwise_conv(x, weight, input_mask, dilation, left, relu_input)
+    edges = None if position_ids is None else document_edges(position_ids, x)
+    if resolve_backend(backend, x.device, "depthwise_conv", packed=edges is not None) == "torch":
+        return depthwise_conv_torch(gate_input(x, relu_input, input_mask), weight, dilation, left, edges)
+    return compiled_depthwise_conv(x, weight, input_mask, dilation, left, relu_input, edges)
 
 
 def _check_input_gate(x: torch.Tensor, relu_input: bool, input_mask: torch.Tensor | None) -> None:

@@ -1,6 +1,8 @@
 """depthwise_conv's compiled kernels (csrc/depthwise_conv/), registered by `CompiledOp`:
 ``talk_hf::depthwise_conv(x (B,T,C), weight (C,K), input_mask (B,T) bool | None, dilation, left,
-relu) -> (B,T,C)``, the input gated by the ReLU and the mask inside the kernel, and
+relu, document_edges (B,T,2) int32 | None = None) -> (B,T,C)``, the input gated by the ReLU and the
+mask inside the kernel, the taps stopped at the documents' edges in a packed row (CPU kernels
+only; `documents.document_edges`), and
 ``talk_hf::depthwise_conv_backward``, the gradients for x (through the gate) and the weight (C, K),
 summed over batch and time.
 
@@ -23,14 +25,15 @@ def _forward(
     dilation: int,
     left: int,
     relu: bool,
+    document_edges: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    return kernel(x, weight, dilation, left, input_mask, relu)
+    return kernel(x, weight, dilation, left, input_mask, relu, document_edges)
 
 
-def _backward(kernel, grad_out, x, weight, input_mask, dilation, left, relu):
-    """Gradients for x, the weight and (an empty tensor) the mask."""
-    grad_x, grad_weight = kernel(grad_out, x, weight, dilation, left, input_mask, relu)
-    return grad_x, grad_weight, None
+def _backward(kernel, grad_out, x, weight, input_mask, dilation, left, relu, document_edges):
+    """Gradients for x, the weight and (none) the mask and the edges."""
+    grad_x, grad_weight = kernel(grad_out, x, weight, dilation, left, input_mask, relu, document_edges)
+    return grad_x, grad_weight, None, None
 
 
 _KERNELS = KernelEntries(forward="depthwise_forward", backward="depthwise_backward")

@@ -3,7 +3,9 @@
     out[b, t, c] = sum_k weight[b, t, h(c), k] * x[b, t + k - padding_l, c]      (dynamic_conv)
     out[b, t, c] = sum_k weight[h(c), k]       * x[b, t + k - padding_l, c]      (light_conv)
 
-with ``h(c) = c // (C / H)`` and x taken as zero outside ``[0, T)``.  The caller normalises the
+with ``h(c) = c // (C / H)`` and x taken as zero outside ``[0, T)``, and in a packed row
+(``position_ids``, see :mod:`..documents`) outside the document of t: a packed document computes
+what it computes alone (the weights are not renormalised).  The caller normalises the
 kernel (softmax over K, then optional DropConnect).  ``padding_l = K - 1`` gives the causal
 decoder form, ``K // 2`` the centred encoder form; any K >= 1 works, even K included.
 
@@ -24,17 +26,27 @@ from .._validation import (
     check_same_device_and_dtype,
     check_tensor,
 )
+from ..documents import document_edges
 from .dynamic_compiled import compiled_dynamic_conv, compiled_light_conv
 from .dynamic_torch import dynamic_conv_torch, light_conv_torch
 
 
-def dynamic_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int, *, backend: str | None = None) -> torch.Tensor:
+def dynamic_conv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    padding_l: int,
+    *,
+    position_ids: torch.Tensor | None = None,
+    backend: str | None = None,
+) -> torch.Tensor:
     """Convolution whose kernel is predicted per token.
 
     Args:
         x: (B, T, C) input.
         weight: (B, T, H, K) kernels, already normalised; H must divide C.
         padding_l: how many of the K taps look into the past, in [0, K - 1].
+        position_ids: None, or (B, T) integer positions of a packed row (on x's device, >= 0): a
+            document starts at every 0 (and at the row's first token); taps outside it read zero.
         backend: ``"auto"``, ``"torch"``, ``"cpu"`` or ``"cuda"``; ``None`` reads ``$TALK_HF_BACKEND``.
 
     Returns:
@@ -44,18 +56,28 @@ def dynamic_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int, *, backe
     check_tensor("weight", weight, 4, "(B, T, H, K)")
     check_leading_dims("weight", weight, x, 2)
     _check_kernel(x, weight, padding_l)
-    if resolve_backend(backend, x.device, "dynamic_conv") == "torch":
-        return dynamic_conv_torch(x, weight, padding_l)
-    return compiled_dynamic_conv(x, weight, padding_l)
+    edges = None if position_ids is None else document_edges(position_ids, x)
+    if resolve_backend(backend, x.device, "dynamic_conv", packed=edges is not None) == "torch":
+        return dynamic_conv_torch(x, weight, padding_l, edges)
+    return compiled_dynamic_conv(x, weight, padding_l, edges)
 
 
-def light_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int, *, backend: str | None = None) -> torch.Tensor:
+def light_conv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    padding_l: int,
+    *,
+    position_ids: torch.Tensor | None = None,
+    backend: str | None = None,
+) -> torch.Tensor:
     """Convolution with one kernel per head, shared by every token.
 
     Args:
         x: (B, T, C) input.
         weight: (H, K) kernels, already normalised; H must divide C.
         padding_l: how many of the K taps look into the past, in [0, K - 1].
+        position_ids: None, or (B, T) integer positions of a packed row (on x's device, >= 0): a
+            document starts at every 0 (and at the row's first token); taps outside it read zero.
         backend: ``"auto"``, ``"torch"``, ``"cpu"`` or ``"cuda"``; ``None`` reads ``$TALK_HF_BACKEND``.
 
     Returns:
@@ -64,9 +86,10 @@ def light_conv(x: torch.Tensor, weight: torch.Tensor, padding_l: int, *, backend
     check_tensor("x", x, 3, "(B, T, C)")
     check_tensor("weight", weight, 2, "(H, K)")
     _check_kernel(x, weight, padding_l)
-    if resolve_backend(backend, x.device, "light_conv") == "torch":
-        return light_conv_torch(x, weight, padding_l)
-    return compiled_light_conv(x, weight, padding_l)
+    edges = None if position_ids is None else document_edges(position_ids, x)
+    if resolve_backend(backend, x.device, "light_conv", packed=edges is not None) == "torch":
+        return light_conv_torch(x, weight, padding_l, edges)
+    return compiled_light_conv(x, weight, padding_l, edges)
 
 
 def _check_kernel(x: torch.Tensor, weight: torch.Tensor, padding_l: int) -> None:

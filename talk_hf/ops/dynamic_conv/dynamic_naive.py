@@ -8,9 +8,12 @@ whatever the input dtype.
 
 import torch
 
+from ..documents_naive import naive_reads_inside
 
-def naive_dynamic_conv(x, weight, padding_l):
-    """out[b, t, c] = sum_k weight[b, t, c // R, k] * x[b, t + k - padding_l, c], zero outside [0, T)."""
+
+def naive_dynamic_conv(x, weight, padding_l, position_ids=None):
+    """out[b, t, c] = sum_k weight[b, t, c // R, k] * x[b, t + k - padding_l, c], zero outside [0, T)
+    (with ``position_ids``: outside the document of t)."""
     x = x.double()
     batch, length, channels = x.shape
     heads, kernel_size = weight.shape[-2], weight.shape[-1]
@@ -21,6 +24,7 @@ def naive_dynamic_conv(x, weight, padding_l):
     for t in range(length):
         for k in range(kernel_size):
             source = t + k - padding_l
-            if 0 <= source < length:
-                out[:, t] += weight[:, t, :, k] * x[:, source]
+            inside = naive_reads_inside(position_ids, t, source, batch, length)
+            if inside.any():
+                out[:, t] += torch.where(inside, weight[:, t, :, k] * x[:, source], 0.0)
     return out

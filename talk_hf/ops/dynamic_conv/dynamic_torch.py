@@ -1,5 +1,6 @@
 """The PyTorch paths of :func:`talk_hf.ops.dynamic_conv` and :func:`talk_hf.ops.light_conv` (their
-definitions: the package docstring)."""
+definitions: the package docstring).  In a packed row (``edges``, `documents.document_edges`) the
+taps that read outside their token's document get weight zero."""
 
 from __future__ import annotations
 
@@ -7,26 +8,38 @@ import torch
 import torch.nn.functional as F
 
 from .._precision import accumulation_dtype
+from ..documents import taps_inside_documents
 
 
-def dynamic_conv_torch(x: torch.Tensor, weight: torch.Tensor, padding_l: int) -> torch.Tensor:
-    """PyTorch reference of :func:`dynamic_conv`: K shifted multiply-adds, memory O(B*T*C)."""
+def dynamic_conv_torch(
+    x: torch.Tensor, weight: torch.Tensor, padding_l: int, edges: torch.Tensor | None = None
+) -> torch.Tensor:
+    """PyTorch reference of :func:`dynamic_conv`: K shifted multiply-adds, memory O(B*T*C) (and the
+    (B, T, H, K) weight masked by the (B, T, 2) document ``edges`` when given)."""
     batch, length, channels = x.shape
     heads, kernel_size = weight.shape[2], weight.shape[3]
     compute_dtype = accumulation_dtype(x.dtype)
     x_padded = F.pad(x.to(compute_dtype), (0, 0, padding_l, kernel_size - 1 - padding_l))
     x_padded = x_padded.view(batch, length + kernel_size - 1, heads, channels // heads)
-    weight = weight.to(compute_dtype).unsqueeze(-1)  # (B, T, H, K, 1)
+    weight = weight.to(compute_dtype)
+    if edges is not None:
+        weight = weight * taps_inside_documents(edges, kernel_size, padding_l).unsqueeze(2)
+    weight = weight.unsqueeze(-1)  # (B, T, H, K, 1)
     out = x_padded.new_zeros(batch, length, heads, channels // heads)
     for tap in range(kernel_size):
         out = torch.addcmul(out, weight[:, :, :, tap], x_padded[:, tap : tap + length])
     return out.view(batch, length, channels).to(x.dtype)
 
 
-def light_conv_torch(x: torch.Tensor, weight: torch.Tensor, padding_l: int) -> torch.Tensor:
-    """PyTorch reference of :func:`light_conv`: a grouped (depthwise) ``conv1d``."""
+def light_conv_torch(
+    x: torch.Tensor, weight: torch.Tensor, padding_l: int, edges: torch.Tensor | None = None
+) -> torch.Tensor:
+    """PyTorch reference of :func:`light_conv`: a grouped (depthwise) ``conv1d``; in a packed row
+    (``edges`` given) `dynamic_conv_torch` of the (H, K) weight repeated for every token."""
     if x.numel() == 0:  # conv1d rejects inputs shorter than the kernel; the result is empty anyway
         return x.clone()
+    if edges is not None:
+        return dynamic_conv_torch(x, weight.expand(*x.shape[:2], *weight.shape), padding_l, edges)
     channels = x.shape[2]
     heads, kernel_size = weight.shape
     compute_dtype = accumulation_dtype(x.dtype)

@@ -3,7 +3,8 @@
 It never builds one global prefix sum (its differences cancel catastrophically in low precision at
 long T).  It cuts time into blocks, gives each block a halo as wide as the farthest window reaches,
 and takes a float32 (float64 for float64 input) prefix sum inside each block only.  Memory stays
-O(B*T*C) and the result is exact to accumulation precision at any T.
+O(B*T*C) and the result is exact to accumulation precision at any T.  In a packed row each edge is
+clamped into its token's document instead of the row, token by token; the rest is unchanged.
 """
 
 from __future__ import annotations
@@ -42,8 +43,10 @@ def talk_conv_torch(
     offset_right: torch.Tensor | None,
     max_left: int,
     max_right: int,
+    edges: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The PyTorch reference of :func:`talk_conv` (arguments as there, already checked).
+    """The PyTorch reference of :func:`talk_conv` (arguments as there, already checked; ``edges``:
+    None, or the (B, T, 2) document edges of a packed row, `documents.document_edges`).
 
     Shapes inside: nb blocks of L time steps, each widened by a halo of ``halo_left`` steps
     before and ``halo_right`` after, W = L + halo_left + halo_right; heads split C into H x R.
@@ -58,20 +61,22 @@ def talk_conv_torch(
 
     # Window edges a = t - d and b = t + e per (batch, time, head), split into whole tokens and
     # fractions relative to t: the reaches d, e keep full precision whatever t is (t - d in float32
-    # would keep only 7 fractional bits at T = 70,000).  A clamped edge has no fraction.
+    # would keep only 7 fractional bits at T = 70,000).  A clamped edge has no fraction.  Edges are
+    # clamped into [first, last]: the row, or each token's document, (B, T, 1) each.
     time = torch.arange(length, device=x.device).view(1, length, 1)
+    first, last = (0, length - 1) if edges is None else (edges[..., :1], edges[..., 1:])
     reach_left = offset_left.to(compute_dtype) * max_left
     whole_left = reach_left.detach().ceil()
-    left_inside = reach_left <= time
-    left_floor = torch.where(left_inside, time - whole_left.long(), 0)
+    left_inside = reach_left <= time - first
+    left_floor = torch.where(left_inside, time - whole_left.long(), first)
     left_frac = torch.where(left_inside, whole_left - reach_left, 0.0)  # d frac / d reach = -1
     if offset_right is None:
         right_floor, right_frac = time.expand(batch, length, heads), torch.zeros_like(left_frac)
     else:
         reach_right = offset_right.to(compute_dtype) * max_right
         whole_right = reach_right.detach().floor()
-        right_inside = reach_right <= (length - 1) - time
-        right_floor = torch.where(right_inside, time + whole_right.long(), length - 1)
+        right_inside = reach_right <= last - time
+        right_floor = torch.where(right_inside, time + whole_right.long(), last)
         right_frac = torch.where(right_inside, reach_right - whole_right, 0.0)
 
     # Halo: one step before the farthest left edge floor(a) (so that prefix[floor(a) - 1] exists)
