@@ -63,9 +63,11 @@ def _split_heads(block, x: torch.Tensor) -> torch.Tensor:
 
 
 def _cross_attention(block, hidden: torch.Tensor, keys, values, source_bias: torch.Tensor) -> torch.Tensor:
-    """`CrossAttentionBlock.forward` over precomputed keys/values (B, heads, S, head_dim) and an
-    additive (B, 1, 1, S) padding bias; (B, T, d) -> (B, T, d)."""
-    queries = _split_heads(block, _linear(block.q_proj, block.residual.pre(hidden)))
+    """`CrossAttentionBlock.forward` over precomputed keys/values (B_s, heads, S, head_dim) and an
+    additive (B_s, 1, 1, S) padding bias; (B, T, d) -> (B, T, d), the B = B_s x beams rows in groups
+    of ``beams`` consecutive rows per source row (each group's queries one product with its source's keys)."""
+    grouped = hidden.reshape(keys.shape[0], -1, hidden.shape[-1])  # (B_s, beams * T, d)
+    queries = _split_heads(block, _linear(block.q_proj, block.residual.pre(grouped)))
     scores = queries @ keys.transpose(-1, -2) / math.sqrt(block.head_dim) + source_bias
     attended = torch.softmax(scores, dim=-1) @ values
     attended = attended.transpose(1, 2).reshape(hidden.shape)
@@ -137,8 +139,9 @@ class DecoderStepForExport(nn.Module):
         input_ids (B, 1) long; positions (B, 1) long, the token's position (0 for the first real
         token; the model adds its ``position_offset``); token_mask (B, 1) long, 0 where the token is
         padding (a left-padded prompt), else 1; then one history (B, history_size_l, C) per decoder
-        layer; encoder-decoders then take each layer's cross-attention keys and values (B, heads, S,
-        head_dim) and the source's attention_mask (B, S).
+        layer; encoder-decoders then take each layer's cross-attention keys and values (B_s, heads, S,
+        head_dim) and the source's attention_mask (B_s, S), once per source row: the B = B_s x beams
+        rows come in groups of ``beams`` consecutive rows per source row (beam search's beams).
 
     Outputs: logits (B, V) float32 of the next token, then each layer's new history (the old one
     without its oldest row, then this token's mixer input): the shapes of the inputs.

@@ -58,8 +58,9 @@ ENCODER_FILE, STEP_FILE, CANDIDATES_FILE = "encoder.onnx", "decoder_step.onnx", 
 EXPORTERS = ("dynamo", "torchscript")
 # Generation settings the runner applies, read from the model's generation configuration (those set).
 GENERATION_FIELDS = ("num_beams", "length_penalty", "early_stopping", "max_length")
-# Example sizes to trace with; not 0 or 1, which torch.export would fix as constants.
-EXAMPLE_BATCH, EXAMPLE_SOURCE_LENGTH = 2, 5
+# Example sizes to trace with; not 0 or 1, which torch.export would fix as constants.  The step's rows
+# are EXAMPLE_BATCH source rows x EXAMPLE_BEAMS (unequal, so that the two batch sizes stay apart).
+EXAMPLE_BATCH, EXAMPLE_BEAMS, EXAMPLE_SOURCE_LENGTH = 2, 2, 5
 
 
 def _graph_names(encoder, step) -> dict:
@@ -77,11 +78,12 @@ def _graph_names(encoder, step) -> dict:
     return graphs
 
 
-def _dynamic_axes(graph: dict, source_axes: dict[str, int]) -> dict:
-    """Each name's dynamic axes: the batch first, and the source length where ``source_axes`` names it."""
+def _dynamic_axes(graph: dict, source_axes: dict[str, int], role: str) -> dict:
+    """Each name's dynamic axes: the batch first (a step's source inputs: ``source_batch``, one row per
+    source), and the source length where ``source_axes`` names it."""
     axes = {}
     for name in graph["inputs"] + graph["outputs"]:
-        axes[name] = {0: "batch"}
+        axes[name] = {0: "source_batch" if role == "decoder_step" and name in source_axes else "batch"}
         if name in source_axes:
             axes[name][source_axes[name]] = "source_length"
     return axes
@@ -90,11 +92,11 @@ def _dynamic_axes(graph: dict, source_axes: dict[str, int]) -> dict:
 def _export(module, args: tuple, path: Path, graph: dict, role: str, source_axes: dict[str, int], exporter: str):
     """Export ``module(*args)`` (``role``: "encoder" or "decoder_step") to ``path`` with ``graph``'s names,
     a dynamic batch and the source length dynamic on the axes ``source_axes`` gives."""
-    axes = _dynamic_axes(graph, source_axes)
+    axes = _dynamic_axes(graph, source_axes, role)
     if exporter == "torchscript":
         dynamic = {"dynamic_axes": axes}
     else:
-        dims = {"batch": torch.export.Dim("batch", min=1), "source_length": torch.export.Dim("source_length", min=1)}
+        dims = {name: torch.export.Dim(name, min=1) for name in ("batch", "source_batch", "source_length")}
         shapes = [{axis: dims[dim] for axis, dim in axes[name].items()} for name in graph["inputs"]]
         if role == "decoder_step":  # forward(input_ids, positions, token_mask, *rest)
             shapes = [*shapes[:3], tuple(shapes[3:])]
@@ -146,15 +148,15 @@ def export_onnx(model, folder: str | Path, exporter: str = "dynamo") -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     graphs = _graph_names(encoder, step)
-    batch, device = EXAMPLE_BATCH, model.device
-    ids = torch.full((batch, 1), model.config.bos_token_id or 0, device=device)
+    batch, rows, device = EXAMPLE_BATCH, EXAMPLE_BATCH * EXAMPLE_BEAMS, model.device
+    ids = torch.full((rows, 1), model.config.bos_token_id or 0, device=device)
     ones = torch.ones_like(ids)
-    histories = [torch.zeros(batch, size, channels, device=device) for size, channels in step.state_shapes]
+    histories = [torch.zeros(rows, size, channels, device=device) for size, channels in step.state_shapes]
     step_args = (ids, ids * 0, ones, *histories)
     files = {"decoder_step": STEP_FILE}
     with torch.no_grad():
         if encoder is not None:
-            source = ids.expand(batch, EXAMPLE_SOURCE_LENGTH).contiguous()
+            source = ids[:batch].expand(batch, EXAMPLE_SOURCE_LENGTH).contiguous()
             source_mask = torch.ones_like(source)
             encoder_axes = {"input_ids": 1, "attention_mask": 1, **encoder.outputs}
             example = (source, source_mask)

@@ -51,7 +51,8 @@ def _attention(
         block: the attention block.
         x: (B, 1, d) its input; timing: (B, 1, d) the token's timing signal.
         conv_step: runs a causal `ConvStep` on (B, 1, C_in) with its history (`SliceNetStepForExport`).
-        source: the encoder output (B, S, d), ``source_keys`` (B, d, S) and ``source_bias`` (B, 1, S).
+        source: the encoder output (B_s, S, d), ``source_keys`` (B_s, d, S) and ``source_bias`` (B_s, 1,
+            S); the B = B_s x beams rows in groups of ``beams`` consecutive rows per source row.
 
     Returns:
         (B, 1, d): LN(x + attended) (t2t) or attended (the paper).
@@ -60,7 +61,8 @@ def _attention(
     query = x + timing
     for step in block.query_steps:
         query = conv_step(step, query)
-    attended = torch.softmax(query @ keys + bias, dim=-1) @ values
+    query = query.reshape(keys.shape[0], -1, query.shape[-1])  # (B_s, beams, d): one product per source row
+    attended = (torch.softmax(query @ keys + bias, dim=-1) @ values).reshape(x.shape)
     return attended if block.norm is None else block.norm(x + attended)
 
 
@@ -101,7 +103,8 @@ class SliceNetStepForExport(nn.Module):
     Inputs, flat and in this order:
         input_ids (B, 1) long; positions (B, 1) long, the token's position (0 for the first); token_mask
         (B, 1) long, 0 where the token is padding, else 1; then one history (B, history_size, C_in)
-        per causal step (``state_shapes``); then the encoder's outputs (``source_inputs``).
+        per causal step (``state_shapes``); then the encoder's outputs (``source_inputs``), once per
+        source row: the B = B_s x beams rows come in groups of ``beams`` consecutive rows per source row.
 
     Outputs: logits (B, V) float32 of the next token, then each history moved on by one row (the old
     one without its oldest row, then this token's gated input): the shapes of the inputs.
