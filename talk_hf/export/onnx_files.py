@@ -32,8 +32,8 @@ runner, ORT int8 (dynamic)        1,230-1,330 (3.2x)  1,450-1,500 (1.85x)
 One step: 0.55 ms in ORT against 1.7 ms eager at batch 1 (about the time to read the decoder's
 18 MB of weights once), 21 ms against 24 ms at batch 160 (matrix products, the LM head's half).
 ORT's optimisation levels ``all`` and ``basic`` decode at the same speed.  (The table predates
-``beam_candidates.onnx`` and the logits row selected before the output layer, which made the runner's
-beam rows 1.12x (float32) and 1.19x (int8) as fast again: docs/serving.md.)  The tokens equal
+``beam_candidates.onnx``, the source taken once per beam group and the logits row selected before the
+output layer, which made batch 32 x beam 5 1.2x (float32) and 1.39x (int8) as fast again: docs/serving.md.)  The tokens equal
 ``generate``'s in float32; ``onnxruntime.quantization.quantize_dynamic`` (int8 weights, applied to
 the exported files) changes some beams.
 """
