@@ -224,6 +224,11 @@ class ConvCache(Cache):
             if layer.is_initialized
         )
 
+    @property
+    def has_past(self) -> bool:
+        """Whether a token came before: a forward then continues the windows (no Python count is read)."""
+        return any(layer.has_past for layer in self.layers)
+
     def new_token_positions(self, attention_mask: torch.Tensor | None, length: int, device) -> torch.Tensor:
         """Positions of the T = ``length`` new tokens, counted from each row's first real token.
 

@@ -41,12 +41,16 @@ class TaLKCore(nn.Module):
         """Past mixer inputs a causal decoding step needs: the farthest left edge is max_left back."""
         return self.max_left
 
-    def forward(self, u: torch.Tensor, context: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, u: torch.Tensor, context: torch.Tensor | None = None, document_positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """
         Args:
             u: (B, T, C) mixer input, zero at padded positions.
             context: (B, S + T, C) the previous S mixer inputs, then u (causal decoding with a
                 cache), or None.
+            document_positions: (B, T) each token's position within its document (packed rows: the
+                windows are clamped at their document's edges), only without a context; or None.
 
         Returns:
             (B, T, C).
@@ -55,10 +59,17 @@ class TaLKCore(nn.Module):
         offsets = dropout(offsets, self.offset_dropout, self.training)
         if self.causal:
             if context is None:
-                return talk_conv(u, offsets, None, self.max_left, 0)
+                return talk_conv(u, offsets, None, self.max_left, 0, position_ids=document_positions)
             out = talk_conv(context, pad_to_context(offsets, context), None, self.max_left, 0)
             return out[:, -u.shape[1] :]
         offset_left, offset_right = offsets.split(self.heads, dim=-1)
         if self.max_right == 0:
-            return talk_conv(u, offset_left, None, self.max_left, 0)
-        return talk_conv(u, offset_left.contiguous(), offset_right.contiguous(), self.max_left, self.max_right)
+            return talk_conv(u, offset_left, None, self.max_left, 0, position_ids=document_positions)
+        return talk_conv(
+            u,
+            offset_left.contiguous(),
+            offset_right.contiguous(),
+            self.max_left,
+            self.max_right,
+            position_ids=document_positions,
+        )

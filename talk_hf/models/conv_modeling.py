@@ -51,6 +51,14 @@ from ..transformers_internals import (
 from .forward_arguments import refuse_unknown_arguments
 from .input_checks import InputNames, check_mask_values, embedding_positions
 from .non_finite_weights import warn_about_non_finite_weights
+from .packing import (
+    PACKED_WITH_A_CACHE,
+    PACKING_ARGUMENTS,
+    document_positions,
+    mask_document_starts,
+    refuse_cores_without_documents,
+    restarts_inside_rows,
+)
 
 
 def shift_tokens_right(input_ids: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -92,15 +100,25 @@ class _ConvStack(nn.Module):
         self.dropout = config.dropout
         self.final_layer_norm = nn.LayerNorm(config.d_model) if final_layer_norm else None
 
-    def embed(self, input_ids, inputs_embeds, attention_mask, cache=None, position_ids=None) -> torch.Tensor:
+    def embed(
+        self, input_ids, inputs_embeds, attention_mask, cache=None, position_ids=None, document_positions=None
+    ) -> torch.Tensor:
         """(B, T) ids or (B, T, d) embeddings -> (B, T, d) scaled embeddings + positions, dropped out.
 
         attention_mask: (B, T) or, with a cache, (B, past + T) with 1 at real tokens, or None; cache: the
         decoder's `ConvCache` (positions go on from it; it counts the new tokens) or None; position_ids:
-        None or the positions the model counts (`check_position_ids`); every input is checked.
+        None or the positions the model counts (`check_position_ids`); document_positions: (B, T)
+        positions taken as they are (packed documents), or None; every input is checked.
         """
         positions = embedding_positions(
-            self.names, self.embed_tokens, input_ids, inputs_embeds, attention_mask, cache, position_ids
+            self.names,
+            self.embed_tokens,
+            input_ids,
+            inputs_embeds,
+            attention_mask,
+            cache,
+            position_ids,
+            document_positions,
         )
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
@@ -258,6 +276,7 @@ class ConvDecoder(_ConvStack):
         past_key_values=None,
         output_attentions=False,
         output_hidden_states=False,
+        document_positions=None,
     ) -> BaseModelOutputWithCrossAttentions:
         """
         Args:
@@ -266,12 +285,17 @@ class ConvDecoder(_ConvStack):
             position_ids: None, or the positions the model counts itself (`check_position_ids`).
             encoder_hidden_states / encoder_attention_mask: (B, S, d) and (B, S) for seq2seq, else None.
             past_key_values: `ConvCache` / `EncoderDecoderCache` updated in place, or None.
+            document_positions: (B, T) each token's position within its document (packed rows,
+                `packing.document_positions`), or None: embedded as they are, and without a past every
+                mixer's window stops at its document's edges.
 
         Returns:
             ``last_hidden_state`` (B, T, d); ``hidden_states`` (each layer's input, then the output)
             and ``cross_attentions`` (B, heads, T, S) per layer when asked, else None.
         """
-        hidden = self.embed(input_ids, inputs_embeds, attention_mask, split_cache(past_key_values)[0], position_ids)
+        conv_cache = split_cache(past_key_values)[0]
+        windows_continue = conv_cache is not None and conv_cache.has_past
+        hidden = self.embed(input_ids, inputs_embeds, attention_mask, conv_cache, position_ids, document_positions)
         if encoder_hidden_states is not None and encoder_hidden_states.shape[0] != hidden.shape[0]:
             raise ValueError(
                 f"the encoder's output has batch size {encoder_hidden_states.shape[0]} but "
@@ -288,6 +312,7 @@ class ConvDecoder(_ConvStack):
                 encoder_attention_mask,
                 past_key_values=past_key_values,
                 output_attentions=output_attentions,
+                document_positions=None if windows_continue else document_positions,
             )
             all_weights.append(weights)
         hidden = self.finish(hidden)
@@ -592,6 +617,24 @@ class ConvLMModel(ConvPreTrainedModel):
     def new_cache(self) -> ConvCache:
         return self.decoder.new_cache()
 
+    def _documents(self, input_ids, inputs_embeds, attention_mask, kwargs: dict) -> tuple[torch.Tensor | None, bool]:
+        """``(positions, packed)``: (B, T) each token's position within its document from ``position_ids``
+        and the packing keywords of ``kwargs`` (or None: none given, or no tokens to check them against,
+        which the decoder then refuses), and whether a row holds several documents (any packing keyword,
+        or ``position_ids`` restarting after a row's first real token; not read inside a compiled graph)."""
+        tokens = input_ids if input_ids is not None else inputs_embeds
+        packing = {name: kwargs[name] for name in PACKING_ARGUMENTS if kwargs.get(name) is not None}
+        if tokens is None or tokens.dim() < 2 or (kwargs.get("position_ids") is None and not packing):
+            return None, False
+        batch, length = tokens.shape[:2]
+        positions = document_positions(kwargs.get("position_ids"), packing, batch, length, tokens.device)
+        packed = bool(packing) or (
+            not torch.compiler.is_compiling() and restarts_inside_rows(positions, attention_mask)
+        )
+        if packed:
+            refuse_cores_without_documents(self.decoder.layers)
+        return positions, packed
+
     @can_return_tuple
     def forward(
         self,
@@ -606,23 +649,32 @@ class ConvLMModel(ConvPreTrainedModel):
         past_key_values=None,
         **kwargs,
     ) -> BaseModelOutputWithPast:
-        """input_ids (B, T); attention_mask (B, past + T) with 1 at real tokens (left padding allowed);
-        the generation cache as ``cache`` (transformers >= 5.24) or ``past_key_values``.
+        """input_ids (B, T); attention_mask (B, T) or (B, past + T) with 1 at real tokens (left padding
+        allowed); the generation cache as ``cache`` (transformers >= 5.24) or ``past_key_values``.
         ``output_attentions``: the mixers are convolutions, there are no attention weights to return.
 
-        Through ``kwargs`` it takes only ``position_ids`` (B, T), which must equal the positions the model
-        counts from the mask and the cache (`check_position_ids`); any other keyword is refused
+        Through ``kwargs`` it takes ``position_ids`` (B, T) (each token's position within its document:
+        embedded as given, and a 0 after a row's first real token starts a new document there) and the
+        other descriptions of packed rows that transformers' ``DataCollatorWithFlattening`` gives:
+        ``cu_seq_lens_q/k``, ``max_length_q/k``, ``seq_idx`` (`packing.document_positions`).  Packed
+        rows are computed as if each document were alone, without a generation cache (none is made
+        unless ``use_cache=True`` asks, which is refused).  Any other keyword is refused
         (`refuse_unknown_arguments`).
         """
-        refuse_unknown_arguments(self, kwargs, taken=("position_ids",))
+        refuse_unknown_arguments(self, kwargs, taken=("position_ids", *PACKING_ARGUMENTS))
+        documents, packed = self._documents(input_ids, inputs_embeds, attention_mask, kwargs)
+        if packed and use_cache is None and resolve_cache_argument(cache, past_key_values) is None:
+            use_cache = False
         cache = self._cache_for_forward(use_cache, cache, past_key_values, self.new_cache)
+        if packed and cache is not None:
+            raise ValueError(PACKED_WITH_A_CACHE)
         decoder_outputs = self.decoder(
             input_ids,
             attention_mask=attention_mask,
             inputs_embeds=inputs_embeds,
-            position_ids=kwargs.get("position_ids"),
             past_key_values=cache,
             output_hidden_states=self._switch("output_hidden_states", output_hidden_states),
+            document_positions=documents,
         )
         return BaseModelOutputWithPast(
             last_hidden_state=decoder_outputs.last_hidden_state,
@@ -658,8 +710,10 @@ class ConvForCausalLM(ConvHeadBase):
         ``shift_labels`` (B, T) (targets already aligned with the logits, as transformers passes them
         under sequence or context parallelism: used instead of shifting ``labels``) and
         ``num_items_in_batch`` (the loss is summed and divided by it, as ``Trainer`` passes it under
-        gradient accumulation)."""
-        refuse_unknown_arguments(self, kwargs, taken=("num_items_in_batch", "shift_labels", "position_ids"))
+        gradient accumulation).  In packed rows the loss never asks a document's last token for the
+        next document's first one."""
+        document_keywords = ("position_ids", *PACKING_ARGUMENTS)
+        refuse_unknown_arguments(self, kwargs, taken=("num_items_in_batch", "shift_labels", *document_keywords))
         shift_labels = kwargs.get("shift_labels")
         if labels is not None or shift_labels is not None:
             use_cache = False
@@ -671,10 +725,15 @@ class ConvForCausalLM(ConvHeadBase):
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
             output_hidden_states=output_hidden_states,
-            position_ids=kwargs.get("position_ids"),
+            **{name: kwargs[name] for name in document_keywords if name in kwargs},
         )
         logits = self.lm_head(outputs.last_hidden_state[:, -logits_to_keep:])
         loss = None
+        documents, _ = self.model._documents(input_ids, inputs_embeds, attention_mask, kwargs)
+        if documents is not None and labels is not None:
+            labels = mask_document_starts(labels, documents, shifted=False)
+        if documents is not None and shift_labels is not None:
+            shift_labels = mask_document_starts(shift_labels, documents, shifted=True)
         if labels is not None or shift_labels is not None:
             loss = self.loss_function(
                 logits,

@@ -6,11 +6,13 @@ transformers' callers pass a few keywords to any model through ``**kwargs``: ``T
 ``seq_idx``.  A forward names those it takes in `refuse_unknown_arguments`, which refuses every other
 keyword, so that a typo (``attenton_mask``) fails instead of being swallowed:
 
-* packed-sequence inputs get a ValueError saying that packing is not supported yet;
+* packed-sequence inputs, to a model that does not compute packed rows (the encoder-decoders; the
+  causal LMs take them, `packing`), get a ValueError saying so;
 * ``cache_position`` (dropped by transformers 5) gets a TypeError saying where positions come from;
 * anything else gets a TypeError that lists the keywords the forward takes.
 
-``position_ids`` are taken and checked by `input_checks.check_position_ids`.
+An encoder-decoder's ``position_ids`` are taken and checked by `input_checks.check_position_ids`; a
+causal LM's are honoured (`packing.document_positions`).
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ import functools
 import inspect
 from collections.abc import Callable, Collection
 
-PACKING_ARGUMENTS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx")
+from .packing import PACKING_ARGUMENTS
+
 PACKING_UNSUPPORTED = (
     "packed sequences (several documents in one row, as transformers' DataCollatorWithFlattening and "
-    "padding-free training make them) are not supported yet: pad the batch instead (DataCollatorWithPadding, "
-    "DataCollatorForSeq2Seq)"
+    "padding-free training make them) are computed by the causal LMs only, not by the encoder-decoders: pad "
+    "the batch instead (DataCollatorForSeq2Seq)"
 )
 
 

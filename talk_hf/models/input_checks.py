@@ -175,6 +175,7 @@ def embedding_positions(
     attention_mask,
     cache,
     position_ids,
+    document_positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Every check of one stack's inputs before it embeds them, then their positions, which ``cache``
     counts: shapes and dtypes, then (eager only) the values: token ids within ``embeddings``, a mask of 0
@@ -183,9 +184,11 @@ def embedding_positions(
     Args:
         input_ids: (B, T) or None, inputs_embeds: (B, T, d) or None (exactly one of them).
         attention_mask: (B, T), or with a cache (B, past + T), or None; position_ids: (B, T), (1, T),
-            (T,) or None.
+            (T,) or None, checked against the positions the model counts.
         cache: the decoder's `ConvCache` (positions go on from its counts, which then count the new
             tokens), or None.
+        document_positions: (B, T) positions to take as they are (a causal LM's packed documents,
+            `packing.document_positions`; already checked), instead of counting them; or None.
 
     Returns:
         (B, T) or (1, T) int64 positions of the new tokens.
@@ -198,7 +201,9 @@ def embedding_positions(
         check_token_ids(names.ids, input_ids, embeddings.num_embeddings)
     check_mask_values(names.mask, attention_mask)
     batch = tokens.shape[0]
-    if cache is None:
+    if document_positions is not None:
+        positions = document_positions
+    elif cache is None:
         positions = positions_from_mask(attention_mask, length, 0, tokens.device)
     else:
         positions = cache.new_token_positions(attention_mask, length, tokens.device)

@@ -1,0 +1,190 @@
+"""Packed against padded training batches of the same documents: real tokens per second and peak memory.
+
+Documents of varied length, as a user trains a causal LM on them: Multi30k's English training
+sentences (short, 5-40 tokens) and WikiText-2's training paragraphs (tens to hundreds of tokens),
+split by a BPE tokenizer trained on them (as the example scripts train it).  The same batches of
+``--batch-documents`` documents (a `Trainer`'s ``per_device_train_batch_size``) are collated two
+ways: padded to the batch's longest document (``DataCollatorForLanguageModeling(mlm=False)``, what a
+`Trainer` user gets by default) and packed into one row (``DataCollatorWithFlattening``: no padding,
+each document computed alone).  A third row pads length-grouped batches (``group_by_length``-style:
+documents sorted by length, then batched), the padded baseline at its best.
+
+A step is forward, backward and an AdamW update.  Rounds interleave the settings (their order
+rotating), each round running ``--steps`` batches of every setting, so that load from other processes
+hits all alike; tokens/s counts the real (non-padding) tokens over the wall-clock time of all rounds.
+Peak memory: each setting trains its largest batch in a fresh subprocess, which reports its resident
+memory before the first step and its peak (Linux ``VmHWM``); the difference is what training adds.
+
+    python benchmarks/bench_packing.py --threads 1        # writes results/bench_packing_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from _device import add_cpu_options, parse_cpu_args, process_status_bytes, run_metadata, write_report
+from _models import ModelShape, add_shape_options, build_model, causal_lm_models
+from transformers import DataCollatorForLanguageModeling, DataCollatorWithFlattening
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))  # the example scripts' tokenizer
+
+from common.tokenizer import train_tokenizer  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data"
+SETTINGS = ("padded", "padded, length-grouped", "packed")
+
+
+def read_documents(corpus: str, limit: int) -> list[str]:
+    """The first ``limit`` documents of ``corpus``: Multi30k English sentences, or WikiText-2 paragraphs
+    (non-empty lines that are not section headings)."""
+    path = DATA / ("multi30k/train.en.gz" if corpus == "multi30k" else "wikitext-2/train.txt.gz")
+    with gzip.open(path, "rt", encoding="utf-8") as lines:
+        texts = [line.strip() for line in lines]
+    if corpus == "wikitext":
+        texts = [text for text in texts if text and not text.startswith("=")]
+    return texts[:limit]
+
+
+def document_batches(token_lists: list[list[int]], batch_documents: int, grouped: bool, seed: int) -> list[list]:
+    """Batches of ``batch_documents`` documents: shuffled, or (``grouped``) sorted by length and then
+    the batches shuffled."""
+    order = list(range(len(token_lists)))
+    random.Random(seed).shuffle(order)
+    if grouped:
+        order.sort(key=lambda index: len(token_lists[index]))
+    batches = [order[start : start + batch_documents] for start in range(0, len(order), batch_documents)]
+    if grouped:
+        random.Random(seed + 1).shuffle(batches)
+    return [[{"input_ids": token_lists[index]} for index in batch] for batch in batches]
+
+
+def collated(setting: str, batches: list[list], tokenizer) -> list[dict]:
+    """Each batch as the setting's collator gives it."""
+    if setting == "packed":
+        collate = DataCollatorWithFlattening(return_tensors="pt")
+    else:
+        collate = DataCollatorForLanguageModeling(tokenizer, mlm=False, return_tensors="pt")
+    return [dict(collate(batch)) for batch in batches]
+
+
+def real_tokens(batch: dict) -> int:
+    mask = batch.get("attention_mask")
+    return int(batch["input_ids"].numel() if mask is None else mask.sum())
+
+
+def train_step(model, optimizer, batch: dict) -> None:
+    optimizer.zero_grad(set_to_none=True)
+    model(**batch).loss.backward()
+    optimizer.step()
+
+
+def time_settings(name: str, prepared: dict[str, list[dict]], args) -> dict[str, dict]:
+    """Interleaved rounds of every setting's batches on one model: real tokens/s of each."""
+    torch.manual_seed(0)
+    model = build_model(name, ModelShape.from_args(args), 1024, dropout=0.0).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    totals = {setting: {"seconds": 0.0, "real_tokens": 0, "tokens_computed": 0} for setting in prepared}
+    for batches in prepared.values():  # warm-up: one batch of each
+        train_step(model, optimizer, batches[0])
+    for round_index in range(args.rounds):
+        order = list(prepared)[round_index % len(prepared) :] + list(prepared)[: round_index % len(prepared)]
+        for setting in order:
+            start = round_index * args.steps
+            for batch in prepared[setting][start : start + args.steps]:
+                began = time.perf_counter()
+                train_step(model, optimizer, batch)
+                totals[setting]["seconds"] += time.perf_counter() - began
+                totals[setting]["real_tokens"] += real_tokens(batch)
+                totals[setting]["tokens_computed"] += batch["input_ids"].numel()
+    for total in totals.values():
+        total["real_tokens_per_second"] = total["real_tokens"] / total["seconds"]
+        total["padding_fraction"] = 1 - total["real_tokens"] / total["tokens_computed"]
+    return totals
+
+
+def peak_memory(name: str, corpus: str, setting: str, args) -> dict:
+    """Resident memory before and at the peak of training the setting's largest batch, in a fresh process."""
+    command = [sys.executable, __file__, "--memory-probe", name, corpus, setting, *sys.argv[1:]]
+    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def probe_memory(name: str, corpus: str, setting: str, args) -> None:
+    """(Subprocess) train two steps on the largest batch of ``setting``; print the memory as JSON."""
+    prepared = prepare(corpus, args)[setting]
+    largest = max(prepared, key=lambda batch: batch["input_ids"].numel())
+    model = build_model(name, ModelShape.from_args(args), 1024, dropout=0.0).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    before = process_status_bytes("VmRSS")
+    for _ in range(2):
+        train_step(model, optimizer, largest)
+    peak = process_status_bytes("VmHWM")
+    print(json.dumps({"resident_before": before, "peak": peak, "added_by_training": peak - before}))
+
+
+def prepare(corpus: str, args) -> dict[str, list[dict]]:
+    """Every setting's collated batches of the corpus's documents (tokenizer trained on them)."""
+    texts = read_documents(corpus, args.documents)
+    tokenizer = train_tokenizer(texts, "bpe", args.vocab)
+    token_lists = [ids[: args.max_length] for ids in tokenizer(texts)["input_ids"] if ids]
+    return {
+        setting: collated(
+            setting, document_batches(token_lists, args.batch_documents, "grouped" in setting, seed=0), tokenizer
+        )
+        for setting in SETTINGS
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_cpu_options(parser)
+    add_shape_options(parser, ModelShape(d_model=256, layers=3, heads=4, ffn=1024, vocab=8000))
+    parser.add_argument("--corpora", nargs="+", choices=("multi30k", "wikitext"), default=["multi30k", "wikitext"])
+    parser.add_argument("--models", nargs="+", default=None, help="default: our causal LMs")
+    parser.add_argument("--documents", type=int, default=4000, help="documents read from each corpus")
+    parser.add_argument("--max-length", type=int, default=512, help="longer documents are cut to this")
+    parser.add_argument("--batch-documents", type=int, default=32, help="documents per batch")
+    parser.add_argument("--steps", type=int, default=4, help="batches of each setting per round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--memory-probe", nargs=3, default=None, help=argparse.SUPPRESS)
+    args = parse_cpu_args(parser)
+    if args.memory_probe:
+        probe_memory(*args.memory_probe, args)
+        return
+    models = args.models or [name for name in causal_lm_models() if "GPT2" not in name]
+    report = {"run": run_metadata("cpu"), "settings": vars(args), "results": {}}
+    summary = {}
+    for corpus in args.corpora:
+        prepared = prepare(corpus, args)
+        for name in models:
+            measured = time_settings(name, prepared, args)
+            for setting in SETTINGS:
+                measured[setting]["memory"] = peak_memory(name, corpus, setting, args)
+            packed = measured["packed"]
+            for baseline in ("padded", "padded, length-grouped"):
+                packed[f"speed_over_{baseline}"] = (
+                    packed["real_tokens_per_second"] / measured[baseline]["real_tokens_per_second"]
+                )
+                packed[f"memory_over_{baseline}"] = (
+                    packed["memory"]["added_by_training"] / measured[baseline]["memory"]["added_by_training"]
+                )
+            report["results"][f"{corpus}/{name}"] = measured
+            summary[f"{corpus}/{name}"] = {
+                key: round(value, 2) for key, value in packed.items() if key.startswith(("speed", "memory_over"))
+            }
+            report["summary"] = summary
+            write_report(report, args.out, "bench_packing_cpu.json", announce=False)
+    write_report(report, args.out, "bench_packing_cpu.json")
+
+
+if __name__ == "__main__":
+    main()

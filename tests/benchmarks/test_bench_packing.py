@@ -1,0 +1,43 @@
+"""bench_packing.py end to end at tiny sizes: every setting of every corpus and model is timed and
+probed for memory, the padded batches hold the same real tokens as the packed ones, and the summary's
+ratios are the ones its docstring defines."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+SETTINGS = ("padded", "padded, length-grouped", "packed")
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("packing") / "packing.json"
+    tiny = ["--d-model", "16", "--layers", "1", "--heads", "2", "--ffn", "32", "--vocab", "300"]
+    command = [sys.executable, "bench_packing.py", *tiny, "--documents", "40", "--batch-documents", "8"]
+    command += ["--steps", "1", "--rounds", "2", "--threads", "1", "--out", str(out)]
+    subprocess.run(command, cwd=BENCHMARKS, check=True, capture_output=True)
+    return json.loads(out.read_text())
+
+
+def test_every_setting_of_every_corpus_and_model_is_timed_and_probed(report):
+    assert {key.split("/")[0] for key in report["results"]} == {"multi30k", "wikitext"}
+    for measured in report["results"].values():
+        for setting in SETTINGS:
+            assert measured[setting]["real_tokens_per_second"] > 0
+            assert measured[setting]["memory"]["peak"] >= measured[setting]["memory"]["resident_before"]
+        assert measured["packed"]["padding_fraction"] == 0
+        assert measured["packed"]["real_tokens"] == measured["padded"]["real_tokens"]  # the same batches
+        assert measured["padded"]["padding_fraction"] > 0
+
+
+def test_the_summary_ratios_are_packed_over_each_padded_setting(report):
+    for key, measured in report["results"].items():
+        packed = measured["packed"]
+        for baseline in SETTINGS[:2]:
+            speed = packed["real_tokens_per_second"] / measured[baseline]["real_tokens_per_second"]
+            assert packed[f"speed_over_{baseline}"] == pytest.approx(speed)
+            assert report["summary"][key][f"speed_over_{baseline}"] == round(speed, 2)
