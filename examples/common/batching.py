@@ -140,6 +140,18 @@ def lm_blocks(token_lists, eos_token_id, block_size):
     return stream[: count * block_size + 1].unfold(0, block_size + 1, block_size)
 
 
+def lm_documents(token_lists, eos_token_id, max_length):
+    """Each line's ids plus `eos_token_id` as a document of at most `max_length` tokens: a longer line is
+    cut into such pieces, an empty line (only the end token) left out.  Returns a list of id lists."""
+    documents = []
+    for tokens in token_lists:
+        if not tokens:
+            continue
+        ids = [*tokens, eos_token_id]
+        documents.extend(ids[start : start + max_length] for start in range(0, len(ids), max_length))
+    return documents
+
+
 def collate_lm(blocks):
     """Inputs and next-token labels of a list of (block_size + 1) blocks."""
     blocks = torch.stack(blocks)

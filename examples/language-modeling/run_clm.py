@@ -8,6 +8,12 @@ the Auto classes after `import talk_hf`) or a Hub model. Lines get an end-of-seq
 concatenated and cut into `--block_size` blocks whose consecutive blocks share one token, so every
 token is predicted exactly once and `eval_loss` gives the usual perplexity. Every
 `TrainingArguments` flag works.
+
+`--packing` trains padding-free instead: every line (with its end-of-sequence token; cut into
+`--block_size` pieces only when longer) is a document, and `DataCollatorWithFlattening` packs each
+batch of `--per_device_train_batch_size` documents into one row, each document computed as if alone
+(docs/models.md, "Packed sequences"). Evaluation keeps the blocks (the same perplexity): flattened,
+each block is a document of its own, as it is a row of its own unpacked.
 """
 
 import math
@@ -18,10 +24,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for `common`
 
 import datasets  # noqa: E402
-from common.batching import lm_blocks  # noqa: E402
+from common.batching import lm_blocks, lm_documents  # noqa: E402
 from common.hf_trainer import ModelArguments, log_and_save, read_split, train_and_save, trainer_tokenizer  # noqa: E402
 from transformers import (  # noqa: E402
     AutoModelForCausalLM,
+    DataCollatorWithFlattening,
     HfArgumentParser,
     Trainer,
     TrainingArguments,
@@ -41,6 +48,9 @@ class DataTrainingArguments:
     train_split: str = field(default="train")
     validation_split: str = field(default="validation")
     block_size: int = field(default=256, metadata={"help": "tokens per training sequence"})
+    packing: bool = field(
+        default=False, metadata={"help": "train on packed lines (DataCollatorWithFlattening), not on blocks"}
+    )
     max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N lines"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "use only the first N lines"})
 
@@ -59,6 +69,16 @@ def load_blocks(data_args, tokenizer, option, limit):
     return datasets.Dataset.from_dict({"input_ids": blocks, "labels": blocks})
 
 
+def load_documents(data_args, tokenizer, option, limit):
+    """A `datasets.Dataset` of the split's lines as documents (`batching.lm_documents`: ids with an
+    end-of-sequence token, lines longer than `--block_size` cut into pieces, empty lines left out)."""
+    lines = read_split(data_args, option, [data_args.text_column], limit)[data_args.text_column]
+    documents = lm_documents(tokenizer(lines)["input_ids"], tokenizer.eos_token_id, data_args.block_size)
+    if not documents:
+        raise SystemExit(f"error: --{option} {getattr(data_args, option)}: its lines hold no token to train on")
+    return datasets.Dataset.from_dict({"input_ids": documents})
+
+
 def main():
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses()
@@ -71,7 +91,9 @@ def main():
         model=model,
         args=training_args,
         train_dataset=(
-            load_blocks(data_args, tokenizer, "train_split", data_args.max_train_samples)
+            (load_documents if data_args.packing else load_blocks)(
+                data_args, tokenizer, "train_split", data_args.max_train_samples
+            )
             if training_args.do_train
             else None
         ),
@@ -81,7 +103,7 @@ def main():
             else None
         ),
         processing_class=tokenizer,
-        data_collator=default_data_collator,
+        data_collator=DataCollatorWithFlattening() if data_args.packing else default_data_collator,
     )
     if training_args.do_train:
         train_and_save(trainer, training_args)

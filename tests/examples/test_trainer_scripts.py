@@ -1,6 +1,7 @@
 """The Trainer / Seq2SeqTrainer scripts fine-tune our models and save checkpoints the Auto classes load."""
 
 import json
+import math
 
 import pytest
 from common.data import load_columns
@@ -76,3 +77,25 @@ def test_run_clm_fine_tunes_and_reports_perplexity(tmp_path):
     for checkpoint in (output, output / "checkpoint-2"):
         model = AutoModelForCausalLM.from_pretrained(checkpoint)
         assert model.config.model_type == "dynamic_conv_lm" and model.config.conv_type == "light_conv"
+
+
+def test_run_clm_trains_on_packed_lines_with_data_collator_with_flattening(tmp_path):
+    """--packing: lines as documents, each batch flattened into one row; evaluation keeps the blocks."""
+    lines = load_columns(WIKITEXT, "train", ["text"], limit=100)["text"]
+    start = tiny_checkpoint(tmp_path / "start", "talk", lines, False, kind="word", vocab_size=2000)
+    output = tmp_path / "out"
+    flags = "--do_train --do_eval --packing --max_train_samples 100 --block_size 32"
+    run(
+        "language-modeling/run_clm.py",
+        "--model_name_or_path",
+        start,
+        "--data_dir",
+        WIKITEXT,
+        "--output_dir",
+        output,
+        *flags.split(),
+        *TRAINER,
+    )
+    assert json.loads((output / "eval_results.json").read_text())["perplexity"] > 1
+    state = json.loads((output / "trainer_state.json").read_text())
+    assert all(math.isfinite(entry["loss"]) for entry in state["log_history"] if "loss" in entry)

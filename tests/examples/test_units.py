@@ -21,7 +21,7 @@ from accelerate import Accelerator
 from common import checkpoints, clock, hub, loop_settings, options, records, signals
 from common.atomic_files import existing_dir, replace_dir
 from common.averaging import WeightAverage
-from common.batching import TokenBatchSampler, TranslationCollator, collate_lm, lm_blocks
+from common.batching import TokenBatchSampler, TranslationCollator, collate_lm, lm_blocks, lm_documents
 from common.checkpoints import Progress
 from common.clock import SlowdownDetector, TrainingClock, crossed_multiple
 from common.data import split_name
@@ -93,6 +93,11 @@ def test_lm_blocks_predict_every_token_once():
     assert batch["input_ids"].flatten().tolist() == stream[:9]
     with pytest.raises(ValueError, match="do not fill one block"):
         lm_blocks([[3]], eos_token_id=1, block_size=8)
+
+
+def test_lm_documents_keep_lines_whole_unless_longer_than_a_row():
+    lines = [[3, 4, 5], [], [6, 7, 8, 9, 10, 11]]
+    assert lm_documents(lines, eos_token_id=1, max_length=4) == [[3, 4, 5, 1], [6, 7, 8, 9], [10, 11, 1]]
 
 
 def test_label_smoothed_loss_matches_its_definition():
