@@ -48,12 +48,11 @@ from ..transformers_internals import (
     resolve_cache_argument,
     split_cache,
 )
-from .forward_arguments import refuse_unknown_arguments
+from .forward_arguments import PACKING_ARGUMENTS, refuse_unknown_arguments
 from .input_checks import InputNames, check_mask_values, embedding_positions
 from .non_finite_weights import warn_about_non_finite_weights
 from .packing import (
     PACKED_WITH_A_CACHE,
-    PACKING_ARGUMENTS,
     document_positions,
     mask_document_starts,
     refuse_cores_without_documents,

@@ -21,7 +21,8 @@ import functools
 import inspect
 from collections.abc import Callable, Collection
 
-from .packing import PACKING_ARGUMENTS
+# The packed-sequence keywords of transformers' DataCollatorWithFlattening (`packing` reads them).
+PACKING_ARGUMENTS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx")
 
 PACKING_UNSUPPORTED = (
     "packed sequences (several documents in one row, as transformers' DataCollatorWithFlattening and "

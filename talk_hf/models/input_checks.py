@@ -107,6 +107,24 @@ def check_stack_inputs(
         )
 
 
+def check_position_ids_shape(name: str, position_ids, rows: str | int, batch: int, length: int, per: str) -> None:
+    """Raise a ValueError unless ``position_ids`` are integers of shape (B, T), (1, T) or (T,).
+
+    ``rows`` is how the dtype message names B (``"batch"`` or the number); ``per``, what each position
+    belongs to (``"token"``, ``"new token"``).
+    """
+    floating = position_ids.dtype.is_floating_point or position_ids.dtype.is_complex
+    if floating or position_ids.dtype == torch.bool or position_ids.dim() not in (1, 2):
+        raise ValueError(
+            f"{name} must be integer positions of shape ({rows}, {length}) or ({length},), got dtype "
+            f"{position_ids.dtype} and shape {tuple(position_ids.shape)}"
+        )
+    if position_ids.shape[-1] != length or (position_ids.dim() == 2 and position_ids.shape[0] not in (1, batch)):
+        raise ValueError(
+            f"{name} must have one position per {per}, shape ({batch}, {length}), got {tuple(position_ids.shape)}"
+        )
+
+
 def check_position_ids(
     name: str,
     position_ids: torch.Tensor | None,
@@ -134,16 +152,7 @@ def check_position_ids(
     """
     if position_ids is None:
         return
-    floating = position_ids.dtype.is_floating_point or position_ids.dtype.is_complex
-    if floating or position_ids.dtype == torch.bool or position_ids.dim() not in (1, 2):
-        raise ValueError(
-            f"{name} must be integer positions of shape (batch, {length}) or ({length},), got dtype "
-            f"{position_ids.dtype} and shape {tuple(position_ids.shape)}"
-        )
-    if position_ids.shape[-1] != length or (position_ids.dim() == 2 and position_ids.shape[0] not in (1, batch)):
-        raise ValueError(
-            f"{name} must have one position per new token, shape ({batch}, {length}), got {tuple(position_ids.shape)}"
-        )
+    check_position_ids_shape(name, position_ids, "batch", batch, length, "new token")
     real = torch.ones_like(expected, dtype=torch.bool) if attention_mask is None else attention_mask[:, -length:].bool()
     wrong = (position_ids != expected) & real
     if torch.compiler.is_compiling():

@@ -16,8 +16,8 @@ from torch import nn
 
 from ..layers.mixer_block import takes_document_positions
 from ..ops.documents import position_ids_from_cu_seqlens, position_ids_from_seq_idx
+from .input_checks import check_position_ids_shape
 
-PACKING_ARGUMENTS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx")
 PACKED_WITH_A_CACHE = (
     "packed rows (documents restarting inside a row) are computed without a generation cache, whose fixed-size "
     "history would carry one document into the next: pass use_cache=False (training does)"
@@ -36,7 +36,7 @@ def document_positions(
 
     Args:
         position_ids: (B, T), (1, T) or (T,) integer positions (0 at each document's first token), or None.
-        packing: the packing keywords given (`PACKING_ARGUMENTS`): ``cu_seq_lens_q`` (D + 1,) cumulative
+        packing: the packing keywords given (`forward_arguments.PACKING_ARGUMENTS`): ``cu_seq_lens_q`` (D + 1,) cumulative
             document lengths over the one row of a (1, T) batch, ``cu_seq_lens_k`` (the same: the mixers
             read the tokens they write), ``max_length_q/k`` (int: the longest document), ``seq_idx``
             (B, T) each token's document index.
@@ -86,16 +86,7 @@ def document_positions(
 
 def _checked_position_ids(name: str, position_ids: torch.Tensor, batch: int, length: int, device) -> torch.Tensor:
     """(B, T) int64 from (B, T), (1, T) or (T,) ``position_ids``, checked."""
-    floating = position_ids.dtype.is_floating_point or position_ids.dtype.is_complex
-    if floating or position_ids.dtype == torch.bool or position_ids.dim() not in (1, 2):
-        raise ValueError(
-            f"{name} must be integer positions of shape ({batch}, {length}) or ({length},), got dtype "
-            f"{position_ids.dtype} and shape {tuple(position_ids.shape)}"
-        )
-    if position_ids.shape[-1] != length or (position_ids.dim() == 2 and position_ids.shape[0] not in (1, batch)):
-        raise ValueError(
-            f"{name} must have one position per token, shape ({batch}, {length}), got {tuple(position_ids.shape)}"
-        )
+    check_position_ids_shape(name, position_ids, batch, batch, length, "token")
     if position_ids.device != device:
         raise ValueError(f"{name} is on {position_ids.device} but the tokens are on {device}")
     if not torch.compiler.is_compiling() and bool((position_ids < 0).any()):
