@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT / "examples"))  # the example scripts' data reader
 
 from common.data import load_columns  # noqa: E402
 
+
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model_dir", type=Path, help="a trained model's save_pretrained folder, with its tokenizer")
