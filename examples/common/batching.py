@@ -152,6 +152,63 @@ def lm_documents(token_lists, eos_token_id, max_length):
     return documents
 
 
+def pack_documents(lengths, row_length):
+    """Best-fit decreasing: the documents of token counts `lengths` (each 1 to `row_length`) grouped into
+    rows of at most `row_length` tokens, few rows and little space left in them; every document whole.
+
+    Longest first, each document goes to the row with the least free space it fits in (a new row when
+    none has room).  Returns the rows as lists of document indices.  Deterministic: equal lengths keep
+    their order.
+    """
+    outside = next((i for i, length in enumerate(lengths) if not 1 <= length <= row_length), None)
+    if outside is not None:
+        raise ValueError(f"document {outside} has {lengths[outside]} tokens: each must hold 1 to {row_length}")
+    rows, rows_by_space = [], [[] for _ in range(row_length + 1)]  # rows_by_space[s]: rows with s tokens free
+    for index in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        length = lengths[index]
+        space = next((s for s in range(length, row_length + 1) if rows_by_space[s]), None)
+        if space is None:
+            row, space = len(rows), row_length
+            rows.append([])
+        else:
+            row = rows_by_space[space].pop()
+        rows[row].append(index)
+        rows_by_space[space - length].append(row)
+    return rows
+
+
+class PackedLMCollator:
+    """Rows of whole documents (each row a list of token id lists, at most `row_length` tokens) as a
+    (B, row_length) batch without attention mask: `position_ids` restart at 0 at each document, and
+    `labels` are each token's next token within its document, -100 at a document's last token.
+
+    A row's free tail holds `pad_token_id` tokens as one more document (positions from 0, labels -100):
+    it comes after every real token, so a causal model's real tokens never read it, and GPT-2 and our
+    models alike read the documents from `position_ids` (transformers finds packed sequences there when
+    no attention mask is given).
+    """
+
+    def __init__(self, pad_token_id, row_length):
+        self.pad_token_id = pad_token_id
+        self.row_length = row_length
+
+    def __call__(self, rows):
+        shape = (len(rows), self.row_length)
+        input_ids = torch.full(shape, self.pad_token_id, dtype=torch.long)
+        labels = torch.full(shape, -100, dtype=torch.long)
+        position_ids = torch.zeros(shape, dtype=torch.long)
+        for row, documents in enumerate(rows):
+            start = 0
+            for document in documents:
+                end = start + len(document)
+                input_ids[row, start:end] = torch.as_tensor(document)
+                labels[row, start : end - 1] = torch.as_tensor(document[1:])
+                position_ids[row, start:end] = torch.arange(len(document))
+                start = end
+            position_ids[row, start:] = torch.arange(self.row_length - start)
+        return {"input_ids": input_ids, "position_ids": position_ids, "labels": labels}
+
+
 def collate_lm(blocks):
     """Inputs and next-token labels of a list of (block_size + 1) blocks."""
     blocks = torch.stack(blocks)

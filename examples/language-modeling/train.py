@@ -12,6 +12,12 @@ and `last/` checkpoints, and at the end the best checkpoint reloaded through
 `accelerate launch` trains on several processes; `--resume` continues exactly. Without
 `--data_dir` the data comes from the Hub (`Salesforce/wikitext`, `wikitext-2-v1`).
 `--model_type transformer` trains the same-size GPT-2 baseline.
+
+`--packing` trains on whole documents instead of blocks cut from one stream: each line (plus its end
+token) is a document, cut only when longer than `--block_size`, and the documents are packed into rows
+of `--block_size` tokens (`batching.pack_documents`) with their edges kept (`position_ids` restarting
+at 0): no token reads or predicts across two documents. Evaluation keeps the blocks, so perplexities
+stay comparable with runs without it.
 """
 
 import math
@@ -22,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for `
 
 import torch  # noqa: E402
 from common import checkpoints, hub, loop, optimizer_steps, option_checks, options, records, run_folder, signals  # noqa: E402
-from common.batching import collate_lm, lm_blocks  # noqa: E402
+from common.batching import PackedLMCollator, collate_lm, lm_blocks, lm_documents, pack_documents  # noqa: E402
 from common.data import load_splits, split_name  # noqa: E402
 from common.losses import LossMeter, sequence_nll, token_loss  # noqa: E402
 from common.models import build_model  # noqa: E402
@@ -47,6 +53,11 @@ def parse_args(argv=None):
     parser = options.argument_parser(__doc__)
     options.add_data_options(parser, dataset_name="Salesforce/wikitext", dataset_config="wikitext-2-v1")
     parser.add_argument("--block_size", type=int, default=256, help="tokens per training/evaluation sequence")
+    parser.add_argument(
+        "--packing",
+        action="store_true",
+        help="train on rows of --block_size tokens packed with whole lines (documents), their edges kept",
+    )
     parser.add_argument("--prompt", default="The game", help="start of the sample generated at the end")
     options.add_tokenizer_options(parser, kind="word", vocab_size=40000, min_frequency=1)
     options.add_model_options(parser, encoder_decoder=False)
@@ -75,11 +86,15 @@ def parse_args(argv=None):
 def make_blocks(args, tokenizer, texts):
     """The blocks (`lm_blocks`: (N, block_size + 1) token ids) of each split's text in `texts`
     (`data.load_splits`'s), None for a split that is None; text too short for one block stops the
-    script with an error naming the split and `--block_size`."""
+    script with an error naming the split and `--block_size`. With `--packing`, the training split is
+    rows of documents instead (`packed_rows`)."""
     blocks = {}
     for key, columns in texts.items():
         if columns is None:
             blocks[key] = None
+            continue
+        if key == "train" and args.packing:
+            blocks[key] = packed_rows(tokenizer, columns["text"], args.block_size)
             continue
         try:
             blocks[key] = lm_blocks(tokenizer(columns["text"])["input_ids"], tokenizer.eos_token_id, args.block_size)
@@ -90,6 +105,13 @@ def make_blocks(args, tokenizer, texts):
                 f"{args.block_size}: {error}. Lower --block_size, or give more text ({limit})"
             )
     return blocks
+
+
+def packed_rows(tokenizer, lines, block_size):
+    """Rows of at most `block_size` tokens, each a list of whole documents (token id lists): every
+    non-empty line plus the end token, cut into pieces only where longer than `block_size`."""
+    documents = lm_documents(tokenizer(lines)["input_ids"], tokenizer.eos_token_id, block_size)
+    return [[documents[i] for i in row] for row in pack_documents([len(d) for d in documents], block_size)]
 
 
 # Evaluation runs the model on slices of each batch so that one slice's logits stay under this many
@@ -139,14 +161,23 @@ def main(argv=None):
 def train_model(accelerator, args, tokenizer, blocks):
     """Model and training (`loop.train`) on `blocks["train"]`, evaluated on `blocks["validation"]`."""
     train = blocks["train"]
-    accelerator.print(f"{len(train)} training blocks of {args.block_size} tokens, vocabulary {len(tokenizer)}")
+    if args.packing:
+        tokens = sum(len(document) for row in train for document in row)
+        accelerator.print(
+            f"{len(train)} training rows of {args.block_size} tokens packed with {sum(map(len, train))} documents "
+            f"({1 - tokens / (len(train) * args.block_size):.1%} padding), vocabulary {len(tokenizer)}"
+        )
+    else:
+        accelerator.print(f"{len(train)} training blocks of {args.block_size} tokens, vocabulary {len(tokenizer)}")
     positions, sizes = max(1024, args.block_size), options.model_sizes(args)
     model = build_model(
         args.model_type, tokenizer, False, args.preset, positions, config_overrides=args.config_overrides, **sizes
     )
 
     def loss_fn(model, batch):  # no generation cache: our decoders' would cost time in every step
-        return token_loss(model(batch["input_ids"], use_cache=False).logits, batch["labels"], args.label_smoothing)
+        positions = {"position_ids": batch["position_ids"]} if args.packing else {}
+        logits = model(batch["input_ids"], use_cache=False, **positions).logits
+        return token_loss(logits, batch["labels"], args.label_smoothing)
 
     loop.train(
         accelerator,
@@ -154,7 +185,7 @@ def train_model(accelerator, args, tokenizer, blocks):
         model=model,
         examples=list(train),
         lengths=[args.block_size] * len(train),
-        collate=collate_lm,
+        collate=PackedLMCollator(tokenizer.pad_token_id, args.block_size) if args.packing else collate_lm,
         loss_fn=loss_fn,
         evaluate=make_evaluate(accelerator, blocks["validation"], args),
         tokenizer=tokenizer,

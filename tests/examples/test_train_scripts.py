@@ -2,6 +2,7 @@
 that the Auto classes reload, exact resume, and two processes equal to one."""
 
 import json
+import re
 import sys
 
 import pytest
@@ -101,6 +102,21 @@ def test_language_model_trains_evaluates_saves_and_reloads(tmp_path, model_type)
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "best")
     prompt = AutoTokenizer.from_pretrained(tmp_path / "best")("The game", return_tensors="pt")
     assert model.generate(**prompt, max_new_tokens=4, do_sample=False).shape == (1, prompt["input_ids"].shape[1] + 4)
+
+
+def test_language_model_trains_on_packed_documents(tmp_path):
+    """--packing: rows of whole lines, each step's loss over the tokens its documents predict (fewer
+    than the rows' tokens: a document's first token and the padding are not predicted); the
+    evaluation keeps the blocks."""
+    flags = [*"--model_type talk --packing --max_steps 2 --eval_every 2 --test_split".split(), "", "--output_dir"]
+    output = run("language-modeling/train.py", *LANGUAGE_MODELING, *flags, tmp_path)
+    packed = re.search(r"(\d+) training rows of 32 tokens packed with (\d+) documents \((\d+\.\d)% padding\)", output)
+    assert packed and int(packed[2]) > int(packed[1]) and float(packed[3]) < 50, output
+    steps, evaluations = read_log(tmp_path)
+    assert [r["step"] for r in steps] == [1, 2] and all(0 < r["tokens"] < 4 * 32 for r in steps)
+    assert evaluations[-1]["valid_ppl"] > 1
+    assert json.loads((tmp_path / "args.json").read_text())["packing"] is True
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "best").config.model_type == "talk_lm"
 
 
 def test_a_time_budget_stops_training_and_paces_the_evaluations(tmp_path):

@@ -21,7 +21,15 @@ from accelerate import Accelerator
 from common import checkpoints, clock, hub, loop_settings, options, records, signals
 from common.atomic_files import existing_dir, replace_dir
 from common.averaging import WeightAverage
-from common.batching import TokenBatchSampler, TranslationCollator, collate_lm, lm_blocks, lm_documents
+from common.batching import (
+    PackedLMCollator,
+    TokenBatchSampler,
+    TranslationCollator,
+    collate_lm,
+    lm_blocks,
+    lm_documents,
+    pack_documents,
+)
 from common.checkpoints import Progress
 from common.clock import SlowdownDetector, TrainingClock, crossed_multiple
 from common.data import split_name
@@ -98,6 +106,42 @@ def test_lm_blocks_predict_every_token_once():
 def test_lm_documents_keep_lines_whole_unless_longer_than_a_row():
     lines = [[3, 4, 5], [], [6, 7, 8, 9, 10, 11]]
     assert lm_documents(lines, eos_token_id=1, max_length=4) == [[3, 4, 5, 1], [6, 7, 8, 9], [10, 11, 1]]
+
+
+def test_packed_rows_hold_every_document_whole_within_the_row_length():
+    rows = pack_documents(LENGTHS, 64)
+    assert sorted(i for row in rows for i in row) == list(range(len(LENGTHS)))
+    assert all(sum(LENGTHS[i] for i in row) <= 64 for row in rows)
+    # Best fit decreasing leaves little space: fewer rows than one more than the tokens need, on these lengths.
+    assert len(rows) <= math.ceil(sum(LENGTHS) / 64) + 1
+    assert pack_documents([3, 5, 2, 4], 7) == [[1, 2], [3, 0]]  # best fit: the 3 fills the 4's row, the 2 the 5's
+    with pytest.raises(ValueError, match=r"document 1 has 9 tokens: each must hold 1 to 8"):
+        pack_documents([3, 9], 8)
+    with pytest.raises(ValueError, match=r"document 0 has 0 tokens"):
+        pack_documents([0], 8)
+
+
+def test_packed_collator_restarts_positions_and_predicts_within_documents():
+    batch = PackedLMCollator(pad_token_id=0, row_length=6)([[[5, 6, 7], [8, 9]], [[4]]])
+    assert batch["input_ids"].tolist() == [[5, 6, 7, 8, 9, 0], [4, 0, 0, 0, 0, 0]]
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 0, 1, 0], [0, 0, 1, 2, 3, 4]]
+    assert batch["labels"].tolist() == [[6, 7, -100, 9, -100, -100], [-100] * 6]
+
+
+@pytest.mark.parametrize("model_type", ["talk", "transformer"])
+def test_a_packed_batch_gives_each_document_the_logits_it_has_alone(model_type):
+    """Our models and the GPT-2 baseline read the collator's documents from position_ids alone."""
+    tokenizer = train_tokenizer(["a b c d e f g h"] * 4, "word", vocab_size=40, min_frequency=1)
+    model = build_model(model_type, tokenizer, False, d_model=16, ffn_dim=32, heads=2, decoder_layers=1).eval()
+    documents = [[5, 6, 7], [8, 9], [6, 5, 9, 7]]
+    batch = PackedLMCollator(tokenizer.pad_token_id, row_length=10)([documents])
+    with torch.no_grad():
+        logits = model(batch["input_ids"], position_ids=batch["position_ids"], use_cache=False).logits[0]
+        start = 0
+        for document in documents:
+            alone = model(torch.tensor([document]), use_cache=False).logits[0]
+            torch.testing.assert_close(logits[start : start + len(document)], alone, rtol=1e-5, atol=1e-5)
+            start += len(document)
 
 
 def test_label_smoothed_loss_matches_its_definition():
