@@ -25,9 +25,9 @@ torchao dynamic activation  0.22         0.99         0.27         1.12
 
 torchao's int8 kernels are not tuned for the CPU; ``torch._weight_int8pack_mm`` was slower still.
 A batch-1 step of this small model is mostly Python and small-op overhead, so int8 gains little
-there; batches gain the most.  A TaLK ``small`` trained on Multi30k (25 minutes, one thread)
-translated test_2016_flickr with BLEU 33.89 / 36.56 (greedy / beam 5) in float32 and 33.88 /
-36.74 in int8, 2.4x / 1.65x faster in batches of 32 and 1.13x at batch-1 greedy.
+there; batches gain the most.  On a TaLK ``small`` trained on Multi30k, int8 translated
+test_2016_flickr within 0.2 BLEU of float32, greedy and beam 5 (docs/serving.md,
+``benchmarks/bleu_serving.py``).
 
 ``"weight_only"``: torchao's ``Int8WeightOnlyConfig`` (int8 weights, one scale per output row,
 products in the model's dtype); the weight becomes a torchao tensor subclass, which
