@@ -234,6 +234,16 @@ TALK_HD TapRange taps_inside(Span span, int64_t t, int64_t taps, int64_t padding
   return TapRange{first > 0 ? first : 0, end < taps ? end : taps};
 }
 
+// Whether tap k of token (b, t) reads inside t's document (conv_source in its span) in a packed row;
+// always true for RowSpans, whose kernels zero the rows outside [0, T) themselves.
+template <typename Spans>
+TALK_HD bool tap_reads_document(const Spans& spans, int64_t b, int64_t t, int64_t tap, int64_t padding_l) {
+  if (!Spans::packed) return true;  // a constant: the unpacked kernels compile no test
+  const Span span = spans(b, t);
+  const int64_t source = conv_source(t, tap, padding_l);
+  return source >= span.first && source <= span.last;
+}
+
 // Reads weight[b, t, h, k] through its strides (zero batch and time strides for LightConv).
 template <typename scalar_t>
 struct StridedWeight {
