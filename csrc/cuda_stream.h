@@ -1,12 +1,11 @@
 // The streaming CUDA kernels (talk_conv/talk_conv_cuda_stream.cu,
 // dynamic_conv/dynamic_conv_cuda_stream.cu): host entry points.
 //
-// They take the arguments of the tiled kernels' entry points (ops.h) and return the same tensors;
-// unlike them, they take a packed row's document edges (B, T, 2) int32 (talk_hf/ops/documents.py).
+// They take the arguments of the tiled kernels' entry points (ops.h), a packed row's document edges
+// (B, T, 2) int32 (talk_hf/ops/documents.py) included, and return the same tensors.
 // They run only where $TALK_HF_UNVERIFIED_CUDA names their op (talk_hf/ops/_backend.py) until a
 // GPU has verified them.  Where a shape is outside what they support (see the *_stream_fallback
-// functions) they call the tiled kernels (talk_conv_cuda.cu, dynamic_conv_cuda.cu) instead, so every
-// unpacked input works; a packed one raises there (edges_for_tiled_kernels).
+// functions) they call the tiled kernels (talk_conv_cuda.cu, dynamic_conv_cuda.cu) instead, so every input works.
 // Shapes: x, grad_out (B, T, C); offsets (B, T, H); weight (B, T, H, K) with any strides.
 #pragma once
 
@@ -17,18 +16,6 @@
 #include <tuple>
 
 namespace talk_hf {
-
-// The document edges to pass the tiled kernels where the streaming ones do not take x's shape (`why`,
-// a *_stream_fallback reason): none where x has no elements (no token reads them); otherwise the
-// tiled kernels do not take packed rows yet, so a packed call raises, saying why.
-inline std::optional<at::Tensor> edges_for_tiled_kernels(const std::optional<at::Tensor>& document_edges,
-                                                         const at::Tensor& x, const std::string& why, const char* op) {
-  if (x.numel() == 0) return std::nullopt;
-  TORCH_CHECK(!document_edges.has_value(), op, ": the streaming CUDA kernels do not take this shape (", why,
-              ") and the tiled ones do not take packed sequences (position_ids) yet; run the PyTorch path "
-              "(backend 'torch')");
-  return std::nullopt;
-}
 
 // Why talk_conv's streaming kernels do not run for these inputs ("" where they do).
 std::string talk_stream_fallback(const at::Tensor& x, const at::Tensor& offset_left, int64_t max_left,

@@ -59,13 +59,6 @@ void with_document_spans(const std::optional<at::Tensor>& document_edges, const 
   body(DocumentSpans{edges.const_data_ptr<int32_t>(), length});
 }
 
-// For the kernels that do not take packed rows yet (the tiled CUDA ones): raises where document edges are given.
-inline void reject_document_edges(const std::optional<at::Tensor>& document_edges, const char* op) {
-  TORCH_CHECK(!document_edges.has_value(), op,
-              ": the tiled CUDA kernels do not take packed sequences (position_ids) yet; run the streaming ones "
-              "($TALK_HF_UNVERIFIED_CUDA) or the PyTorch path (backend 'torch'; 'auto' picks the one that takes them)");
-}
-
 // The inputs of talk_conv made contiguous; offset_right is undefined in the causal form.
 struct TalkInputs {
   at::Tensor x, offset_left, offset_right;

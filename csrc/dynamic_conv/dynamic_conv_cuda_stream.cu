@@ -334,10 +334,8 @@ std::string conv_stream_fallback(const at::Tensor& x, const at::Tensor& weight, 
 
 at::Tensor conv_forward_stream(const at::Tensor& x_in, const at::Tensor& weight, int64_t padding_l,
                                const std::optional<at::Tensor>& document_edges) {
-  const std::string fallback = conv_stream_fallback(x_in, weight, padding_l);
-  if (!fallback.empty()) {
-    return conv_forward(x_in, weight, padding_l,
-                        edges_for_tiled_kernels(document_edges, x_in, fallback, "dynamic_conv/light_conv"));
+  if (!conv_stream_fallback(x_in, weight, padding_l).empty()) {
+    return conv_forward(x_in, weight, padding_l, document_edges);
   }
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous();
@@ -350,10 +348,8 @@ std::tuple<at::Tensor, at::Tensor> conv_backward_stream(const at::Tensor& grad_o
                                                         const at::Tensor& weight, int64_t padding_l,
                                                         bool sum_weight_gradient,
                                                         const std::optional<at::Tensor>& document_edges) {
-  const std::string fallback = conv_stream_fallback(x_in, weight, padding_l);
-  if (!fallback.empty()) {
-    return conv_backward(grad_out_in, x_in, weight, padding_l, sum_weight_gradient,
-                         edges_for_tiled_kernels(document_edges, x_in, fallback, "dynamic_conv/light_conv"));
+  if (!conv_stream_fallback(x_in, weight, padding_l).empty()) {
+    return conv_backward(grad_out_in, x_in, weight, padding_l, sum_weight_gradient, document_edges);
   }
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor grad_out = grad_out_in.contiguous();

@@ -443,10 +443,8 @@ std::string talk_stream_fallback(const at::Tensor& x, const at::Tensor& offset_l
 at::Tensor talk_forward_stream(const at::Tensor& x_in, const at::Tensor& offset_left_in,
                                const std::optional<at::Tensor>& offset_right_in, int64_t max_left, int64_t max_right,
                                const std::optional<at::Tensor>& document_edges) {
-  const std::string fallback = talk_stream_fallback(x_in, offset_left_in, max_left, max_right);
-  if (!fallback.empty()) {
-    return talk_forward(x_in, offset_left_in, offset_right_in, max_left, max_right,
-                        edges_for_tiled_kernels(document_edges, x_in, fallback, "talk_conv"));
+  if (!talk_stream_fallback(x_in, offset_left_in, max_left, max_right).empty()) {
+    return talk_forward(x_in, offset_left_in, offset_right_in, max_left, max_right, document_edges);
   }
   const c10::cuda::CUDAGuard guard(x_in.device());
   const TalkInputs inputs(x_in, offset_left_in, offset_right_in);
@@ -475,10 +473,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward_stream(const at::Te
                                                                     const std::optional<at::Tensor>& offset_right_in,
                                                                     int64_t max_left, int64_t max_right,
                                                                     const std::optional<at::Tensor>& document_edges) {
-  const std::string fallback = talk_stream_fallback(x_in, offset_left_in, max_left, max_right);
-  if (!fallback.empty()) {
-    return talk_backward(grad_out_in, x_in, offset_left_in, offset_right_in, max_left, max_right,
-                         edges_for_tiled_kernels(document_edges, x_in, fallback, "talk_conv"));
+  if (!talk_stream_fallback(x_in, offset_left_in, max_left, max_right).empty()) {
+    return talk_backward(grad_out_in, x_in, offset_left_in, offset_right_in, max_left, max_right, document_edges);
   }
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor grad_out = grad_out_in.contiguous();

@@ -21,10 +21,11 @@ them only where ``$TALK_HF_UNVERIFIED_CUDA`` names the op: a comma-separated lis
 fallback: its verified CUDA kernel where it has one, else the PyTorch path (and backend ``"cuda"``
 is an error).  The variable is read at each call (under ``torch.compile``: once, while tracing).
 
-Packed rows (an op called with ``position_ids``): each op declares which of its CUDA kernel sets take
-document edges (today the unverified ones: the streaming kernels and depthwise_conv's; not the
-tiled ones).  On CUDA tensors a packed call runs the compiled kernels only where the set the switch
-picks takes them; otherwise ``"auto"`` runs the PyTorch path and ``"cuda"`` is an error.
+Packed rows (an op called with ``position_ids``): every CUDA kernel takes document edges, but each op
+declares the kernel sets that packed calls run on: today the unverified ones (the streaming kernels
+and depthwise_conv's, behind the switch), not the tiled ones, whose packed form no GPU has run yet.
+On CUDA tensors a packed call runs the compiled kernels only where the set the switch picks is
+declared so; otherwise ``"auto"`` runs the PyTorch path and ``"cuda"`` is an error.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ UNVERIFIED_CUDA_ENV = "TALK_HF_UNVERIFIED_CUDA"
 # on (filled by the ops' declarations, `declare_unverified_cuda`).
 _unverified_cuda_ops: dict[str, bool] = {}
 
-# The ops whose CUDA kernels take a packed row's document edges: op -> (whether its verified kernels
-# do, whether its unverified ones do) (filled by `declare_packed_cuda`; an op not named takes none).
+# The ops whose CUDA kernels run packed rows (document edges): op -> (whether its verified kernels do,
+# whether its unverified ones do) (filled by `declare_packed_cuda`; an op not named runs none).
 _packed_cuda_ops: dict[str, tuple[bool, bool]] = {}
 
 # $TALK_HF_BACKEND as read when the running model forward started, or None outside one.
@@ -107,7 +108,7 @@ def declare_unverified_cuda(op: str, *, has_verified_kernel: bool) -> None:
 
 
 def declare_packed_cuda(op: str, *, verified: bool, unverified: bool) -> None:
-    """Record which of ``op``'s CUDA kernel sets take document edges (packed rows)."""
+    """Record which of ``op``'s CUDA kernel sets run packed rows (document edges)."""
     _packed_cuda_ops[op] = (verified, unverified)
 
 
@@ -119,7 +120,7 @@ def runs_unverified_cuda(op: str) -> bool:
 
 
 def cuda_takes_packed_rows(op: str) -> bool:
-    """Whether the CUDA kernels that ``op`` runs now (`runs_unverified_cuda`) take document edges."""
+    """Whether the CUDA kernels that ``op`` runs now (`runs_unverified_cuda`) run packed rows."""
     verified, unverified = _packed_cuda_ops.get(op, (False, False))
     return unverified if runs_unverified_cuda(op) else verified
 
@@ -153,14 +154,14 @@ def resolve_backend(backend: str | None, device: torch.device, op: str | None = 
     ``op`` (None: any op with verified kernels) matters on CUDA only: an op whose CUDA kernels are
     all unverified runs the PyTorch path there under ``"auto"`` unless the switch names it.  So
     does a ``packed`` call (it has document edges) where the CUDA kernels the switch picks for ``op``
-    do not take them (`cuda_takes_packed_rows`).
+    are not declared to run them (`cuda_takes_packed_rows`).
 
     Returns:
         ``"torch"``, ``"cpu"`` or ``"cuda"``; the compiled module of the last two is loaded.
 
     Raises:
         ValueError: ``"cuda"`` for an op whose CUDA kernels are unverified and switched off, or
-            for a packed call those kernels do not take.
+            for a packed call those kernels do not run.
     """
     requested = requested_backend(backend)
     if requested == "torch":
@@ -168,9 +169,9 @@ def resolve_backend(backend: str | None, device: torch.device, op: str | None = 
     if packed and device.type == "cuda" and requested in ("auto", "cuda") and not cuda_takes_packed_rows(op):
         if requested == "cuda":
             raise ValueError(
-                f"backend 'cuda' of {op} cannot run packed sequences (position_ids) on its verified CUDA kernels, "
-                f"which do not take document edges yet; set {UNVERIFIED_CUDA_ENV}={op} (or all) for the kernels "
-                "that take them (not yet run on a GPU), or use backend 'auto' or 'torch'"
+                f"backend 'cuda' of {op} cannot run packed sequences (position_ids) on its verified CUDA kernels "
+                f"yet (no GPU has run their packed form); set {UNVERIFIED_CUDA_ENV}={op} (or all) for the "
+                "kernels that run them, not yet run on a GPU either, or use backend 'auto' or 'torch'"
             )
         return "torch"
     if device.type == "cuda" and _unverified_cuda_ops.get(op) is False and not unverified_cuda_enabled(op):

@@ -59,7 +59,8 @@ def needs_autograd(*tensors: torch.Tensor | None) -> bool:
 @dataclass(frozen=True)
 class KernelEntries:
     """The names of an op's forward and backward functions in a compiled extension module, and
-    whether they take a packed row's document edges (the CUDA ones: see `_backend.resolve_backend`)."""
+    whether packed rows (document edges) run on them (read for the CUDA ones: a packed call on a
+    set without it runs the PyTorch path, see `_backend.resolve_backend`)."""
 
     forward: str
     backward: str

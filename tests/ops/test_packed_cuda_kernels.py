@@ -1,12 +1,14 @@
-"""Packed rows (``position_ids``) on the CUDA kernels that take document edges: the streaming kernels
-of talk_conv, dynamic_conv and light_conv, and depthwise_conv's kernel (all behind
-``$TALK_HF_UNVERIFIED_CUDA``); the tiled kernels do not take them yet.
+"""Packed rows (``position_ids``) on the CUDA kernels: every kernel takes document edges, but packed
+calls run only on the sets behind ``$TALK_HF_UNVERIFIED_CUDA`` (the streaming kernels of talk_conv,
+dynamic_conv and light_conv, and depthwise_conv's kernel), not on the tiled ones, until a GPU has
+run the `gpu` tests here.
 
 Without a GPU, the streaming kernels' indexing with document edges runs through their Python
 transcription (stream_emulation.py) on rows cut at random into documents of 1 and 2 tokens, shorter
 and longer than the window, against the loop-form definitions; and the routing is checked: a packed
-CUDA call runs the compiled kernels only where the kernel set the switch picks takes the edges.
-Tests marked ``gpu`` run the kernels themselves against the PyTorch path, forward and backward.
+CUDA call runs the compiled kernels only where the kernel set the switch picks is declared to run
+them.  Tests marked ``gpu`` run both kernel sets themselves (through the compiled ops, whatever the
+routing) against the PyTorch path, forward and backward.
 """
 
 import random
@@ -14,10 +16,12 @@ import random
 import pytest
 import torch
 
-from talk_hf.ops import _backend, depthwise_conv, dynamic_conv, light_conv, talk_conv
+from talk_hf.ops import _backend, _extension, depthwise_conv, dynamic_conv, light_conv, talk_conv
 from talk_hf.ops._backend import UNVERIFIED_CUDA_ENV
 from talk_hf.ops.documents import document_edges
+from talk_hf.ops.dynamic_conv.dynamic_compiled import compiled_dynamic_conv, compiled_light_conv
 from talk_hf.ops.dynamic_conv.dynamic_naive import naive_dynamic_conv
+from talk_hf.ops.talk_conv.talk_compiled import compiled_talk_conv
 from talk_hf.ops.talk_conv.talk_naive import naive_talk_conv
 
 from . import stream_emulation
@@ -127,9 +131,10 @@ def test_emulated_stream_conv_kernels_take_packed_rows(
 
 @pytest.mark.parametrize("op", OPS)
 def test_packed_cuda_calls_run_the_kernels_of_the_set_that_takes_them(op, monkeypatch):
-    """With the switch on, every op's CUDA kernels take document edges; off, the tiled kernels run,
-    which do not: "auto" runs the PyTorch path and "cuda" says how to get kernels that take them
-    (depthwise_conv, with no tiled kernel, runs the PyTorch path anyway, for the switch's reason)."""
+    """With the switch on, every op's packed CUDA calls run its kernels; off, the tiled kernels would
+    run, whose packed form no GPU has run: "auto" runs the PyTorch path and "cuda" says how to get
+    kernels that run packed rows (depthwise_conv, with no tiled kernel, runs the PyTorch path anyway,
+    for the switch's reason)."""
     cuda = torch.device("cuda")
     monkeypatch.setenv(UNVERIFIED_CUDA_ENV, "all")
     assert _backend.cuda_takes_packed_rows(op)
@@ -149,7 +154,7 @@ def test_packed_cuda_calls_run_the_kernels_of_the_set_that_takes_them(op, monkey
 
 @pytest.fixture
 def packed_kernels(monkeypatch):
-    """Switch on every CUDA kernel that takes document edges."""
+    """Switch on the unverified CUDA kernels: those that packed calls run on."""
     monkeypatch.setenv(UNVERIFIED_CUDA_ENV, "all")
 
 
@@ -164,7 +169,7 @@ PACKED_TALK_SHAPES = [
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("packed_kernels")
+@pytest.mark.usefixtures("cuda_kernel_set")
 @pytest.mark.parametrize("dtype", STREAM_DTYPES)
 @pytest.mark.parametrize("batch,length,heads,head_size,max_left,max_right,top", PACKED_TALK_SHAPES)
 def test_cuda_packed_talk_conv_matches_reference(dtype, batch, length, heads, head_size, max_left, max_right, top):
@@ -173,13 +178,14 @@ def test_cuda_packed_talk_conv_matches_reference(dtype, batch, length, heads, he
     if max_right:
         inputs.append(offsets_up_to((batch, length, heads), top, dtype))
 
-    def run(backend):
-        return lambda x, left, right=None: talk_conv(
-            x, left, right, max_left, max_right, position_ids=position_ids, backend=backend
-        )
+    def reference(x, left, right=None):
+        return talk_conv(x, left, right, max_left, max_right, position_ids=position_ids, backend="torch")
+
+    def kernels(x, left, right=None):  # the compiled op itself: the kernel set's kernels, whatever the routing
+        return compiled_talk_conv(x, left, right, max_left, max_right, document_edges(position_ids, x))
 
     window = min(top * (max_left + max_right) + 1, length)
-    compare_with_reference(run("cuda"), run("torch"), inputs, dtype, [window / 4 + 1] + [head_size] * 2, False)
+    compare_with_reference(kernels, reference, inputs, dtype, [window / 4 + 1] + [head_size] * 2, False)
 
 
 # (kind, batch, length, heads, head_size, kernel_size, padding_l)
@@ -193,7 +199,7 @@ PACKED_CONV_SHAPES = [
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("packed_kernels")
+@pytest.mark.usefixtures("cuda_kernel_set")
 @pytest.mark.parametrize("dtype", STREAM_DTYPES)
 @pytest.mark.parametrize("kind,batch,length,heads,head_size,kernel_size,padding_l", PACKED_CONV_SHAPES)
 def test_cuda_packed_conv_matches_reference(dtype, kind, batch, length, heads, head_size, kernel_size, padding_l):
@@ -201,13 +207,16 @@ def test_cuda_packed_conv_matches_reference(dtype, kind, batch, length, heads, h
     x = on_cuda((batch, length, heads * head_size), dtype)
     weight_shape = (batch, length, heads, kernel_size) if kind == "dynamic" else (heads, kernel_size)
     weight = torch.softmax(torch.randn(weight_shape, dtype=torch.float64), -1).to("cuda", dtype)
-    op = dynamic_conv if kind == "dynamic" else light_conv
+    op, compiled_op = (dynamic_conv, compiled_dynamic_conv) if kind == "dynamic" else (light_conv, compiled_light_conv)
 
-    def run(backend):
-        return lambda x, weight: op(x, weight, padding_l, position_ids=position_ids, backend=backend)
+    def reference(x, weight):
+        return op(x, weight, padding_l, position_ids=position_ids, backend="torch")
+
+    def kernels(x, weight):  # the compiled op itself: the kernel set's kernels, whatever the routing
+        return compiled_op(x, weight, padding_l, document_edges(position_ids, x))
 
     weight_scale = head_size if kind == "dynamic" else head_size * batch * length
-    compare_with_reference(run("cuda"), run("torch"), [x, weight], dtype, [1.0, weight_scale], False)
+    compare_with_reference(kernels, reference, [x, weight], dtype, [1.0, weight_scale], False)
 
 
 @pytest.mark.gpu
@@ -269,11 +278,17 @@ def test_auto_runs_packed_calls_on_the_cuda_kernels_that_take_them(op, monkeypat
 
 @pytest.mark.gpu
 @pytest.mark.usefixtures("packed_kernels")
-def test_packed_shapes_the_streaming_kernels_do_not_take_raise_clearly():
-    """Windows too wide for the forward's shared memory run the tiled kernels, which do not take
-    document edges: a packed call says so (an unpacked one runs)."""
-    x, offsets = torch.randn(1, 8, 4, device="cuda"), torch.rand(1, 8, 1, device="cuda")
-    position_ids = packed_position_ids([3, 5]).cuda()
-    talk_conv(x, offsets, None, 4000, 0, backend="cuda")
-    with pytest.raises(RuntimeError, match="do not take this shape .* packed sequences"):
-        talk_conv(x, offsets, None, 4000, 0, position_ids=position_ids, backend="cuda")
+def test_packed_shapes_the_streaming_kernels_do_not_take_run_the_tiled_kernels():
+    """Windows too wide for the streaming forward's shared memory: the tiled kernels, with the edges."""
+    x = torch.randn(2, 300, 8, dtype=torch.float64, device="cuda")
+    offsets = torch.rand(2, 300, 2, dtype=torch.float64, device="cuda")
+    assert _extension.load("cuda").talk_stream_fallback(x, offsets, 4000, 0) != ""
+    position_ids = fuzzed_position_ids(2, 300, 100, seed=0).cuda()
+    compare_with_reference(
+        lambda x, left: talk_conv(x, left, None, 4000, 0, position_ids=position_ids, backend="cuda"),
+        lambda x, left: talk_conv(x, left, None, 4000, 0, position_ids=position_ids, backend="torch"),
+        [x, offsets],
+        torch.float64,
+        [1.0, 1.0],
+        False,
+    )

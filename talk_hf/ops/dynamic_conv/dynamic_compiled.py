@@ -2,12 +2,13 @@
 ``talk_hf::dynamic_conv(x (B,T,C), weight (B,T,H,K), padding_l, document_edges (B,T,2) int32 | None
 = None) -> (B,T,C)``, ``talk_hf::light_conv(x, weight (H,K), padding_l, document_edges)`` and their
 backward ops, the gradients for x and the weight.  The document edges of a packed row
-(`documents.document_edges`) are taken by the CPU kernels and the streaming CUDA ones.
+(`documents.document_edges`) are taken by every kernel.
 
 Both run the same kernels: LightConv's (H, K) kernel is passed as a per-token (B, T, H, K) view with
 zero batch and time strides, and its gradient summed over batch and time.  On CUDA the tiled
 kernels run, or the streaming ones where ``$TALK_HF_UNVERIFIED_CUDA`` names the op (they run the
-tiled kernels for shapes they do not take, and raise there for a packed row).
+tiled kernels for shapes they do not take).  Packed calls run the streaming kernels only: no GPU has
+run the tiled kernels' packed form yet (`_backend`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 from .._compiled_op import CompiledOp, KernelEntries
 
 _CPU_KERNELS = KernelEntries(forward="conv_forward", backward="conv_backward", document_edges=True)
-_TILED_KERNELS = KernelEntries(forward="conv_forward", backward="conv_backward")
+_TILED_KERNELS = KernelEntries(forward="conv_forward", backward="conv_backward")  # packed form not yet GPU-run
 _STREAMING_KERNELS = KernelEntries(forward="conv_forward_stream", backward="conv_backward_stream", document_edges=True)
 
 
