@@ -26,14 +26,14 @@ import torch
 CSRC = Path(__file__).resolve().parents[2] / "csrc"
 
 
-def _constants(source: str) -> dict[str, int]:
+def kernel_constants(source: str) -> dict[str, int]:
     """The ``constexpr int kName = <int>;`` constants of a kernel source."""
     text = (CSRC / source).read_text()
     return {name: int(value) for name, value in re.findall(r"constexpr int (k\w+) = (\d+);", text)}
 
 
-TALK = _constants("talk_conv/talk_conv_cuda_stream.cu")
-CONV = _constants("dynamic_conv/dynamic_conv_cuda_stream.cu")
+TALK = kernel_constants("talk_conv/talk_conv_cuda_stream.cu")
+CONV = kernel_constants("dynamic_conv/dynamic_conv_cuda_stream.cu")
 STATISTICS = {"slow_path_rows": 0}  # prefix rows PrefixRing.at answered from global memory
 
 

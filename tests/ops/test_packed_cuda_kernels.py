@@ -3,11 +3,11 @@ calls run only on the sets behind ``$TALK_HF_UNVERIFIED_CUDA`` (the streaming ke
 dynamic_conv and light_conv, and depthwise_conv's kernel), not on the tiled ones, until a GPU has
 run the `gpu` tests here.
 
-Without a GPU, the streaming kernels' indexing with document edges runs through their Python
-transcription (stream_emulation.py) on rows cut at random into documents of 1 and 2 tokens, shorter
-and longer than the window, against the loop-form definitions; and the routing is checked: a packed
-CUDA call runs the compiled kernels only where the kernel set the switch picks is declared to run
-them.  Tests marked ``gpu`` run both kernel sets themselves (through the compiled ops, whatever the
+Without a GPU, the indexing of the streaming kernels and of depthwise_conv's with document edges
+runs through their Python transcriptions (stream_emulation.py, depthwise_emulation.py) on rows cut
+at random into documents of 1 and 2 tokens, shorter and longer than the window, against the
+loop-form definitions; and the routing is checked: a packed CUDA call runs the compiled kernels
+only where the kernel set the switch picks is declared to run them.  Tests marked ``gpu`` run both kernel sets themselves (through the compiled ops, whatever the
 routing) against the PyTorch path, forward and backward.
 """
 
@@ -18,13 +18,14 @@ import torch
 
 from talk_hf.ops import _backend, _extension, depthwise_conv, dynamic_conv, light_conv, talk_conv
 from talk_hf.ops._backend import UNVERIFIED_CUDA_ENV
+from talk_hf.ops.depthwise_conv.depthwise_naive import naive_depthwise_conv
 from talk_hf.ops.documents import document_edges
 from talk_hf.ops.dynamic_conv.dynamic_compiled import compiled_dynamic_conv, compiled_light_conv
 from talk_hf.ops.dynamic_conv.dynamic_naive import naive_dynamic_conv
 from talk_hf.ops.talk_conv.talk_compiled import compiled_talk_conv
 from talk_hf.ops.talk_conv.talk_naive import naive_talk_conv
 
-from . import stream_emulation
+from . import depthwise_emulation, stream_emulation
 from .conftest import CUDA_KERNEL_SETS
 from .test_cuda_kernel_sets import STREAM_DTYPES, compare_with_reference, offsets_up_to
 from .test_depthwise_conv import assert_matches, make_inputs, outputs_and_gradients
@@ -124,6 +125,34 @@ def test_emulated_stream_conv_kernels_take_packed_rows(
     torch.testing.assert_close(grad_x, leaves[0].grad)
     grad_weight = stream_emulation.conv_grad_weight(x, grad_out, heads, kernel_size, padding_l, edges)
     torch.testing.assert_close(grad_weight if kind == "dynamic" else grad_weight.sum((0, 1)), leaves[1].grad)
+
+
+# (batch, length, channels, kernel_size, dilation, padding)
+EMULATED_DEPTHWISE_SHAPES = [
+    (2, 150, 3, 7, 1, "causal"),  # several correlation tiles
+    (1, 300, 2, 5, 3, "centred"),  # dilated, two weight-gradient tiles
+    (2, 40, 2, 4, 2, "causal"),  # even K
+]
+
+
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("batch,length,channels,kernel_size,dilation,padding", EMULATED_DEPTHWISE_SHAPES)
+def test_emulated_depthwise_kernels_match_reference(packed, batch, length, channels, kernel_size, dilation, padding):
+    generator = torch.Generator().manual_seed(length)
+    position_ids = fuzzed_position_ids(batch, length, kernel_size * dilation, seed=length) if packed else None
+    x = torch.randn(batch, length, channels, dtype=torch.float64, generator=generator)
+    weight = torch.randn(channels, kernel_size, dtype=torch.float64, generator=generator)
+    grad_out = torch.randn(x.shape, dtype=torch.float64, generator=generator)
+    left = (kernel_size - 1 if padding == "causal" else kernel_size // 2) * dilation
+    leaves = [x.clone().requires_grad_(), weight.clone().requires_grad_()]
+    expected = naive_depthwise_conv(*leaves, dilation, left, position_ids)
+    expected.backward(grad_out)
+    edges = None if position_ids is None else document_edges(position_ids, x)
+
+    torch.testing.assert_close(depthwise_emulation.correlate(x, weight, dilation, left, False, edges), expected)
+    grad_x, grad_weight = depthwise_emulation.backward(grad_out, x, weight, dilation, left, edges)
+    torch.testing.assert_close(grad_x, leaves[0].grad)
+    torch.testing.assert_close(grad_weight, leaves[1].grad)
 
 
 # --- Routing ---------------------------------------------------------------------------------------
