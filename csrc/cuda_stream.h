@@ -1,8 +1,8 @@
 // The streaming CUDA kernels (talk_conv/talk_conv_cuda_stream.cu,
 // dynamic_conv/dynamic_conv_cuda_stream.cu): host entry points.
 //
-// They take the arguments of the tiled kernels' entry points (ops.h) and return the same tensors;
-// like them, they raise where document edges are given (packed rows run the PyTorch path on CUDA).
+// They take the arguments of the tiled kernels' entry points (ops.h), a packed row's document edges
+// (B, T, 2) int32 (talk_hf/ops/documents.py) included, and return the same tensors.
 // They run only where $TALK_HF_UNVERIFIED_CUDA names their op (talk_hf/ops/_backend.py) until a
 // GPU has verified them.  Where a shape is outside what they support (see the *_stream_fallback
 // functions) they call the tiled kernels (talk_conv_cuda.cu, dynamic_conv_cuda.cu) instead, so every input works.

@@ -94,24 +94,12 @@ TALK_HD Edge<acc_t> left_edge(int64_t t, Span span, acc_t offset, int64_t max_le
   return shifted_edge<acc_t>(t, -(offset * static_cast<acc_t>(max_left)), span);
 }
 
-// u_a of token t in an unpacked row: clamp(t - offset * max_left, 0, T - 1).
-template <typename acc_t>
-TALK_HD Edge<acc_t> left_edge(int64_t t, int64_t length, acc_t offset, int64_t max_left) {
-  return left_edge<acc_t>(t, Span{0, length - 1}, offset, max_left);
-}
-
 // u_b of token t: clamp(t + offset * max_right, span.first, span.last) + 1.
 template <typename acc_t>
 TALK_HD Edge<acc_t> right_edge(int64_t t, Span span, acc_t offset, int64_t max_right) {
   Edge<acc_t> edge = shifted_edge<acc_t>(t, offset * static_cast<acc_t>(max_right), span);
   edge.index += 1;
   return edge;
-}
-
-// u_b of token t in an unpacked row: clamp(t + offset * max_right, 0, T - 1) + 1.
-template <typename acc_t>
-TALK_HD Edge<acc_t> right_edge(int64_t t, int64_t length, acc_t offset, int64_t max_right) {
-  return right_edge<acc_t>(t, Span{0, length - 1}, offset, max_right);
 }
 
 // u_b of token t in the causal form: exactly t + 1, no offset.
@@ -158,7 +146,7 @@ TALK_HD ScatterEntry<acc_t> scatter_entry(const Edge<acc_t>& left, const Edge<ac
 }
 
 // Reads the window edges of token (b, t) of head h from contiguous (B, T, H) offsets, clamped into
-// the token's span (without one: its row's).
+// the token's span.
 template <typename scalar_t, typename acc_t>
 struct TalkOffsets {
   const scalar_t* offset_left;
@@ -172,8 +160,6 @@ struct TalkOffsets {
     if (offset_right == nullptr) return causal_right_edge<acc_t>(t);
     return right_edge<acc_t>(t, span, static_cast<acc_t>(offset_right[(b * length + t) * heads + h]), max_right);
   }
-  TALK_HD Edge<acc_t> left(int64_t b, int64_t t, int64_t h) const { return left(b, t, h, Span{0, length - 1}); }
-  TALK_HD Edge<acc_t> right(int64_t b, int64_t t, int64_t h) const { return right(b, t, h, Span{0, length - 1}); }
 };
 
 // How far a token's window reaches, for the backward pass: the contributors to a target row j
@@ -232,6 +218,16 @@ struct TapRange {
 TALK_HD TapRange taps_inside(Span span, int64_t t, int64_t taps, int64_t padding_l) {
   const int64_t first = span.first + padding_l - t, end = span.last + 1 + padding_l - t;
   return TapRange{first > 0 ? first : 0, end < taps ? end : taps};
+}
+
+// Whether tap k of token (b, t) reads inside t's document (conv_source in its span) in a packed row;
+// always true for RowSpans, whose kernels zero the rows outside [0, T) themselves.
+template <typename Spans>
+TALK_HD bool tap_reads_document(const Spans& spans, int64_t b, int64_t t, int64_t tap, int64_t padding_l) {
+  if (!Spans::packed) return true;  // a constant: the unpacked kernels compile no test
+  const Span span = spans(b, t);
+  const int64_t source = conv_source(t, tap, padding_l);
+  return source >= span.first && source <= span.last;
 }
 
 // Reads weight[b, t, h, k] through its strides (zero batch and time strides for LightConv).

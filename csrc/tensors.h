@@ -53,15 +53,10 @@ void with_document_spans(const std::optional<at::Tensor>& document_edges, const 
                   document_edges->size(2) == 2,
               "document_edges must be an int32 tensor of shape (B, T, 2) = (", x.size(0), ", ", length, ", 2), got ",
               document_edges->scalar_type(), " of shape ", document_edges->sizes());
+  TORCH_CHECK(document_edges->device() == x.device(), "document_edges is on ", document_edges->device(),
+              " but x is on ", x.device());
   const at::Tensor edges = document_edges->contiguous();
   body(DocumentSpans{edges.const_data_ptr<int32_t>(), length});
-}
-
-// For the kernels that do not take packed rows yet (the CUDA ones): raises where document edges are given.
-inline void reject_document_edges(const std::optional<at::Tensor>& document_edges, const char* op) {
-  TORCH_CHECK(!document_edges.has_value(), op,
-              ": the CUDA kernels do not take packed sequences (position_ids) yet; run the PyTorch path "
-              "(backend 'torch', which 'auto' picks for them)");
 }
 
 // The inputs of talk_conv made contiguous; offset_right is undefined in the causal form.

@@ -15,6 +15,12 @@
 // a (blocks, K, C) tensor that a reduction kernel (at::sum) adds up on the same stream.  The input
 // gate is applied to each value as it is read (forward, weight gradient) and its derivative to the
 // gradient for x as it is stored.
+//
+// Packed rows (`spans`: talk_math.h's RowSpans, the row [0, T - 1], or DocumentSpans, a step's
+// document): a tap that reads outside its step's span reads zero.  The correlation's tap range per
+// step takes the span's bounds where it took 0 and T - 1 (for the gradient for x too: step t's span
+// holds j exactly where j's holds t); the weight gradient tests each step's span, in the
+// DocumentSpans instantiation only.  The RowSpans instantiation is the unpacked kernel.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/ops/empty.h>
@@ -53,13 +59,13 @@ __device__ void load_weights(acc_t (&shared)[kMaxTaps][kChannels], const scalar_
   __syncthreads();
 }
 
-// out[b, t, c] = sum_k w_k * in[b, t + k * dilation - left, c] over the taps reading inside [0, T):
-// the forward (kForward: `in` read through the gate) and, with reversed taps, the gradient for x
+// out[b, t, c] = sum_k w_k * in[b, t + k * dilation - left, c] over the taps reading inside the span
+// of t: the forward (kForward: `in` read through the gate) and, with reversed taps, the gradient for x
 // (stored through the gate's derivative at x's own row).  Rows are numbered b * T + t.
-template <typename Gate, bool kForward, typename scalar_t, typename acc_t>
+template <typename Gate, bool kForward, typename scalar_t, typename acc_t, typename Spans>
 __global__ void correlate_kernel(const scalar_t* __restrict__ in, const scalar_t* __restrict__ weight,
                                  scalar_t* __restrict__ out, const scalar_t* __restrict__ x,
-                                 const acc_t* __restrict__ scale, Geometry g, bool reversed) {
+                                 const acc_t* __restrict__ scale, Geometry g, Spans spans, bool reversed) {
   __shared__ acc_t taps[kMaxTaps][kChannels];
   const int64_t channel = static_cast<int64_t>(blockIdx.y) * kChannels + threadIdx.x;
   load_weights(taps, weight, g, channel, reversed);
@@ -68,8 +74,9 @@ __global__ void correlate_kernel(const scalar_t* __restrict__ in, const scalar_t
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kTile;
   const int64_t end = first + kTile < g.length ? first + kTile : g.length;
   for (int64_t t = first; t < end; ++t) {
-    // Taps [tap_first, tap_end) read rows inside [0, T).
-    const int64_t before = g.left - t, inside = g.length + g.left - t;
+    // Taps [tap_first, tap_end) read rows inside the span of t ([0, T - 1] unpacked).
+    const Span span = spans(blockIdx.z, t);
+    const int64_t before = span.first + g.left - t, inside = span.last + 1 + g.left - t;
     const int tap_first = before <= 0 ? 0 : static_cast<int>(ceil_div(before, g.dilation));
     const int64_t last = ceil_div(inside, g.dilation);
     const int tap_end = last < g.taps ? static_cast<int>(last) : g.taps;
@@ -86,11 +93,12 @@ __global__ void correlate_kernel(const scalar_t* __restrict__ in, const scalar_t
   }
 }
 
-// partial[block, k, c] = sum over the block's steps t of grad[b, t, c] * u[b, t + k * dilation - left, c],
-// u the gated x.
-template <typename Gate, typename scalar_t, typename acc_t>
+// partial[block, k, c] = sum over the block's steps t of grad[b, t, c] * u[b, t + k * dilation - left, c]
+// (rows inside the span of t only), u the gated x.
+template <typename Gate, typename scalar_t, typename acc_t, typename Spans>
 __global__ void weight_gradient_kernel(const scalar_t* __restrict__ grad, const scalar_t* __restrict__ x,
-                                       const acc_t* __restrict__ scale, acc_t* __restrict__ partial, Geometry g) {
+                                       const acc_t* __restrict__ scale, acc_t* __restrict__ partial, Geometry g,
+                                       Spans spans) {
   const int64_t channel = static_cast<int64_t>(blockIdx.y) * kChannels + threadIdx.x;
   if (channel >= g.channels) return;
   const int64_t row_base = static_cast<int64_t>(blockIdx.z) * g.length;
@@ -103,6 +111,10 @@ __global__ void weight_gradient_kernel(const scalar_t* __restrict__ grad, const 
     const int64_t t_end = end < g.length - shift ? end : g.length - shift;
     acc_t sum = 0;
     for (int64_t t = t_first; t < t_end; ++t) {
+      if (Spans::packed) {  // a constant: the unpacked kernel compiles no test
+        const Span span = spans(blockIdx.z, t);
+        if (t + shift < span.first || t + shift > span.last) continue;
+      }
       const int64_t row = row_base + t + shift;
       sum += static_cast<acc_t>(grad[(row_base + t) * g.channels + channel]) *
              Gate::apply(static_cast<acc_t>(x[row * g.channels + channel]), scale, row);
@@ -123,19 +135,24 @@ Geometry geometry_of(const at::Tensor& x, const at::Tensor& weight, int64_t dila
 }
 
 // Launches the correlation kernel: out = in correlated with the weight (reversed taps with
-// `reversed`); the forward (kForward) gates `in`, the gradient for x gates its output by x.
+// `reversed`), taps stopped at a packed row's document edges; the forward (kForward) gates `in`,
+// the gradient for x gates its output by x.
 template <bool kForward>
 void correlate(const at::Tensor& in, const at::Tensor& weight, const at::Tensor& out, const at::Tensor& x,
-               const at::Tensor& scale, bool relu, const Geometry& g, bool reversed) {
+               const at::Tensor& scale, bool relu, const std::optional<at::Tensor>& document_edges, const Geometry& g,
+               bool reversed) {
   const auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, in.scalar_type(), "depthwise_correlate_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     const acc_t* scale_data = optional_data<acc_t>(scale);
     with_input_gate(relu, scale_data, [&](auto gate) {
-      correlate_kernel<decltype(gate), kForward, scalar_t, acc_t><<<grid_of(in.size(0), g, kTile), kChannels, 0, stream>>>(
-          in.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(),
-          x.const_data_ptr<scalar_t>(), scale_data, g, reversed);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      with_document_spans(document_edges, x, [&](const auto& spans) {
+        correlate_kernel<decltype(gate), kForward, scalar_t, acc_t>
+            <<<grid_of(in.size(0), g, kTile), kChannels, 0, stream>>>(
+                in.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(),
+                x.const_data_ptr<scalar_t>(), scale_data, g, spans, reversed);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
     });
   });
 }
@@ -145,13 +162,12 @@ void correlate(const at::Tensor& in, const at::Tensor& weight, const at::Tensor&
 at::Tensor depthwise_forward(const at::Tensor& x_in, const at::Tensor& weight_in, int64_t dilation, int64_t left,
                              const std::optional<at::Tensor>& input_scale, bool relu,
                              const std::optional<at::Tensor>& document_edges) {
-  reject_document_edges(document_edges, "depthwise_conv");
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous(), weight = weight_in.contiguous();
   at::Tensor out = at::empty(x.sizes(), x.options());
   if (x.numel() == 0) return out;
   const at::Tensor scale = gate_scale(input_scale, x);
-  correlate<true>(x, weight, out, x, scale, relu, geometry_of(x, weight, dilation, left), false);
+  correlate<true>(x, weight, out, x, scale, relu, document_edges, geometry_of(x, weight, dilation, left), false);
   return out;
 }
 
@@ -159,7 +175,6 @@ std::tuple<at::Tensor, at::Tensor> depthwise_backward(const at::Tensor& grad_out
                                                       const at::Tensor& weight_in, int64_t dilation, int64_t left,
                                                       const std::optional<at::Tensor>& input_scale, bool relu,
                                                       const std::optional<at::Tensor>& document_edges) {
-  reject_document_edges(document_edges, "depthwise_conv");
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor grad_out = grad_out_in.contiguous(), x = x_in.contiguous(), weight = weight_in.contiguous();
   const auto accumulation = x.options().dtype(at::toOpMathType(x.scalar_type()));
@@ -171,7 +186,7 @@ std::tuple<at::Tensor, at::Tensor> depthwise_backward(const at::Tensor& grad_out
   // reversed, reading (K - 1) * dilation - left steps back; then through the gate's derivative.
   Geometry reversed = g;
   reversed.left = static_cast<int64_t>(g.taps - 1) * g.dilation - g.left;
-  correlate<false>(grad_out, weight, grad_x, x, scale, relu, reversed, true);
+  correlate<false>(grad_out, weight, grad_x, x, scale, relu, document_edges, reversed, true);
   const dim3 grid = grid_of(x.size(0), g, kWeightTile);
   at::Tensor partials = at::empty({static_cast<int64_t>(grid.z) * grid.x, g.taps, g.channels}, accumulation);
   const auto stream = at::cuda::getCurrentCUDAStream();
@@ -179,10 +194,12 @@ std::tuple<at::Tensor, at::Tensor> depthwise_backward(const at::Tensor& grad_out
     using acc_t = at::opmath_type<scalar_t>;
     const acc_t* scale_data = optional_data<acc_t>(scale);
     with_input_gate(relu, scale_data, [&](auto gate) {
-      weight_gradient_kernel<decltype(gate), scalar_t, acc_t><<<grid, kChannels, 0, stream>>>(
-          grad_out.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), scale_data,
-          partials.mutable_data_ptr<acc_t>(), g);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      with_document_spans(document_edges, x, [&](const auto& spans) {
+        weight_gradient_kernel<decltype(gate), scalar_t, acc_t><<<grid, kChannels, 0, stream>>>(
+            grad_out.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), scale_data,
+            partials.mutable_data_ptr<acc_t>(), g, spans);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
     });
   });
   return {grad_x, partials.sum(0).t().contiguous()};

@@ -36,12 +36,21 @@
 //   per element and tap block): ~2.1 K + 8, ~73 at K = 31.  The shared loads bound it (one warp
 //   load per clock and SM against four fused multiply-adds): on an H100 ~0.27e12 elements/s at
 //   K = 31, ~65% of copy bandwidth in float32; register-blocking steps too is the next step.
+//
+// Packed rows (`spans`: talk_math.h's RowSpans, the row, or DocumentSpans, a token's document): a
+// tap of token t that reads outside t's document gets weight zero as the block stages the weights
+// (forward and grad_x alike: tap k of token t links t and t + k - padding_l both ways), and its
+// weight gradient is written as zero; the rings and inner loops do not change, so for finite inputs
+// a document computes exactly what it computes alone.  Each kernel is instantiated once per kind of
+// span, and the RowSpans one is the unpacked kernel.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+
+#include <type_traits>
 
 #include "cuda_stream.h"
 #include "cuda_stream_device.h"
@@ -102,10 +111,11 @@ __device__ __forceinline__ const acc_t* accumulate_taps(acc_t (&sum)[kWidth], co
 // block_heads * taps accumulators (halo = taps - 1 for grad_x: the tokens its taps read).
 // kTranspose false: output[t] = sum_k w[t, k] input[t + k - padding_l] (forward, input x);
 // kTranspose true:  output[j] = sum_k w[j + padding_l - k, k] input[j + padding_l - k] (grad_x, input grad_out).
-template <typename scalar_t, typename acc_t, int kWidth, bool kTranspose>
+// w[t, k] is zero where tap k of token t reads outside t's span (packed rows).
+template <typename scalar_t, typename acc_t, int kWidth, bool kTranspose, typename Spans>
 __global__ void __launch_bounds__(kConvThreads)
     conv_stream_kernel(const scalar_t* __restrict__ input, const scalar_t* __restrict__ weight, WeightStrides strides,
-                       scalar_t* __restrict__ output, ConvShape shape) {
+                       scalar_t* __restrict__ output, ConvShape shape, Spans spans) {
   extern __shared__ __align__(stream::kSharedAlignment) unsigned char shared_bytes[];
   const int taps = shape.taps;
   acc_t* ring = reinterpret_cast<acc_t*>(shared_bytes) + threadIdx.x * kWidth;  // slot s at s * ring_stride
@@ -148,9 +158,9 @@ __global__ void __launch_bounds__(kConvThreads)
       const scalar_t* source = weight + b * strides.batch + (h < shape.heads ? h : 0) * strides.head + k * strides.tap;
       for (int step = 0; step < rows + halo; ++step) {
         const int token = staged_first + step;
-        staged[step * stage_width + e] =
-            in_sequence(token, shape.length) && h < shape.heads ? static_cast<acc_t>(source[token * strides.time])
-                                                                : acc_t(0);
+        const bool reads = in_sequence(token, shape.length) && h < shape.heads &&
+                           tap_reads_document(spans, b, token, k, shape.padding_l);
+        staged[step * stage_width + e] = reads ? static_cast<acc_t>(source[token * strides.time]) : acc_t(0);
       }
     }
     __syncthreads();
@@ -186,11 +196,12 @@ __global__ void __launch_bounds__(kConvThreads)
 }
 
 // Grid (T / kGradRows, heads * taps / kGradTaps, B), kGradThreads threads: grad_weight (B, T, H, K)
-// in acc_t, [b, t, h, k] = sum over the head's channels c of grad_out[b, t, c] * x[b, t + k - padding_l, c].
-template <typename scalar_t, typename acc_t>
+// in acc_t, [b, t, h, k] = sum over the head's channels c of grad_out[b, t, c] * x[b, t + k - padding_l, c],
+// zero where that row is outside t's span (packed rows).
+template <typename scalar_t, typename acc_t, typename Spans>
 __global__ void __launch_bounds__(kGradThreads)
     conv_stream_grad_weight_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ grad_out,
-                                   acc_t* __restrict__ grad_weight, ConvShape shape) {
+                                   acc_t* __restrict__ grad_weight, ConvShape shape, Spans spans) {
   __shared__ acc_t grad_rows[kGradRows][kGradChannels + kGradSkew];
   __shared__ acc_t x_rows[kGradXRows][kGradChannels + kGradSkew];
   const int tap_blocks = static_cast<int>(ceil_div(shape.taps, kGradTaps));
@@ -231,7 +242,7 @@ __global__ void __launch_bounds__(kGradThreads)
 #pragma unroll
   for (int j = 0; j < kGradTapsPerThread; ++j) {
     const int k = first_tap + group * kGradTapsPerThread + j;
-    if (k < shape.taps) out[k] = sums[j];
+    if (k < shape.taps) out[k] = tap_reads_document(spans, b, t, k, shape.padding_l) ? sums[j] : acc_t(0);
   }
 }
 
@@ -262,16 +273,17 @@ WeightStrides weight_strides(const at::Tensor& weight) {
                        static_cast<int>(weight.stride(2)), static_cast<int>(weight.stride(3))};
 }
 
-template <typename scalar_t, typename acc_t, int kWidth, bool kTranspose>
+template <typename scalar_t, typename acc_t, int kWidth, bool kTranspose, typename Spans>
 void launch_conv(const at::Tensor& input, const at::Tensor& weight, at::Tensor& output, const ConvShape& shape,
-                 cudaStream_t stream) {
+                 const Spans& spans, cudaStream_t stream) {
   const int64_t bytes = conv_shared_bytes(shape, kWidth, sizeof(acc_t));
-  const auto kernel = conv_stream_kernel<scalar_t, acc_t, kWidth, kTranspose>;
+  const auto kernel = conv_stream_kernel<scalar_t, acc_t, kWidth, kTranspose, Spans>;
   stream::allow_shared_bytes(kernel, bytes);
   const dim3 grid(static_cast<unsigned>(ceil_div(shape.channels / kWidth, kConvThreads)),
                   static_cast<unsigned>(ceil_div(shape.length, kConvChunk)), static_cast<unsigned>(input.size(0)));
   kernel<<<grid, kConvThreads, bytes, stream>>>(input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-                                                weight_strides(weight), output.mutable_data_ptr<scalar_t>(), shape);
+                                                weight_strides(weight), output.mutable_data_ptr<scalar_t>(), shape,
+                                                spans);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -285,19 +297,23 @@ int conv_width(const at::Tensor& x, const at::Tensor& weight, int64_t padding_l,
   return bytes > stream::shared_budget(x) ? 1 : width;
 }
 
-// conv_stream_kernel over input into output, at the width chosen for these tensors.
+// conv_stream_kernel over input into output, at the width chosen for these tensors, with the
+// spans of a packed row's document edges (none: the rows).
 template <bool kTranspose>
-void run_conv(const at::Tensor& input, const at::Tensor& weight, int64_t padding_l, at::Tensor& output) {
+void run_conv(const at::Tensor& input, const at::Tensor& weight, int64_t padding_l, at::Tensor& output,
+              const std::optional<at::Tensor>& document_edges) {
   const int width = conv_width(input, weight, padding_l, {&input, &output});
   const ConvShape shape = conv_shape(input, weight, padding_l, width);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "conv_stream", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    if (width == full_width<scalar_t>()) {
-      launch_conv<scalar_t, acc_t, full_width<scalar_t>(), kTranspose>(input, weight, output, shape, stream);
-    } else {
-      launch_conv<scalar_t, acc_t, 1, kTranspose>(input, weight, output, shape, stream);
-    }
+    with_document_spans(document_edges, input, [&](const auto& spans) {
+      if (width == full_width<scalar_t>()) {
+        launch_conv<scalar_t, acc_t, full_width<scalar_t>(), kTranspose>(input, weight, output, shape, spans, stream);
+      } else {
+        launch_conv<scalar_t, acc_t, 1, kTranspose>(input, weight, output, shape, spans, stream);
+      }
+    });
   });
 }
 
@@ -318,14 +334,13 @@ std::string conv_stream_fallback(const at::Tensor& x, const at::Tensor& weight, 
 
 at::Tensor conv_forward_stream(const at::Tensor& x_in, const at::Tensor& weight, int64_t padding_l,
                                const std::optional<at::Tensor>& document_edges) {
-  reject_document_edges(document_edges, "dynamic_conv/light_conv");
   if (!conv_stream_fallback(x_in, weight, padding_l).empty()) {
     return conv_forward(x_in, weight, padding_l, document_edges);
   }
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous();
   at::Tensor out = at::empty(x.sizes(), x.options());
-  run_conv<false>(x, weight, padding_l, out);
+  run_conv<false>(x, weight, padding_l, out, document_edges);
   return out;
 }
 
@@ -333,7 +348,6 @@ std::tuple<at::Tensor, at::Tensor> conv_backward_stream(const at::Tensor& grad_o
                                                         const at::Tensor& weight, int64_t padding_l,
                                                         bool sum_weight_gradient,
                                                         const std::optional<at::Tensor>& document_edges) {
-  reject_document_edges(document_edges, "dynamic_conv/light_conv");
   if (!conv_stream_fallback(x_in, weight, padding_l).empty()) {
     return conv_backward(grad_out_in, x_in, weight, padding_l, sum_weight_gradient, document_edges);
   }
@@ -341,7 +355,7 @@ std::tuple<at::Tensor, at::Tensor> conv_backward_stream(const at::Tensor& grad_o
   const at::Tensor grad_out = grad_out_in.contiguous();
   const at::Tensor x = x_in.contiguous();
   at::Tensor grad_x = at::empty(x.sizes(), x.options());
-  run_conv<true>(grad_out, weight, padding_l, grad_x);
+  run_conv<true>(grad_out, weight, padding_l, grad_x, document_edges);
 
   const int64_t heads = weight.size(2), taps = weight.size(3);
   at::Tensor grad_weight =
@@ -352,9 +366,12 @@ std::tuple<at::Tensor, at::Tensor> conv_backward_stream(const at::Tensor& grad_o
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "conv_grad_weight_stream", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    conv_stream_grad_weight_kernel<scalar_t, acc_t><<<grid, kGradThreads, 0, stream>>>(
-        x.const_data_ptr<scalar_t>(), grad_out.const_data_ptr<scalar_t>(), grad_weight.mutable_data_ptr<acc_t>(), shape);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    with_document_spans(document_edges, x, [&](const auto& spans) {
+      conv_stream_grad_weight_kernel<scalar_t, acc_t, std::decay_t<decltype(spans)>><<<grid, kGradThreads, 0, stream>>>(
+          x.const_data_ptr<scalar_t>(), grad_out.const_data_ptr<scalar_t>(), grad_weight.mutable_data_ptr<acc_t>(), shape,
+          spans);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
   });
   // The weight's gradient per token; LightConv's is its sum over batch and time.
   return {grad_x, sum_weight_gradient ? grad_weight.sum({0, 1}) : grad_weight};

@@ -8,6 +8,10 @@
 // (one private copy per threadIdx.y, reduced without atomics), fed by every token whose window
 // reaches the tile (the reach comes from a reduction kernel, not from the host); the offset
 // gradients are one warp per (b, t, h) dot product.
+//
+// Packed rows: every kernel reads token t's span through `spans` (talk_math.h: RowSpans, the row
+// [0, T - 1], or DocumentSpans, t's document) and clamps t's window edges into it, as the CPU
+// kernels do; each kernel is instantiated once per kind of span, the RowSpans one the unpacked kernel.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/ops/amax.h>
@@ -15,6 +19,8 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+
+#include <type_traits>
 
 #include "cuda_tiles.h"
 #include "ops.h"
@@ -62,10 +68,10 @@ __device__ void scan_columns(acc_t (*prefix)[kChannels], acc_t (*totals)[kChanne
   __syncthreads();
 }
 
-template <typename scalar_t, typename acc_t>
+template <typename scalar_t, typename acc_t, typename Spans>
 __global__ void __launch_bounds__(kChannels* kRows)
-    talk_forward_kernel(TalkOffsets<scalar_t, acc_t> offsets, Layout layout, const scalar_t* __restrict__ x,
-                        scalar_t* __restrict__ out) {
+    talk_forward_kernel(TalkOffsets<scalar_t, acc_t> offsets, Spans spans, Layout layout,
+                        const scalar_t* __restrict__ x, scalar_t* __restrict__ out) {
   constexpr int kPerThread = kTile / kRows;
   constexpr int kPrefixRows = prefix_rows<acc_t>() - kRows;  // leave room for the segment totals
   __shared__ acc_t prefix[kPrefixRows][kChannels];
@@ -85,7 +91,9 @@ __global__ void __launch_bounds__(kChannels* kRows)
   for (int i = 0; i < kPerThread; ++i) {
     const int64_t t = tile.first + threadIdx.y + kRows * i;
     if (!tile.active || t >= tile.end) continue;
-    const Edge<acc_t> left = offsets.left(tile.b, t, tile.head), right = offsets.right(tile.b, t, tile.head);
+    const Span span = spans(tile.b, t);
+    const Edge<acc_t> left = offsets.left(tile.b, t, tile.head, span);
+    const Edge<acc_t> right = offsets.right(tile.b, t, tile.head, span);
     atomicMin(&lowest_row, static_cast<unsigned long long>(left.index < right.index ? left.index : right.index));
     atomicMax(&highest_row, static_cast<unsigned long long>(left.index > right.index ? left.index : right.index));
   }
@@ -106,7 +114,8 @@ __global__ void __launch_bounds__(kChannels* kRows)
     for (int i = 0; i < kPerThread; ++i) {
       const int64_t t = tile.first + threadIdx.y + kRows * i;
       if (!tile.active || t >= tile.end) continue;
-      const Edge<acc_t> edges[2] = {offsets.left(tile.b, t, tile.head), offsets.right(tile.b, t, tile.head)};
+      const Span span = spans(tile.b, t);
+      const Edge<acc_t> edges[2] = {offsets.left(tile.b, t, tile.head, span), offsets.right(tile.b, t, tile.head, span)};
       for (int side = 0; side < 2; ++side) {
         const Edge<acc_t>& edge = edges[side];
         if (edge.index < row0 || (edge.index >= row0 + rows && !last_chunk)) continue;
@@ -128,15 +137,16 @@ __global__ void __launch_bounds__(kChannels* kRows)
 }
 
 // Per-block maxima of the reach over (b, t, h); the caller reduces the (blocks, 2) partials.
-template <typename scalar_t, typename acc_t>
-__global__ void talk_reach_kernel(TalkOffsets<scalar_t, acc_t> offsets, int64_t count, int64_t* partials) {
+template <typename scalar_t, typename acc_t, typename Spans>
+__global__ void talk_reach_kernel(TalkOffsets<scalar_t, acc_t> offsets, Spans spans, int64_t count, int64_t* partials) {
   __shared__ int64_t before[kReachThreads], after[kReachThreads];
   Reach reach{0, 0};
   for (int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; index < count;
        index += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t h = index % offsets.heads, t = (index / offsets.heads) % offsets.length;
     const int64_t b = index / (offsets.heads * offsets.length);
-    widen_reach(reach, t, offsets.left(b, t, h), offsets.right(b, t, h));
+    const Span span = spans(b, t);
+    widen_reach(reach, t, offsets.left(b, t, h, span), offsets.right(b, t, h, span));
   }
   before[threadIdx.x] = reach.before;
   after[threadIdx.x] = reach.after;
@@ -155,10 +165,11 @@ __global__ void talk_reach_kernel(TalkOffsets<scalar_t, acc_t> offsets, int64_t 
   }
 }
 
-template <typename scalar_t, typename acc_t>
+template <typename scalar_t, typename acc_t, typename Spans>
 __global__ void __launch_bounds__(kChannels* backward_rows<acc_t>())
-    talk_grad_x_kernel(TalkOffsets<scalar_t, acc_t> offsets, Layout layout, const scalar_t* __restrict__ grad_out,
-                       const int64_t* __restrict__ reach, scalar_t* __restrict__ grad_x) {
+    talk_grad_x_kernel(TalkOffsets<scalar_t, acc_t> offsets, Spans spans, Layout layout,
+                       const scalar_t* __restrict__ grad_out, const int64_t* __restrict__ reach,
+                       scalar_t* __restrict__ grad_x) {
   constexpr int kCopies = backward_rows<acc_t>();
   __shared__ acc_t difference[kCopies][kBackwardTile + 1][kChannels];
   const TileCoordinates tile(layout, kBackwardTile);
@@ -171,7 +182,9 @@ __global__ void __launch_bounds__(kChannels* backward_rows<acc_t>())
   const int64_t last_contributor = tile.end - 1 + reach[0] < layout.length - 1 ? tile.end - 1 + reach[0] : layout.length - 1;
   if (tile.active) {
     for (int64_t t = first_contributor + threadIdx.y; t <= last_contributor; t += kCopies) {
-      const Edge<acc_t> left = offsets.left(tile.b, t, tile.head), right = offsets.right(tile.b, t, tile.head);
+      const Span span = spans(tile.b, t);
+      const Edge<acc_t> left = offsets.left(tile.b, t, tile.head, span);
+      const Edge<acc_t> right = offsets.right(tile.b, t, tile.head, span);
       const acc_t grad = static_cast<acc_t>(grad_out[tile.offset(t, layout)]);
       for (int which = 0; which < 4; ++which) {
         const ScatterEntry<acc_t> entry = scatter_entry(left, right, which);
@@ -200,8 +213,8 @@ __global__ void __launch_bounds__(kChannels* backward_rows<acc_t>())
 }
 
 // One warp per (b, t, h): factor * <grad_out[b, t, head h], x[b, edge, head h]> for both edges.
-template <typename scalar_t, typename acc_t>
-__global__ void talk_grad_offsets_kernel(TalkOffsets<scalar_t, acc_t> offsets, Layout layout, int64_t count,
+template <typename scalar_t, typename acc_t, typename Spans>
+__global__ void talk_grad_offsets_kernel(TalkOffsets<scalar_t, acc_t> offsets, Spans spans, Layout layout, int64_t count,
                                          const scalar_t* __restrict__ x, const scalar_t* __restrict__ grad_out,
                                          scalar_t* __restrict__ grad_left, scalar_t* __restrict__ grad_right) {
   const int64_t index = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpSize;
@@ -209,7 +222,8 @@ __global__ void talk_grad_offsets_kernel(TalkOffsets<scalar_t, acc_t> offsets, L
   const int lane = threadIdx.x % kWarpSize;
   const int64_t h = index % offsets.heads, t = (index / offsets.heads) % layout.length;
   const int64_t b = index / (offsets.heads * layout.length);
-  const Edge<acc_t> left = offsets.left(b, t, h), right = offsets.right(b, t, h);
+  const Span span = spans(b, t);
+  const Edge<acc_t> left = offsets.left(b, t, h, span), right = offsets.right(b, t, h, span);
   const bool right_inside = right.index < layout.length;
   const scalar_t* grad_row = grad_out + (b * layout.length + t) * layout.channels + h * layout.head_size;
   const scalar_t* x_left = x + (b * layout.length + left.index) * layout.channels + h * layout.head_size;
@@ -235,7 +249,6 @@ __global__ void talk_grad_offsets_kernel(TalkOffsets<scalar_t, acc_t> offsets, L
 at::Tensor talk_forward(const at::Tensor& x_in, const at::Tensor& offset_left_in,
                         const std::optional<at::Tensor>& offset_right_in, int64_t max_left, int64_t max_right,
                         const std::optional<at::Tensor>& document_edges) {
-  reject_document_edges(document_edges, "talk_conv");
   const c10::cuda::CUDAGuard guard(x_in.device());
   const TalkInputs inputs(x_in, offset_left_in, offset_right_in);
   const at::Tensor &x = inputs.x, &offset_left = inputs.offset_left, &offset_right = inputs.offset_right;
@@ -245,10 +258,12 @@ at::Tensor talk_forward(const at::Tensor& x_in, const at::Tensor& offset_left_in
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "talk_forward_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    talk_forward_kernel<scalar_t, acc_t><<<tile_grid(x.size(0), layout, kTile), dim3(kChannels, kRows), 0, stream>>>(
-        talk_offsets<scalar_t, acc_t>(offset_left, offset_right, max_left, max_right), layout,
-        x.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    with_document_spans(document_edges, x, [&](const auto& spans) {
+      talk_forward_kernel<scalar_t, acc_t><<<tile_grid(x.size(0), layout, kTile), dim3(kChannels, kRows), 0, stream>>>(
+          talk_offsets<scalar_t, acc_t>(offset_left, offset_right, max_left, max_right), spans, layout,
+          x.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
   });
   return out;
 }
@@ -258,7 +273,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward(const at::Tensor& g
                                                              const std::optional<at::Tensor>& offset_right_in,
                                                              int64_t max_left, int64_t max_right,
                                                              const std::optional<at::Tensor>& document_edges) {
-  reject_document_edges(document_edges, "talk_conv");
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor grad_out = grad_out_in.contiguous();
   const TalkInputs inputs(x_in, offset_left_in, offset_right_in);
@@ -274,22 +288,25 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward(const at::Tensor& g
     const auto offsets = talk_offsets<scalar_t, acc_t>(offset_left, offset_right, max_left, max_right);
     const unsigned reach_blocks =
         static_cast<unsigned>(std::min<int64_t>(ceil_div(pairs, kReachThreads), kReachBlocks));
-    at::Tensor partials = at::empty({reach_blocks, 2}, x.options().dtype(at::kLong));
-    talk_reach_kernel<scalar_t, acc_t>
-        <<<reach_blocks, kReachThreads, 0, stream>>>(offsets, pairs, partials.mutable_data_ptr<int64_t>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    const at::Tensor reach = at::amax(partials, 0);  // stays on the device: no host sync
+    with_document_spans(document_edges, x, [&](const auto& spans) {
+      using Spans = std::decay_t<decltype(spans)>;
+      at::Tensor partials = at::empty({reach_blocks, 2}, x.options().dtype(at::kLong));
+      talk_reach_kernel<scalar_t, acc_t, Spans>
+          <<<reach_blocks, kReachThreads, 0, stream>>>(offsets, spans, pairs, partials.mutable_data_ptr<int64_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      const at::Tensor reach = at::amax(partials, 0);  // stays on the device: no host sync
 
-    talk_grad_x_kernel<scalar_t, acc_t>
-        <<<tile_grid(x.size(0), layout, kBackwardTile), dim3(kChannels, backward_rows<acc_t>()), 0, stream>>>(
-            offsets, layout, grad_out.const_data_ptr<scalar_t>(), reach.const_data_ptr<int64_t>(),
-            grad_x.mutable_data_ptr<scalar_t>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    talk_grad_offsets_kernel<scalar_t, acc_t><<<warp_blocks(pairs), kWarpSize * kWarpsPerBlock, 0, stream>>>(
-        offsets, layout, pairs, x.const_data_ptr<scalar_t>(), grad_out.const_data_ptr<scalar_t>(),
-        grad_left.mutable_data_ptr<scalar_t>(),
-        offset_right.defined() ? grad_right.mutable_data_ptr<scalar_t>() : nullptr);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+      talk_grad_x_kernel<scalar_t, acc_t, Spans>
+          <<<tile_grid(x.size(0), layout, kBackwardTile), dim3(kChannels, backward_rows<acc_t>()), 0, stream>>>(
+              offsets, spans, layout, grad_out.const_data_ptr<scalar_t>(), reach.const_data_ptr<int64_t>(),
+              grad_x.mutable_data_ptr<scalar_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      talk_grad_offsets_kernel<scalar_t, acc_t, Spans><<<warp_blocks(pairs), kWarpSize * kWarpsPerBlock, 0, stream>>>(
+          offsets, spans, layout, pairs, x.const_data_ptr<scalar_t>(), grad_out.const_data_ptr<scalar_t>(),
+          grad_left.mutable_data_ptr<scalar_t>(),
+          offset_right.defined() ? grad_right.mutable_data_ptr<scalar_t>() : nullptr);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
   });
   return {grad_x, grad_left, grad_right};
 }

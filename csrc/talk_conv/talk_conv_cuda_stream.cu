@@ -44,6 +44,12 @@
 //
 // The reach kernel (talk_stream_reach_kernel) reads the offsets once (2 s / head_size per element)
 // and reduces the farthest scatter entry before and after a token with atomicMax into two ints.
+//
+// Packed rows: every kernel reads token t's span through `spans` (talk_math.h: RowSpans, the row
+// [0, T - 1], or DocumentSpans, t's document from the (B, T, 2) edges, 8 bytes per token read) and
+// clamps t's window edges into it; nothing else changes, since the prefix ring's differences and
+// the difference array hold for any edges.  Each kernel is instantiated once per kind of span, and
+// the RowSpans one is the unpacked kernel.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/ops/empty.h>
@@ -91,17 +97,19 @@ struct TalkShape {
 // Rows of the forward's prefix ring: every prefix row a window with offsets in [0, 1] needs.
 int64_t ring_rows(int64_t max_left, int64_t max_right) { return max_left + max_right + kPrefixLead + 1; }
 
+// The window edges of token t (offsets at `index`, its (b, t, head) triple), clamped into the
+// token's span: [0, T - 1] (RowSpans), or its document in a packed row (DocumentSpans).
 template <typename scalar_t, typename acc_t>
 __device__ __forceinline__ Edge<acc_t> stream_left_edge(const scalar_t* __restrict__ offset_left, int index, int t,
-                                                        const TalkShape& shape) {
-  return left_edge<acc_t>(t, shape.length, static_cast<acc_t>(offset_left[index]), shape.max_left);
+                                                        Span span, const TalkShape& shape) {
+  return left_edge<acc_t>(t, span, static_cast<acc_t>(offset_left[index]), shape.max_left);
 }
 
 template <typename scalar_t, typename acc_t>
 __device__ __forceinline__ Edge<acc_t> stream_right_edge(const scalar_t* __restrict__ offset_right, int index, int t,
-                                                         const TalkShape& shape) {
+                                                         Span span, const TalkShape& shape) {
   if (offset_right == nullptr) return causal_right_edge<acc_t>(t);
-  return right_edge<acc_t>(t, shape.length, static_cast<acc_t>(offset_right[index]), shape.max_right);
+  return right_edge<acc_t>(t, span, static_cast<acc_t>(offset_right[index]), shape.max_right);
 }
 
 // One forward thread's prefix rows: P[j] = x[begin] + ... + x[j - 1] of its V channels for the
@@ -166,11 +174,13 @@ struct PrefixRing {
 };
 
 // Grid (channel vectors / kForwardThreads, chunks of kForwardChunk steps, B); dynamic shared memory
-// ring_rows * kForwardThreads * kWidth accumulators.  x, out (B, T, C); offsets (B, T, H).
-template <typename scalar_t, typename acc_t, int kWidth>
+// ring_rows * kForwardThreads * kWidth accumulators.  x, out (B, T, C); offsets (B, T, H); spans(b, t)
+// the tokens token t's window may cover.
+template <typename scalar_t, typename acc_t, int kWidth, typename Spans>
 __global__ void __launch_bounds__(kForwardThreads)
     talk_stream_forward_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ offset_left,
-                               const scalar_t* __restrict__ offset_right, scalar_t* __restrict__ out, TalkShape shape) {
+                               const scalar_t* __restrict__ offset_right, scalar_t* __restrict__ out, TalkShape shape,
+                               Spans spans) {
   extern __shared__ __align__(stream::kSharedAlignment) unsigned char shared_bytes[];
   const int vector = blockIdx.x * kForwardThreads + threadIdx.x;
   if (vector * kWidth >= shape.channels) return;  // nothing below synchronises the block
@@ -211,8 +221,9 @@ __global__ void __launch_bounds__(kForwardThreads)
       const int t = group + r - lead;
       if (t < first) continue;
       const int offset_index = (b * shape.length + t) * shape.heads + head;
-      const Edge<acc_t> left = stream_left_edge<scalar_t, acc_t>(offset_left, offset_index, t, shape);
-      const Edge<acc_t> right = stream_right_edge<scalar_t, acc_t>(offset_right, offset_index, t, shape);
+      const Span span = spans(b, t);
+      const Edge<acc_t> left = stream_left_edge<scalar_t, acc_t>(offset_left, offset_index, t, span, shape);
+      const Edge<acc_t> right = stream_right_edge<scalar_t, acc_t>(offset_right, offset_index, t, span, shape);
       acc_t upper[kWidth], lower[kWidth];
       ring.integral(right, upper);
       ring.integral(left, lower);
@@ -225,15 +236,16 @@ __global__ void __launch_bounds__(kForwardThreads)
 
 // reach[0] = max(0, t - lowest scatter entry), reach[1] = max(0, highest scatter entry - t) over
 // every (b, t, head) (talk_math.h's widen_reach); reach starts at zeros.
-template <typename scalar_t, typename acc_t>
+template <typename scalar_t, typename acc_t, typename Spans>
 __global__ void __launch_bounds__(kReachThreads)
     talk_stream_reach_kernel(const scalar_t* __restrict__ offset_left, const scalar_t* __restrict__ offset_right,
-                             TalkShape shape, int count, int* __restrict__ reach) {
+                             TalkShape shape, Spans spans, int count, int* __restrict__ reach) {
   Reach widest{0, 0};
   for (int index = blockIdx.x * kReachThreads + threadIdx.x; index < count; index += gridDim.x * kReachThreads) {
-    const int t = (index / shape.heads) % shape.length;
-    widen_reach(widest, t, stream_left_edge<scalar_t, acc_t>(offset_left, index, t, shape),
-                stream_right_edge<scalar_t, acc_t>(offset_right, index, t, shape));
+    const int bt = index / shape.heads, t = bt % shape.length;
+    const Span span = spans(bt / shape.length, t);
+    widen_reach(widest, t, stream_left_edge<scalar_t, acc_t>(offset_left, index, t, span, shape),
+                stream_right_edge<scalar_t, acc_t>(offset_right, index, t, span, shape));
   }
   int before = static_cast<int>(widest.before), after = static_cast<int>(widest.after);
   for (int lanes = kWarpSize / 2; lanes > 0; lanes /= 2) {
@@ -250,11 +262,11 @@ __global__ void __launch_bounds__(kReachThreads)
 
 // Grid (channel vectors / kBackwardThreads, chunks of kBackwardChunk steps, B); dynamic shared
 // memory kBackwardChunk * kBackwardThreads * kWidth accumulators.  grad_out, grad_x (B, T, C).
-template <typename scalar_t, typename acc_t, int kWidth>
+template <typename scalar_t, typename acc_t, int kWidth, typename Spans>
 __global__ void __launch_bounds__(kBackwardThreads)
     talk_stream_grad_x_kernel(const scalar_t* __restrict__ grad_out, const scalar_t* __restrict__ offset_left,
                               const scalar_t* __restrict__ offset_right, const int* __restrict__ reach,
-                              scalar_t* __restrict__ grad_x, TalkShape shape) {
+                              scalar_t* __restrict__ grad_x, TalkShape shape, Spans spans) {
   extern __shared__ __align__(stream::kSharedAlignment) unsigned char shared_bytes[];
   const int vector = blockIdx.x * kBackwardThreads + threadIdx.x;
   if (vector * kWidth >= shape.channels) return;  // nothing below synchronises the block
@@ -273,8 +285,9 @@ __global__ void __launch_bounds__(kBackwardThreads)
   const scalar_t* grad_column = grad_out + b * shape.length * shape.channels + channel;
   for (int t = t_begin; t <= t_last; ++t) {
     const int offset_index = (b * shape.length + t) * shape.heads + head;
-    const Edge<acc_t> left = stream_left_edge<scalar_t, acc_t>(offset_left, offset_index, t, shape);
-    const Edge<acc_t> right = stream_right_edge<scalar_t, acc_t>(offset_right, offset_index, t, shape);
+    const Span span = spans(b, t);
+    const Edge<acc_t> left = stream_left_edge<scalar_t, acc_t>(offset_left, offset_index, t, span, shape);
+    const Edge<acc_t> right = stream_right_edge<scalar_t, acc_t>(offset_right, offset_index, t, span, shape);
     acc_t grad[kWidth];
     load_pack<acc_t, scalar_t, kWidth>(grad_column + t * shape.channels, grad);
 #pragma unroll
@@ -305,17 +318,18 @@ __global__ void __launch_bounds__(kBackwardThreads)
 
 // One thread per (b, t, head): grad_left = factor(left) * <grad_out[t], x[left edge]> over the head's
 // channels, grad_right likewise (grad_right is nullptr in the causal form).
-template <typename scalar_t, typename acc_t, int kWidth>
+template <typename scalar_t, typename acc_t, int kWidth, typename Spans>
 __global__ void __launch_bounds__(kOffsetThreads)
     talk_stream_offsets_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ grad_out,
                                const scalar_t* __restrict__ offset_left, const scalar_t* __restrict__ offset_right,
                                scalar_t* __restrict__ grad_left, scalar_t* __restrict__ grad_right, TalkShape shape,
-                               int count) {
+                               Spans spans, int count) {
   const int index = blockIdx.x * kOffsetThreads + threadIdx.x;
   if (index >= count) return;
   const int head = index % shape.heads, bt = index / shape.heads, t = bt % shape.length, b = bt / shape.length;
-  const Edge<acc_t> left = stream_left_edge<scalar_t, acc_t>(offset_left, index, t, shape);
-  const Edge<acc_t> right = stream_right_edge<scalar_t, acc_t>(offset_right, index, t, shape);
+  const Span span = spans(b, t);
+  const Edge<acc_t> left = stream_left_edge<scalar_t, acc_t>(offset_left, index, t, span, shape);
+  const Edge<acc_t> right = stream_right_edge<scalar_t, acc_t>(offset_right, index, t, span, shape);
   const bool right_inside = grad_right != nullptr && right.index < shape.length;
   const int head_channel = head * shape.head_size;
   const scalar_t* grad_row = grad_out + bt * shape.channels + head_channel;
@@ -363,43 +377,44 @@ dim3 stream_grid(const at::Tensor& x, int width, int threads, int chunk) {
               static_cast<unsigned>(ceil_div(x.size(1), chunk)), static_cast<unsigned>(x.size(0)));
 }
 
-template <typename scalar_t, typename acc_t, int kWidth>
-void launch_forward(const TalkInputs& inputs, const TalkShape& shape, at::Tensor& out, cudaStream_t stream) {
+template <typename scalar_t, typename acc_t, int kWidth, typename Spans>
+void launch_forward(const TalkInputs& inputs, const TalkShape& shape, const Spans& spans, at::Tensor& out,
+                    cudaStream_t stream) {
   const int64_t bytes = forward_shared_bytes(shape.max_left, shape.max_right, kWidth, sizeof(acc_t));
-  const auto kernel = talk_stream_forward_kernel<scalar_t, acc_t, kWidth>;
+  const auto kernel = talk_stream_forward_kernel<scalar_t, acc_t, kWidth, Spans>;
   stream::allow_shared_bytes(kernel, bytes);
   kernel<<<stream_grid(inputs.x, kWidth, kForwardThreads, kForwardChunk), kForwardThreads, bytes, stream>>>(
       inputs.x.const_data_ptr<scalar_t>(), inputs.offset_left.const_data_ptr<scalar_t>(),
-      optional_data<scalar_t>(inputs.offset_right), out.mutable_data_ptr<scalar_t>(), shape);
+      optional_data<scalar_t>(inputs.offset_right), out.mutable_data_ptr<scalar_t>(), shape, spans);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-template <typename scalar_t, typename acc_t, int kWidth>
-void launch_backward(const TalkInputs& inputs, const TalkShape& shape, const at::Tensor& grad_out, at::Tensor& grad_x,
-                     at::Tensor& grad_left, at::Tensor& grad_right, cudaStream_t stream) {
+template <typename scalar_t, typename acc_t, int kWidth, typename Spans>
+void launch_backward(const TalkInputs& inputs, const TalkShape& shape, const Spans& spans, const at::Tensor& grad_out,
+                     at::Tensor& grad_x, at::Tensor& grad_left, at::Tensor& grad_right, cudaStream_t stream) {
   const scalar_t* offset_left = inputs.offset_left.const_data_ptr<scalar_t>();
   const scalar_t* offset_right = optional_data<scalar_t>(inputs.offset_right);
   const int count = static_cast<int>(inputs.offset_left.numel());  // (b, t, head) triples
 
   const at::Tensor reach = at::zeros({2}, inputs.x.options().dtype(at::kInt));
   const unsigned reach_blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(count, kReachThreads), kReachBlocks));
-  talk_stream_reach_kernel<scalar_t, acc_t>
-      <<<reach_blocks, kReachThreads, 0, stream>>>(offset_left, offset_right, shape, count, reach.mutable_data_ptr<int>());
+  talk_stream_reach_kernel<scalar_t, acc_t, Spans><<<reach_blocks, kReachThreads, 0, stream>>>(
+      offset_left, offset_right, shape, spans, count, reach.mutable_data_ptr<int>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 
   const int64_t bytes = backward_shared_bytes(kWidth, sizeof(acc_t));
-  const auto grad_x_kernel = talk_stream_grad_x_kernel<scalar_t, acc_t, kWidth>;
+  const auto grad_x_kernel = talk_stream_grad_x_kernel<scalar_t, acc_t, kWidth, Spans>;
   stream::allow_shared_bytes(grad_x_kernel, bytes);
   grad_x_kernel<<<stream_grid(inputs.x, kWidth, kBackwardThreads, kBackwardChunk), kBackwardThreads, bytes, stream>>>(
       grad_out.const_data_ptr<scalar_t>(), offset_left, offset_right, reach.const_data_ptr<int>(),
-      grad_x.mutable_data_ptr<scalar_t>(), shape);
+      grad_x.mutable_data_ptr<scalar_t>(), shape, spans);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 
-  talk_stream_offsets_kernel<scalar_t, acc_t, kWidth>
+  talk_stream_offsets_kernel<scalar_t, acc_t, kWidth, Spans>
       <<<static_cast<unsigned>(ceil_div(count, kOffsetThreads)), kOffsetThreads, 0, stream>>>(
           inputs.x.const_data_ptr<scalar_t>(), grad_out.const_data_ptr<scalar_t>(), offset_left, offset_right,
           grad_left.mutable_data_ptr<scalar_t>(),
-          inputs.offset_right.defined() ? grad_right.mutable_data_ptr<scalar_t>() : nullptr, shape, count);
+          inputs.offset_right.defined() ? grad_right.mutable_data_ptr<scalar_t>() : nullptr, shape, spans, count);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -428,7 +443,6 @@ std::string talk_stream_fallback(const at::Tensor& x, const at::Tensor& offset_l
 at::Tensor talk_forward_stream(const at::Tensor& x_in, const at::Tensor& offset_left_in,
                                const std::optional<at::Tensor>& offset_right_in, int64_t max_left, int64_t max_right,
                                const std::optional<at::Tensor>& document_edges) {
-  reject_document_edges(document_edges, "talk_conv");
   if (!talk_stream_fallback(x_in, offset_left_in, max_left, max_right).empty()) {
     return talk_forward(x_in, offset_left_in, offset_right_in, max_left, max_right, document_edges);
   }
@@ -442,11 +456,13 @@ at::Tensor talk_forward_stream(const at::Tensor& x_in, const at::Tensor& offset_
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, inputs.x.scalar_type(), "talk_forward_stream", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    if (width == full_width<scalar_t>()) {
-      launch_forward<scalar_t, acc_t, full_width<scalar_t>()>(inputs, shape, out, stream);
-    } else {
-      launch_forward<scalar_t, acc_t, 1>(inputs, shape, out, stream);
-    }
+    with_document_spans(document_edges, inputs.x, [&](const auto& spans) {
+      if (width == full_width<scalar_t>()) {
+        launch_forward<scalar_t, acc_t, full_width<scalar_t>()>(inputs, shape, spans, out, stream);
+      } else {
+        launch_forward<scalar_t, acc_t, 1>(inputs, shape, spans, out, stream);
+      }
+    });
   });
   return out;
 }
@@ -457,7 +473,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward_stream(const at::Te
                                                                     const std::optional<at::Tensor>& offset_right_in,
                                                                     int64_t max_left, int64_t max_right,
                                                                     const std::optional<at::Tensor>& document_edges) {
-  reject_document_edges(document_edges, "talk_conv");
   if (!talk_stream_fallback(x_in, offset_left_in, max_left, max_right).empty()) {
     return talk_backward(grad_out_in, x_in, offset_left_in, offset_right_in, max_left, max_right, document_edges);
   }
@@ -473,12 +488,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward_stream(const at::Te
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, inputs.x.scalar_type(), "talk_backward_stream", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    if (width == full_width<scalar_t>()) {
-      launch_backward<scalar_t, acc_t, full_width<scalar_t>()>(inputs, shape, grad_out, grad_x, grad_left, grad_right,
-                                                               stream);
-    } else {
-      launch_backward<scalar_t, acc_t, 1>(inputs, shape, grad_out, grad_x, grad_left, grad_right, stream);
-    }
+    with_document_spans(document_edges, inputs.x, [&](const auto& spans) {
+      if (width == full_width<scalar_t>()) {
+        launch_backward<scalar_t, acc_t, full_width<scalar_t>()>(inputs, shape, spans, grad_out, grad_x, grad_left,
+                                                                 grad_right, stream);
+      } else {
+        launch_backward<scalar_t, acc_t, 1>(inputs, shape, spans, grad_out, grad_x, grad_left, grad_right, stream);
+      }
+    });
   });
   return {grad_x, grad_left, grad_right};
 }

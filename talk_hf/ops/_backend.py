@@ -21,8 +21,11 @@ them only where ``$TALK_HF_UNVERIFIED_CUDA`` names the op: a comma-separated lis
 fallback: its verified CUDA kernel where it has one, else the PyTorch path (and backend ``"cuda"``
 is an error).  The variable is read at each call (under ``torch.compile``: once, while tracing).
 
-Packed rows (an op called with ``position_ids``): the CUDA kernels do not take document edges yet,
-so on CUDA tensors ``"auto"`` runs the PyTorch path for them and ``"cuda"`` is an error.
+Packed rows (an op called with ``position_ids``): every CUDA kernel takes document edges, but each op
+declares the kernel sets that packed calls run on: today the unverified ones (the streaming kernels
+and depthwise_conv's, behind the switch), not the tiled ones, whose packed form no GPU has run yet.
+On CUDA tensors a packed call runs the compiled kernels only where the set the switch picks is
+declared so; otherwise ``"auto"`` runs the PyTorch path and ``"cuda"`` is an error.
 """
 
 from __future__ import annotations
@@ -43,6 +46,10 @@ UNVERIFIED_CUDA_ENV = "TALK_HF_UNVERIFIED_CUDA"
 # The ops with unverified CUDA kernels, each with whether it also has a verified one to fall back
 # on (filled by the ops' declarations, `declare_unverified_cuda`).
 _unverified_cuda_ops: dict[str, bool] = {}
+
+# The ops whose CUDA kernels run packed rows (document edges): op -> (whether its verified kernels do,
+# whether its unverified ones do) (filled by `declare_packed_cuda`; an op not named runs none).
+_packed_cuda_ops: dict[str, tuple[bool, bool]] = {}
 
 # $TALK_HF_BACKEND as read when the running model forward started, or None outside one.
 _backend_of_this_forward: ContextVar[str | None] = ContextVar("talk_hf_backend_of_this_forward", default=None)
@@ -100,6 +107,24 @@ def declare_unverified_cuda(op: str, *, has_verified_kernel: bool) -> None:
     _unverified_cuda_ops[op] = has_verified_kernel
 
 
+def declare_packed_cuda(op: str, *, verified: bool, unverified: bool) -> None:
+    """Record which of ``op``'s CUDA kernel sets run packed rows (document edges)."""
+    _packed_cuda_ops[op] = (verified, unverified)
+
+
+def runs_unverified_cuda(op: str) -> bool:
+    """Whether ``op``'s CUDA calls run its unverified kernels: it has some, and the switch names it
+    or it has no verified ones."""
+    has_verified_kernel = _unverified_cuda_ops.get(op)
+    return has_verified_kernel is not None and (not has_verified_kernel or unverified_cuda_enabled(op))
+
+
+def cuda_takes_packed_rows(op: str) -> bool:
+    """Whether the CUDA kernels that ``op`` runs now (`runs_unverified_cuda`) run packed rows."""
+    verified, unverified = _packed_cuda_ops.get(op, (False, False))
+    return unverified if runs_unverified_cuda(op) else verified
+
+
 @torch.compiler.assume_constant_result
 def unverified_cuda_enabled(op: str) -> bool:
     """Whether ``$TALK_HF_UNVERIFIED_CUDA`` turns on ``op``'s unverified CUDA kernels.
@@ -128,23 +153,25 @@ def resolve_backend(backend: str | None, device: torch.device, op: str | None = 
     Under ``torch.compile`` this runs once, while tracing, and its answer is baked into the graph.
     ``op`` (None: any op with verified kernels) matters on CUDA only: an op whose CUDA kernels are
     all unverified runs the PyTorch path there under ``"auto"`` unless the switch names it.  So
-    does ``packed`` (the call has document edges), which the CUDA kernels do not take yet.
+    does a ``packed`` call (it has document edges) where the CUDA kernels the switch picks for ``op``
+    are not declared to run them (`cuda_takes_packed_rows`).
 
     Returns:
         ``"torch"``, ``"cpu"`` or ``"cuda"``; the compiled module of the last two is loaded.
 
     Raises:
         ValueError: ``"cuda"`` for an op whose CUDA kernels are unverified and switched off, or
-            for a packed call.
+            for a packed call those kernels do not run.
     """
     requested = requested_backend(backend)
     if requested == "torch":
         return "torch"
-    if packed and device.type == "cuda" and requested in ("auto", "cuda"):
+    if packed and device.type == "cuda" and requested in ("auto", "cuda") and not cuda_takes_packed_rows(op):
         if requested == "cuda":
             raise ValueError(
-                f"backend 'cuda' of {op} cannot run packed sequences (position_ids) yet: its CUDA kernels do "
-                "not take document edges; use backend 'auto' or 'torch'"
+                f"backend 'cuda' of {op} cannot run packed sequences (position_ids) on its verified CUDA kernels "
+                f"yet (no GPU has run their packed form); set {UNVERIFIED_CUDA_ENV}={op} (or all) for the "
+                "kernels that run them, not yet run on a GPU either, or use backend 'auto' or 'torch'"
             )
         return "torch"
     if device.type == "cuda" and _unverified_cuda_ops.get(op) is False and not unverified_cuda_enabled(op):

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from . import _extension
-from ._backend import declare_unverified_cuda, unverified_cuda_enabled
+from ._backend import declare_packed_cuda, declare_unverified_cuda, runs_unverified_cuda
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # tensor types that dispatch as plain tensors
 
@@ -58,10 +58,13 @@ def needs_autograd(*tensors: torch.Tensor | None) -> bool:
 
 @dataclass(frozen=True)
 class KernelEntries:
-    """The names of an op's forward and backward functions in a compiled extension module."""
+    """The names of an op's forward and backward functions in a compiled extension module, and
+    whether packed rows (document edges) run on them (read for the CUDA ones: a packed call on a
+    set without it runs the PyTorch path, see `_backend.resolve_backend`)."""
 
     forward: str
     backward: str
+    document_edges: bool = False
 
 
 class CompiledOp:
@@ -101,6 +104,11 @@ class CompiledOp:
         self._unverified_cuda = unverified_cuda
         if unverified_cuda is not None:
             declare_unverified_cuda(name, has_verified_kernel=cuda is not None)
+        declare_packed_cuda(
+            name,
+            verified=cuda is not None and cuda.document_edges,
+            unverified=unverified_cuda is not None and unverified_cuda.document_edges,
+        )
         inputs = list(inspect.signature(forward, eval_str=True).parameters.values())[1:]
         self._tensor_positions = tuple(i for i, parameter in enumerate(inputs) if parameter.annotation in _TENSOR_TYPES)
         self._defaults = tuple(parameter.default for parameter in inputs)
@@ -136,9 +144,8 @@ class CompiledOp:
         the op has no verified one)."""
         kind = tensor.device.type
         entries = self._entries[kind]
-        if kind == "cuda" and self._unverified_cuda is not None:
-            if entries is None or unverified_cuda_enabled(self.name):
-                entries = self._unverified_cuda
+        if kind == "cuda" and runs_unverified_cuda(self.name):
+            entries = self._unverified_cuda
         return getattr(_extension.load(kind), getattr(entries, direction))
 
     def run_forward(self, *inputs) -> torch.Tensor:

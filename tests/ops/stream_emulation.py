@@ -6,6 +6,10 @@ runs it against the reference, so the indexing is checked here although the kern
 channels); its channels are a float64 tensor of `width` values.  Global and shared reads go through
 `read`, which fails on an index outside the array (Python would wrap a negative one).
 
+Packed rows: every function takes the (B, T, 2) document edges of `talk_hf.ops.documents.document_edges`
+(``edges``; None: unpacked) and reads a token's span through `span_of`, as the kernels do through
+talk_math.h's RowSpans / DocumentSpans.
+
 The kernels' constants are read from their sources, so the emulation follows any retuning.  The slow
 path of the forward's prefix ring is correct for any edge but meant for offsets above 1 only:
 `STATISTICS["slow_path_rows"]` counts the prefix rows it answered, so a test can require none.
@@ -22,14 +26,14 @@ import torch
 CSRC = Path(__file__).resolve().parents[2] / "csrc"
 
 
-def _constants(source: str) -> dict[str, int]:
+def kernel_constants(source: str) -> dict[str, int]:
     """The ``constexpr int kName = <int>;`` constants of a kernel source."""
     text = (CSRC / source).read_text()
     return {name: int(value) for name, value in re.findall(r"constexpr int (k\w+) = (\d+);", text)}
 
 
-TALK = _constants("talk_conv/talk_conv_cuda_stream.cu")
-CONV = _constants("dynamic_conv/dynamic_conv_cuda_stream.cu")
+TALK = kernel_constants("talk_conv/talk_conv_cuda_stream.cu")
+CONV = kernel_constants("dynamic_conv/dynamic_conv_cuda_stream.cu")
 STATISTICS = {"slow_path_rows": 0}  # prefix rows PrefixRing.at answered from global memory
 
 
@@ -43,28 +47,45 @@ def read(array, index: int):
 # --- talk_math.h --------------------------------------------------------------------------------
 
 
-def shifted_edge(t: int, shift: float, length: int) -> tuple[int, float, bool]:
-    """(index, frac, free) of the edge at t + shift clamped into [0, T - 1]."""
+def span_of(edges, b: int, t: int, length: int) -> tuple[int, int]:
+    """(first, last): the tokens token (b, t)'s window may cover: RowSpans' (0, T - 1) where edges is
+    None, else DocumentSpans' edges[b, t]."""
+    if edges is None:
+        return 0, length - 1
+    return int(edges[b, t, 0]), int(edges[b, t, 1])
+
+
+def shifted_edge(t: int, shift: float, span: tuple[int, int]) -> tuple[int, float, bool]:
+    """(index, frac, free) of the edge at t + shift clamped into the span (first, last)."""
+    first, last = span
     if shift != shift:
-        return 0, 0.0, False
-    limit = 2.0 * length
+        return first, 0.0, False
+    limit = 2.0 * (last - first + 1)
     shift = -limit if shift < -limit else (limit if shift > limit else shift)
     whole = math.floor(shift)
     index, frac = t + int(whole), shift - whole
-    if index < 0:
-        return 0, 0.0, False
-    if index > length - 1 or (index == length - 1 and frac > 0):
-        return length - 1, 0.0, False
+    if index < first:
+        return first, 0.0, False
+    if index > last or (index == last and frac > 0):
+        return last, 0.0, False
     return index, frac, True
 
 
-def talk_edges(offset_left, offset_right, b, t, head, length, max_left, max_right):
-    """The left and right edges of token (b, t) of a head (offset_right None: causal)."""
-    left = shifted_edge(t, -(float(offset_left[b, t, head]) * max_left), length)
+def talk_edges(offset_left, offset_right, b, t, head, span, max_left, max_right):
+    """The left and right edges of token (b, t) of a head (offset_right None: causal), in its span."""
+    left = shifted_edge(t, -(float(offset_left[b, t, head]) * max_left), span)
     if offset_right is None:
         return left, (t + 1, 0.0, False)
-    index, frac, free = shifted_edge(t, float(offset_right[b, t, head]) * max_right, length)
+    index, frac, free = shifted_edge(t, float(offset_right[b, t, head]) * max_right, span)
     return left, (index + 1, frac, free)
+
+
+def tap_reads_document(edges, b: int, t: int, tap: int, padding_l: int, length: int) -> bool:
+    """Whether tap k of token (b, t) reads inside t's span (always where edges is None)."""
+    if edges is None:
+        return True
+    first, last = span_of(edges, b, t, length)
+    return first <= t + tap - padding_l <= last
 
 
 def scatter_entries(left, right) -> list[tuple[int, float]]:
@@ -116,7 +137,7 @@ class PrefixRing:
         return value + edge[1] * (after - value)
 
 
-def talk_forward(x, offset_left, offset_right, max_left, max_right, width):
+def talk_forward(x, offset_left, offset_right, max_left, max_right, width, edges=None):
     """talk_stream_forward_kernel: x (B, T, C) float64 -> (B, T, C)."""
     batch, length, channels = x.shape
     heads = offset_left.shape[2]
@@ -144,30 +165,32 @@ def talk_forward(x, offset_left, offset_right, max_left, max_right, width):
                         t = group + r - lead
                         if t < first:
                             continue
-                        left, right = talk_edges(offset_left, offset_right, b, t, head, length, max_left, max_right)
+                        span = span_of(edges, b, t, length)
+                        left, right = talk_edges(offset_left, offset_right, b, t, head, span, max_left, max_right)
                         value = ring.integral(right) - ring.integral(left)
                         out[b, t, channel : channel + width] = value / (max_left + max_right + 1)
     return out
 
 
-def talk_reach(offset_left, offset_right, max_left, max_right) -> tuple[int, int]:
+def talk_reach(offset_left, offset_right, max_left, max_right, edges=None) -> tuple[int, int]:
     """talk_stream_reach_kernel: (before, after), at least 0."""
     batch, length, heads = offset_left.shape
     before = after = 0
     for b in range(batch):
         for t in range(length):
+            span = span_of(edges, b, t, length)
             for head in range(heads):
-                left, right = talk_edges(offset_left, offset_right, b, t, head, length, max_left, max_right)
+                left, right = talk_edges(offset_left, offset_right, b, t, head, span, max_left, max_right)
                 before = max(before, t - min(left[0], right[0]))
                 after = max(after, max(left[0], right[0]) + 1 - t)
     return before, after
 
 
-def talk_grad_x(grad_out, offset_left, offset_right, max_left, max_right, width):
+def talk_grad_x(grad_out, offset_left, offset_right, max_left, max_right, width, edges=None):
     """talk_stream_grad_x_kernel: grad_out (B, T, C) float64 -> grad_x (B, T, C)."""
     batch, length, channels = grad_out.shape
     head_size = channels // offset_left.shape[2]
-    before, after = talk_reach(offset_left, offset_right, max_left, max_right)
+    before, after = talk_reach(offset_left, offset_right, max_left, max_right, edges)
     grad_x = torch.full_like(grad_out, float("nan"))
     chunk = TALK["kBackwardChunk"]
     for b in range(batch):
@@ -177,7 +200,8 @@ def talk_grad_x(grad_out, offset_left, offset_right, max_left, max_right, width)
                 end = min(first + chunk, length)
                 difference = [torch.zeros(width, dtype=grad_out.dtype) for _ in range(end - first)]
                 for t in range(max(first - after, 0), min(end - 1 + before, length - 1) + 1):
-                    left, right = talk_edges(offset_left, offset_right, b, t, head, length, max_left, max_right)
+                    span = span_of(edges, b, t, length)
+                    left, right = talk_edges(offset_left, offset_right, b, t, head, span, max_left, max_right)
                     grad = read(column, t)
                     for position, weight in scatter_entries(left, right):
                         if position >= end or weight == 0:
@@ -191,7 +215,7 @@ def talk_grad_x(grad_out, offset_left, offset_right, max_left, max_right, width)
     return grad_x
 
 
-def talk_offsets(x, grad_out, offset_left, offset_right, max_left, max_right, width):
+def talk_offsets(x, grad_out, offset_left, offset_right, max_left, max_right, width, edges=None):
     """talk_stream_offsets_kernel: (grad_left, grad_right or None), each (B, T, H)."""
     batch, length, channels = x.shape
     heads = offset_left.shape[2]
@@ -202,8 +226,9 @@ def talk_offsets(x, grad_out, offset_left, offset_right, max_left, max_right, wi
     rows = x.reshape(batch * length, channels)
     for b in range(batch):
         for t in range(length):
+            span = span_of(edges, b, t, length)
             for head in range(heads):
-                left, right = talk_edges(offset_left, offset_right, b, t, head, length, max_left, max_right)
+                left, right = talk_edges(offset_left, offset_right, b, t, head, span, max_left, max_right)
                 right_inside = grad_right is not None and right[0] < length
                 dot_left = dot_right = 0.0
                 for c in range(head * head_size, (head + 1) * head_size, width):
@@ -225,7 +250,7 @@ def block_heads(heads: int, head_size: int, width: int) -> int:
     return min(heads, (CONV["kConvThreads"] * width - 1) // head_size + 2)
 
 
-def conv(input, weight, padding_l, width, transpose):
+def conv(input, weight, padding_l, width, transpose, edges=None):
     """conv_stream_kernel: input (B, T, C), weight (B, T, H, K) float64 -> output (B, T, C)."""
     batch, length, channels = input.shape
     heads, taps = weight.shape[2], weight.shape[3]
@@ -261,8 +286,12 @@ def conv(input, weight, padding_l, width, transpose):
                         k, head = e % taps, first_head + e // taps
                         for step in range(rows + halo):
                             token = staged_first + step
-                            inside = 0 <= token < length and head < heads
-                            staged[step * stage_width + e] = float(weight[b, token, head, k]) if inside else 0.0
+                            reads = (
+                                0 <= token < length
+                                and head < heads
+                                and tap_reads_document(edges, b, token, k, padding_l, length)
+                            )
+                            staged[step * stage_width + e] = float(weight[b, token, head, k]) if reads else 0.0
                     for channel, ring in rings.items():
                         slots, head = ring[0], channel // head_size
                         if head - first_head >= bound:
@@ -293,7 +322,7 @@ def conv(input, weight, padding_l, width, transpose):
     return output
 
 
-def conv_grad_weight(x, grad_out, heads, taps, padding_l):
+def conv_grad_weight(x, grad_out, heads, taps, padding_l, edges=None):
     """conv_stream_grad_weight_kernel: x, grad_out (B, T, C) float64 -> grad_weight (B, T, H, K)."""
     batch, length, channels = x.shape
     head_size = channels // heads
@@ -334,5 +363,6 @@ def conv_grad_weight(x, grad_out, heads, taps, padding_l):
                             for j in range(taps_per_thread):
                                 k = first_tap + group * taps_per_thread + j
                                 if k < taps:
-                                    grad_weight[b, t, head, k] = sums[step, group, j]
+                                    reads = tap_reads_document(edges, b, t, k, padding_l, length)
+                                    grad_weight[b, t, head, k] = sums[step, group, j] if reads else 0.0
     return grad_weight

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from talk_hf.ops import _backend, depthwise_conv, dynamic_conv, light_conv, talk_conv
+from talk_hf.ops import depthwise_conv, dynamic_conv, light_conv, talk_conv
 from talk_hf.ops.depthwise_conv.depthwise_compiled import compiled_depthwise_conv
 from talk_hf.ops.depthwise_conv.depthwise_naive import naive_depthwise_conv
 from talk_hf.ops.documents import (
@@ -352,18 +352,12 @@ def test_custom_ops_with_document_edges_pass_opcheck():
         torch.library.opcheck(custom_op, args)
 
 
-def test_packed_calls_on_cuda_tensors_run_the_pytorch_path():
-    """The CUDA kernels do not take document edges yet: "auto" runs the PyTorch path for packed
-    calls on CUDA tensors, and "cuda" says so (decided before anything is loaded)."""
-    cuda = torch.device("cuda")
-    assert _backend.resolve_backend("auto", cuda, "talk_conv", packed=True) == "torch"
-    with pytest.raises(ValueError, match="cannot run packed sequences"):
-        _backend.resolve_backend("cuda", cuda, "dynamic_conv", packed=True)
-
-
 @pytest.mark.gpu
+@pytest.mark.usefixtures("cuda_kernel_set")
 @pytest.mark.parametrize("name", COMPILED_FORMS)
 def test_packed_calls_on_cuda_match_the_cpu(name, monkeypatch):
+    """Under "auto", packed calls run the streaming kernels (the "stream" set) or the PyTorch path (the
+    "tiled" set, whose kernels do not take document edges; see test_packed_cuda_kernels.py)."""
     monkeypatch.setenv("TALK_HF_BACKEND", "torch")
     form = FORMS[name]
     position_ids = packed_position_ids(*ROW_LENGTHS)

@@ -1,8 +1,8 @@
 """depthwise_conv's compiled kernels (csrc/depthwise_conv/), registered by `CompiledOp`:
 ``talk_hf::depthwise_conv(x (B,T,C), weight (C,K), input_mask (B,T) bool | None, dilation, left,
 relu, document_edges (B,T,2) int32 | None = None) -> (B,T,C)``, the input gated by the ReLU and the
-mask inside the kernel, the taps stopped at the documents' edges in a packed row (CPU kernels
-only; `documents.document_edges`), and
+mask inside the kernel, the taps stopped at the documents' edges in a packed row
+(`documents.document_edges`), and
 ``talk_hf::depthwise_conv_backward``, the gradients for x (through the gate) and the weight (C, K),
 summed over batch and time.
 
@@ -36,7 +36,7 @@ def _backward(kernel, grad_out, x, weight, input_mask, dilation, left, relu, doc
     return grad_x, grad_weight, None, None
 
 
-_KERNELS = KernelEntries(forward="depthwise_forward", backward="depthwise_backward")
+_KERNELS = KernelEntries(forward="depthwise_forward", backward="depthwise_backward", document_edges=True)
 compiled_depthwise_conv = CompiledOp(
     "depthwise_conv", forward=_forward, backward=_backward, cpu=_KERNELS, cuda=None, unverified_cuda=_KERNELS
 )

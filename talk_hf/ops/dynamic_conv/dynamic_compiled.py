@@ -2,12 +2,13 @@
 ``talk_hf::dynamic_conv(x (B,T,C), weight (B,T,H,K), padding_l, document_edges (B,T,2) int32 | None
 = None) -> (B,T,C)``, ``talk_hf::light_conv(x, weight (H,K), padding_l, document_edges)`` and their
 backward ops, the gradients for x and the weight.  The document edges of a packed row
-(`documents.document_edges`) are taken by the CPU kernels only.
+(`documents.document_edges`) are taken by every kernel.
 
 Both run the same kernels: LightConv's (H, K) kernel is passed as a per-token (B, T, H, K) view with
 zero batch and time strides, and its gradient summed over batch and time.  On CUDA the tiled
 kernels run, or the streaming ones where ``$TALK_HF_UNVERIFIED_CUDA`` names the op (they run the
-tiled kernels for shapes they do not take).
+tiled kernels for shapes they do not take).  Packed calls run the streaming kernels only: no GPU has
+run the tiled kernels' packed form yet (`_backend`).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import torch
 
 from .._compiled_op import CompiledOp, KernelEntries
 
-_KERNELS = KernelEntries(forward="conv_forward", backward="conv_backward")
-_STREAMING_KERNELS = KernelEntries(forward="conv_forward_stream", backward="conv_backward_stream")
+_CPU_KERNELS = KernelEntries(forward="conv_forward", backward="conv_backward", document_edges=True)
+_TILED_KERNELS = KernelEntries(forward="conv_forward", backward="conv_backward")  # packed form not yet GPU-run
+_STREAMING_KERNELS = KernelEntries(forward="conv_forward_stream", backward="conv_backward_stream", document_edges=True)
 
 
 def _per_token(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -51,15 +53,15 @@ compiled_dynamic_conv = CompiledOp(
     "dynamic_conv",
     forward=_dynamic_forward,
     backward=_dynamic_backward,
-    cpu=_KERNELS,
-    cuda=_KERNELS,
+    cpu=_CPU_KERNELS,
+    cuda=_TILED_KERNELS,
     unverified_cuda=_STREAMING_KERNELS,
 )
 compiled_light_conv = CompiledOp(
     "light_conv",
     forward=_light_forward,
     backward=_light_backward,
-    cpu=_KERNELS,
-    cuda=_KERNELS,
+    cpu=_CPU_KERNELS,
+    cuda=_TILED_KERNELS,
     unverified_cuda=_STREAMING_KERNELS,
 )

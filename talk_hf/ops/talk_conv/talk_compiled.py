@@ -2,10 +2,11 @@
 ``talk_hf::talk_conv(x (B,T,C), offset_left (B,T,H), offset_right (B,T,H) | None, max_left,
 max_right, document_edges (B,T,2) int32 | None = None) -> (B,T,C)`` and
 ``talk_hf::talk_conv_backward``, the gradients for x and both offsets.  The document edges of a
-packed row (`documents.document_edges`) are taken by the CPU kernels only.
+packed row (`documents.document_edges`) are taken by every kernel.
 
 On CUDA the tiled kernels run, or the streaming ones where ``$TALK_HF_UNVERIFIED_CUDA`` names
-talk_conv (they run the tiled kernels for shapes they do not take).
+talk_conv (they run the tiled kernels for shapes they do not take).  Packed calls run the streaming
+kernels only: no GPU has run the tiled kernels' packed form yet (`_backend`).
 """
 
 from __future__ import annotations
@@ -32,12 +33,11 @@ def _backward(kernel, grad_out, x, offset_left, offset_right, max_left, max_righ
     return *kernel(grad_out, x, offset_left, offset_right, max_left, max_right, document_edges), None
 
 
-_KERNELS = KernelEntries(forward="talk_forward", backward="talk_backward")
 compiled_talk_conv = CompiledOp(
     "talk_conv",
     forward=_forward,
     backward=_backward,
-    cpu=_KERNELS,
-    cuda=_KERNELS,
-    unverified_cuda=KernelEntries(forward="talk_forward_stream", backward="talk_backward_stream"),
+    cpu=KernelEntries(forward="talk_forward", backward="talk_backward", document_edges=True),
+    cuda=KernelEntries(forward="talk_forward", backward="talk_backward"),  # tiled: packed form not yet GPU-run
+    unverified_cuda=KernelEntries(forward="talk_forward_stream", backward="talk_backward_stream", document_edges=True),
 )
