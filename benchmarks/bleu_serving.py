@@ -19,16 +19,15 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
-import tempfile
 from pathlib import Path
 
 import sacrebleu
 import torch
 from _device import add_cpu_options, parse_cpu_args, run_metadata, write_report
+from _serving_onnx import OnnxRuntimeSystem, exported_copy, exported_int8_copy
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import talk_hf
-from talk_hf.export import OnnxGenerator, export_onnx, quantize_exported
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))  # the example scripts' data reader
@@ -81,8 +80,8 @@ def pytorch_translator(model):
     return translate
 
 
-def onnx_translator(folder: Path, threads: int | None):
-    generator = OnnxGenerator(folder, threads=threads)
+def onnx_translator(system: OnnxRuntimeSystem, threads: int | None):
+    generator = system.generator(threads)
 
     def translate(input_ids, attention_mask, beams):
         return generator.generate(
@@ -92,18 +91,15 @@ def onnx_translator(folder: Path, threads: int | None):
     return translate
 
 
-def translators(model, export_folder: Path, threads: int | None) -> dict:
+def translators(model, threads: int | None) -> dict:
     """System name -> translate(input_ids, attention_mask, beams) -> token rows (start token first)."""
     int8_model = copy.deepcopy(model)
     talk_hf.quantize_int8(int8_model)
-    export_onnx(model, export_folder / "float32")
-    export_onnx(model, export_folder / "int8")
-    quantize_exported(export_folder / "int8")
     return {
         "PyTorch float32": pytorch_translator(model),
         "PyTorch int8": pytorch_translator(int8_model),
-        "ONNX Runtime float32": onnx_translator(export_folder / "float32", threads),
-        "ONNX Runtime int8": onnx_translator(export_folder / "int8", threads),
+        "ONNX Runtime float32": onnx_translator(exported_copy(model), threads),
+        "ONNX Runtime int8": onnx_translator(exported_int8_copy(model), threads),
     }
 
 
@@ -122,17 +118,16 @@ def main():
     sources, references = pairs[args.source_lang], pairs[args.target_lang]
     pad = model.generation_config.pad_token_id
     outputs = {}  # (system, beams) -> token rows in the order of `sources`
-    with tempfile.TemporaryDirectory(prefix="bleu_serving_") as folder:
-        systems = translators(model, Path(folder), args.threads)
-        names = list(systems)
-        for beams in args.beams:
-            for name, translate in systems.items():
-                rows = [None] * len(sources)
-                for indices, input_ids, attention_mask in batches(tokenizer, sources, args.batch_size):
-                    for i, tokens in zip(indices, translate(input_ids, attention_mask, beams), strict=True):
-                        rows[i] = without_padding(tokens, pad)
-                outputs[name, beams] = rows
-                print(f"{name}, beams {beams}: translated {len(rows)} sentences", flush=True)
+    systems = translators(model, args.threads)  # the exports' folders go at exit (_serving_onnx)
+    names = list(systems)
+    for beams in args.beams:
+        for name, translate in systems.items():
+            rows = [None] * len(sources)
+            for indices, input_ids, attention_mask in batches(tokenizer, sources, args.batch_size):
+                for i, tokens in zip(indices, translate(input_ids, attention_mask, beams), strict=True):
+                    rows[i] = without_padding(tokens, pad)
+            outputs[name, beams] = rows
+            print(f"{name}, beams {beams}: translated {len(rows)} sentences", flush=True)
     results, summary = {}, {}
     for (name, beams), rows in outputs.items():
         hypotheses = tokenizer.batch_decode(rows, skip_special_tokens=True)
