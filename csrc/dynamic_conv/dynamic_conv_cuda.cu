@@ -104,7 +104,7 @@ std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out_in, 
   at::Tensor grad_weight =
       at::empty({x.size(0), x.size(1), heads, taps}, x.options().dtype(at::toOpMathType(x.scalar_type())));
   // The weight's gradient per token; LightConv's is its sum over batch and time.
-  const auto weight_gradient = [&]() { return sum_weight_gradient ? grad_weight.sum({0, 1}) : grad_weight; };
+  const auto weight_gradient = [&]() { return sum_weight_gradient ? grad_weight.sum(at::IntArrayRef{0, 1}) : grad_weight; };
   if (x.numel() == 0) {  // C == 0: the weight still has its shape
     grad_weight.zero_();
     return {grad_x, weight_gradient()};

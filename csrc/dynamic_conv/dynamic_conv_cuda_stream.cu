@@ -374,7 +374,7 @@ std::tuple<at::Tensor, at::Tensor> conv_backward_stream(const at::Tensor& grad_o
     });
   });
   // The weight's gradient per token; LightConv's is its sum over batch and time.
-  return {grad_x, sum_weight_gradient ? grad_weight.sum({0, 1}) : grad_weight};
+  return {grad_x, sum_weight_gradient ? grad_weight.sum(at::IntArrayRef{0, 1}) : grad_weight};
 }
 
 }  // namespace talk_hf

@@ -508,17 +508,28 @@ def test_package_exports_and_auto_classes():
     assert type(AutoModelForSeq2SeqLM.from_config(config)) is SliceNetForConditionalGeneration
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_cuda_autocast_training_and_cached_decoding(dtype):
-    model = _model().cuda()
-    source, target = random_tokens(2, 9).cuda(), random_tokens(2, TINY_REACH + 10, seed=2).cuda()
-    with torch.autocast("cuda", dtype=dtype):
+@pytest.mark.parametrize(
+    "device,dtype",
+    [
+        ("cpu", torch.bfloat16),
+        pytest.param("cuda", torch.bfloat16, marks=pytest.mark.gpu),
+        pytest.param("cuda", torch.float16, marks=pytest.mark.gpu),
+    ],
+    ids=["cpu-bf16", "cuda-bf16", "cuda-fp16"],
+)
+def test_autocast_training_and_cached_decoding(device, dtype):
+    model = _model().to(device)
+    source, target = random_tokens(2, 9).to(device), random_tokens(2, TINY_REACH + 10, seed=2).to(device)
+    with torch.autocast(device, dtype=dtype):
         loss = model.train()(input_ids=source, labels=target).loss
     loss.backward()
     assert torch.isfinite(loss) and all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
     model.eval()
-    with torch.autocast("cuda", dtype=dtype):
-        full = _logits(model, source, target)
+    exact = _logits(model, source, target)
+    with torch.autocast(device, dtype=dtype):
+        full = _logits(model, source, target).float()
         cached, _ = _cached_logits(model, source, target, [5] + [1] * (target.shape[1] - 5))
-    torch.testing.assert_close(cached.float(), full.float(), rtol=5e-2, atol=5e-2)
+    # Low precision rounds the two paths differently; measured on the scale of the full pass's own
+    # rounding error, decoding through the cache must be about as accurate as the full pass.
+    full_error, cached_error = (full - exact).norm(), (cached.float() - exact).norm()
+    assert cached_error <= 1.5 * full_error + 1e-3 * exact.norm(), (cached_error, full_error)

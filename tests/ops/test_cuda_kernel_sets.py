@@ -89,7 +89,9 @@ def test_cuda_talk_conv_edge_shapes_match_reference(
         return lambda x, left, right=None: talk_conv(x, left, right, max_left, max_right, backend=backend)
 
     window = min(top * (max_left + max_right) + 1, length)
-    compare_with_reference(run("cuda"), run("torch"), inputs, dtype, [window / 4 + 1] + [head_size] * 2, shift)
+    compare_with_reference(
+        run("cuda"), run("torch"), inputs, dtype, [window / 4 + 1] + [head_size] * (len(inputs) - 1), shift
+    )
 
 
 # (kind, batch, length, heads, head_size, kernel_size, padding_l, misaligned x)

@@ -295,7 +295,9 @@ def test_cuda_talk_conv_matches_reference(dtype, batch, length, heads, head_size
 
     # Sums of up to K tokens, offset gradients over the head's channels: scale tolerances.
     window = min(max_left + max_right + 1, length)
-    compare_forward_backward(run("cuda"), run("torch"), inputs, dtype, [window / 4 + 1] + [head_size] * 2)
+    compare_forward_backward(
+        run("cuda"), run("torch"), inputs, dtype, [window / 4 + 1] + [head_size] * (len(inputs) - 1)
+    )
 
 
 @pytest.mark.gpu

@@ -214,7 +214,7 @@ def test_cuda_packed_talk_conv_matches_reference(dtype, batch, length, heads, he
         return compiled_talk_conv(x, left, right, max_left, max_right, document_edges(position_ids, x))
 
     window = min(top * (max_left + max_right) + 1, length)
-    compare_with_reference(kernels, reference, inputs, dtype, [window / 4 + 1] + [head_size] * 2, False)
+    compare_with_reference(kernels, reference, inputs, dtype, [window / 4 + 1] + [head_size] * (len(inputs) - 1), False)
 
 
 # (kind, batch, length, heads, head_size, kernel_size, padding_l)
