@@ -14,8 +14,8 @@
 #   checks    test and sanitize at the same time (correctness only, so sharing the GPU is harmless;
 #             each writes its own log as above)                      -> checks.log
 #   bench     bench_ops.py: the TaLK paper's Table 6 setting, then the default lengths in float32 and
-#             bfloat16; every case on both CUDA kernel sets, the tiled (cuda) and the streaming
-#             (cuda-stream, $TALK_HF_UNVERIFIED_CUDA) ones, with their ratio from the same run
+#             bfloat16; every case on the default CUDA kernels (cuda) and talk_conv's also on its
+#             streaming ones (cuda-stream, $TALK_HF_UNVERIFIED_CUDA), with their ratio from the same run
 #                                   -> table6_cuda.json, ops_cuda.json, ops_cuda_bf16.json
 #   profile   Nsight Compute over each kernel of both sets at the Table 6 shape, float32 and bfloat16
 #                                                           -> ncu-table6.txt, ncu-table6-bf16.txt
@@ -30,6 +30,7 @@
 #   pack      RESULTS.tgz beside RESULTS: every log, JSON, table and plot, no weights (put it last)
 #
 # A stage that fails is reported and the next one still runs; the exit status is 1 if any failed.
+# After a failed build the stages that run the kernels are skipped (each would only retry the build).
 # Settings (environment): PYTHON (python3), DATA (the data pack: ../shared/data beside the
 # repository), TRAIN_MINUTES (5: wall time, evaluation excluded), TRAIN_EPOCHS (1000: the budget
 # ends training, not the epochs), TRAIN_PRESET (iwslt14-de-en), TRAIN_MAX_TOKENS (8192), NCU (ncu
@@ -115,8 +116,8 @@ stage_bench() {
 }
 
 stage_profile() {
-    # Nsight Compute over one forward and backward of each op at the Table 6 shape, on the tiled and
-    # the streaming kernels (profile_kernels.py runs both sets; each launch is named on its stdout)
+    # Nsight Compute over one forward and backward of each op at the Table 6 shape, on both kernel
+    # sets (profile_kernels.py; each launch is named on its stdout)
     local ncu=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -n 1)}
     local status=0 dtype report
     for dtype in float32 bfloat16; do
@@ -188,6 +189,11 @@ for stage in "${STAGES[@]}"; do
         failed+=("$stage")
         continue
     fi
+    if [ -n "${build_failed:-}" ] && [[ " test test-all sanitize checks bench profile generate trainspeed train " == *" $stage "* ]]; then
+        echo "=== $stage skipped: the build failed"
+        failed+=("$stage")
+        continue
+    fi
     limit=()
     if [ -n "${DEADLINE:-}" ]; then
         left=$((DEADLINE - SECONDS - 15))
@@ -211,6 +217,7 @@ for stage in "${STAGES[@]}"; do
         echo "=== $stage FAILED in $((SECONDS - start)) s"
         failed+=("$stage")
     fi
+    [ "$stage" = build ] && [ "$status" -ne 0 ] && build_failed=1
     [ -n "${PACK:-}" ] && pack_into "$PACK"
 done
 if [ ${#failed[@]} -gt 0 ]; then

@@ -143,7 +143,7 @@ def test_the_link_check_finds_broken_files_and_anchors(tmp_path):
     [
         ("Generation speed (`bench_generate.py`)", "generation-speed-bench_generatepy"),
         ("Multi30k En→De on an H100", "multi30k-ende-on-an-h100"),
-        ("On an H100 (the TaLK paper's Table 6 setting)", "on-an-h100-the-talk-papers-table-6-setting"),
+        ("On an H200 (the TaLK paper's Table 6 setting)", "on-an-h200-the-talk-papers-table-6-setting"),
         ("Load, generate, fine-tune", "load-generate-fine-tune"),
         (
             "Blocks of 2,048 (round `lm-long`, searched after the comparison)",

@@ -1,6 +1,7 @@
 """benchmarks/gpu_suite.sh's running order on a short lease, with a stand-in Python (no GPU needed):
-a stage that outruns DEADLINE is stopped with what it started, later stages are skipped, and the
-archive PACK holds every stage's log after each one."""
+a stage that outruns DEADLINE is stopped with what it started, later stages are skipped, the
+archive PACK holds every stage's log after each one, and a failed build skips the stages that run
+the kernels."""
 
 import os
 import shutil
@@ -11,11 +12,11 @@ from pathlib import Path
 import pytest
 
 SUITE = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_suite.sh"
-# Quick for every stage but the build, which outlives any deadline; writes its pid for the check
-# that a stopped stage leaves nothing running.
+# Quick for every stage but the build, which outlives any deadline (or fails at once where
+# $BUILD_FAILS is set); writes its pid for the check that a stopped stage leaves nothing running.
 STAND_IN_PYTHON = """#!/usr/bin/env bash
 case "$*" in
-    *talk_hf.ops.build*) echo $$ >"$PIDS/build"; exec sleep 120 ;;
+    *talk_hf.ops.build*) [ -n "${BUILD_FAILS:-}" ] && exit 1; echo $$ >"$PIDS/build"; exec sleep 120 ;;
     *) echo "ran $*" ;;
 esac
 """
@@ -50,6 +51,25 @@ def test_a_stage_past_the_deadline_is_stopped_and_the_archive_keeps_what_finishe
         generate_log = packed.extractfile("./generate.log").read().decode()
     assert names == ["build.log", "generate.log"] and "ran benchmarks/bench_generate.py --device cuda" in generate_log
     assert not running(int((pids / "build").read_text())), "the stopped stage left its process running"
+
+
+def test_a_failed_build_skips_the_stages_that_run_the_kernels(tmp_path):
+    python = tmp_path / "python"
+    python.write_text(STAND_IN_PYTHON)
+    python.chmod(0o755)
+    result = subprocess.run(
+        ["bash", str(SUITE), str(tmp_path / "results"), "build", "checks", "bench", "pack"],
+        env={**os.environ, "PYTHON": str(python), "BUILD_FAILS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "=== build FAILED" in output
+    assert "=== checks skipped: the build failed" in output and "=== bench skipped: the build failed" in output
+    assert "ran benchmarks/bench_ops.py" not in output and "=== pack passed" in output
+    assert "gpu_suite: failed stages: build checks bench" in output
 
 
 def running(pid):
