@@ -4,9 +4,10 @@ Times each op and SDPA on the same (B, T, C, H) for T = 256 .. 16,384, forward a
 forward+backward, in one run, and reports the ratios SDPA time / op time, the growth of each op's
 time with T (log-log slope: 1.0 is linear) and the peak extra memory of one forward pass.
 ``--backends`` times the ops on several backends (``torch``, ``cpu``, ``cuda``, ``auto``; see
-talk_hf.ops._backend), and ``cuda-stream``: the CUDA backend with its streaming kernels
-(``$TALK_HF_UNVERIFIED_CUDA``, csrc/cuda_*_stream.cu), whose rows carry ``tiled_over_stream_*``: the
-time of the same case on ``cuda`` (the tiled kernels) over its own, measured in the same run.  Each op's achieved memory bandwidth is reported as a fraction of a
+talk_hf.ops._backend), and ``cuda-stream``: the CUDA backend with talk_conv's streaming kernels
+(``$TALK_HF_UNVERIFIED_CUDA``, csrc/talk_conv/talk_conv_cuda_stream.cu), whose rows carry
+``tiled_over_stream_*``: the time of the same case on ``cuda`` (the tiled kernels) over its own,
+measured in the same run (dynamic_conv and light_conv run their streaming kernels on ``cuda``).  Each op's achieved memory bandwidth is reported as a fraction of a
 same-run device-to-device copy (bytes of each input and output counted once; the backward pass
 as forward+backward minus forward); the same run also measures ``clone()`` (a copy into a new
 tensor, whose fresh pages cost first-touch faults on the CPU unless THP_MEM_ALLOC_ENABLE=1) and a
@@ -90,9 +91,11 @@ def build_case(name: str, *, batch: int, length: int, channels: int, heads: int,
     raise ValueError(f"unknown case {name!r}")
 
 
-# The benchmark backend that runs the "cuda" backend with the streaming kernels of these ops.
+# The benchmark backend that runs the "cuda" backend with the streaming kernels of these ops (the
+# others' default CUDA kernels are their streaming ones), and the cases it runs.
 STREAM_BACKEND = "cuda-stream"
-STREAM_OPS = "talk_conv,dynamic_conv,light_conv"
+STREAM_OPS = "talk_conv"
+STREAM_CASES = ("talk_bidirectional", "talk_causal")
 CASES = ["talk_bidirectional", "talk_causal", "dynamic_conv_k3", "dynamic_conv_k31", "light_conv_k31", "sdpa"]
 ATTENTION = ("sdpa", "sdpa_flash_bf16")
 TABLE6 = {
@@ -284,6 +287,14 @@ def report_cpu_peak(case: Case, *, backend: str) -> None:
     with torch.no_grad():
         run()
     print(max(process_status_bytes("VmHWM") - before, 0))
+
+
+def backends_of(name: str, backends: list[str]) -> list[str]:
+    """The benchmark backends that case ``name`` runs on: ``-`` for attention, else ``backends``
+    without ``cuda-stream`` where that would run the same kernels as ``cuda``."""
+    if name in ATTENTION:
+        return ["-"]
+    return [backend for backend in backends if backend != STREAM_BACKEND or name in STREAM_CASES]
 
 
 def measure_row(case: Case, *, backend: str, references: References, min_seconds: float, skip_peak: bool) -> dict:
@@ -479,7 +490,7 @@ def main(argv=None) -> None:
         sizes = dict(batch=args.batch, length=length, channels=args.channels, heads=args.heads)
         for name in args.cases:
             case = Case(name, **sizes, device=device, dtype=dtype)
-            for backend in ["-"] if name in ATTENTION else args.backends:
+            for backend in backends_of(name, args.backends):
                 rows.append(measure_row(case, backend=backend, **timing))
         length_rows, baselines = add_ratios(rows, length=length)
         for row in length_rows:

@@ -1,6 +1,7 @@
 """One forward and backward of each op at the TaLK paper's Table 6 shape, for Nsight Compute, on both
-CUDA kernel sets: the tiled kernels (csrc/<op>/<op>_cuda.cu) and the streaming ones (csrc/<op>/<op>_cuda_stream.cu,
-turned on per case through $TALK_HF_UNVERIFIED_CUDA), so one report holds old and new.
+CUDA kernel sets: the default (talk_conv's tiled kernels, the streaming ones of dynamic_conv and
+light_conv) and talk_conv's streaming kernels (csrc/talk_conv/talk_conv_cuda_stream.cu, turned on
+per case through $TALK_HF_UNVERIFIED_CUDA), so one report holds old and new.
 
     ncu --profile-from-start off --clock-control none --section SpeedOfLight --section Occupancy \
         --section LaunchStats --section WarpStateStats -k regex:'talk|conv' \
@@ -16,8 +17,11 @@ import argparse
 import torch
 from bench_ops import STREAM_BACKEND, TABLE6, build_case, kernel_set
 
-CASES = ("talk_bidirectional", "talk_causal", "dynamic_conv_k3", "dynamic_conv_k31", "light_conv_k31")
-KERNEL_SETS = {"tiled": "cuda", "stream": STREAM_BACKEND}  # name -> benchmark backend (bench_ops.kernel_set)
+# name -> (its benchmark backend, for bench_ops.kernel_set; the cases it profiles)
+KERNEL_SETS = {
+    "default": ("cuda", ("talk_bidirectional", "talk_causal", "dynamic_conv_k3", "dynamic_conv_k31", "light_conv_k31")),
+    "stream": (STREAM_BACKEND, ("talk_bidirectional", "talk_causal")),
+}
 
 
 def main():
@@ -30,8 +34,9 @@ def main():
     dtype = getattr(torch, args.dtype)
     steps = []
     for kernels in args.sets:
-        for name in CASES:
-            with kernel_set(KERNEL_SETS[kernels]) as backend:
+        set_backend, cases = KERNEL_SETS[kernels]
+        for name in cases:
+            with kernel_set(set_backend) as backend:
                 run, _ = build_case(name, **shape, device="cuda", dtype=dtype, backend=backend)
                 out = run()
                 out.backward(torch.ones_like(out))
@@ -40,7 +45,7 @@ def main():
     torch.cuda.cudart().cudaProfilerStart()
     for kernels, name, run in steps:
         print(f"profiled: {name} [{kernels}] forward + backward, {shape}, {args.dtype}", flush=True)
-        with kernel_set(KERNEL_SETS[kernels]):
+        with kernel_set(KERNEL_SETS[kernels][0]):
             out = run()
             out.backward(torch.ones_like(out))
         torch.cuda.synchronize()

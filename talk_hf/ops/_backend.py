@@ -21,11 +21,15 @@ them only where ``$TALK_HF_UNVERIFIED_CUDA`` names the op: a comma-separated lis
 fallback: its verified CUDA kernel where it has one, else the PyTorch path (and backend ``"cuda"``
 is an error).  The variable is read at each call (under ``torch.compile``: once, while tracing).
 
+Today talk_conv's streaming kernels and depthwise_conv's kernel are behind the switch; dynamic_conv
+and light_conv run their streaming kernels by default (a GPU has verified them), and the switch
+only adds their packed form (below), which compute-sanitizer has not yet run.
+
 Packed rows (an op called with ``position_ids``): every CUDA kernel takes document edges, but each op
-declares the kernel sets that packed calls run on: today the unverified ones (the streaming kernels
-and depthwise_conv's, behind the switch), not the tiled ones, whose packed form no GPU has run yet.
-On CUDA tensors a packed call runs the compiled kernels only where the set the switch picks is
-declared so; otherwise ``"auto"`` runs the PyTorch path and ``"cuda"`` is an error.
+declares the kernel sets that packed calls run on: today only the ones behind the switch, since no
+sanitizer has run a packed form yet (talk_conv's tiled kernels are not declared at all).  On CUDA
+tensors a packed call runs the compiled kernels only where the set the switch picks is declared
+so; otherwise ``"auto"`` runs the PyTorch path and ``"cuda"`` is an error.
 """
 
 from __future__ import annotations

@@ -29,9 +29,11 @@ def each_backend(request, monkeypatch):
     return request.param
 
 
-# The CUDA kernel sets the `gpu` tests verify: "tiled" (csrc/<op>/<op>_cuda.cu, the default) and
-# "stream" (csrc/<op>/<op>_cuda_stream.cu), chosen by $TALK_HF_UNVERIFIED_CUDA.
-CUDA_KERNEL_SETS = {"tiled": "", "stream": "talk_conv,dynamic_conv,light_conv"}
+# The CUDA kernel sets the `gpu` tests verify, chosen by $TALK_HF_UNVERIFIED_CUDA: "default" (the
+# switch off: talk_conv's tiled kernels, csrc/talk_conv/talk_conv_cuda.cu, and the streaming kernels
+# of dynamic_conv and light_conv on whole rows) and "stream" (every streaming kernel,
+# csrc/<op>/<op>_cuda_stream.cu, packed rows too).
+CUDA_KERNEL_SETS = {"default": "", "stream": "talk_conv,dynamic_conv,light_conv"}
 
 
 @pytest.fixture(params=sorted(CUDA_KERNEL_SETS))

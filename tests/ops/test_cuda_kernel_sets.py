@@ -1,6 +1,8 @@
-"""The CUDA kernel sets: the tiled kernels (csrc/<op>/<op>_cuda.cu of talk_conv and dynamic_conv, the
-default) and the streaming kernels (csrc/<op>/<op>_cuda_stream.cu) that ``$TALK_HF_UNVERIFIED_CUDA``
-turns on.
+"""The CUDA kernel sets: the default (talk_conv's tiled kernels, csrc/talk_conv/talk_conv_cuda.cu,
+and the streaming kernels of dynamic_conv and light_conv on whole rows) and every streaming kernel
+(csrc/<op>/<op>_cuda_stream.cu, packed rows too) where ``$TALK_HF_UNVERIFIED_CUDA`` names the ops.
+The tiled kernels of dynamic_conv_cuda.cu run inside the streaming ones, for the shapes those do
+not take.
 
 The `gpu` tests of test_kernels.py run on both sets (the ``cuda_kernel_set`` fixture); the ones here
 cover what the streaming kernels add: the shapes at their edges (a time chunk longer than T, T = 1,
@@ -17,7 +19,7 @@ import torch
 import talk_hf
 from talk_hf.ops import _extension, dynamic_conv, light_conv, talk_conv
 from talk_hf.ops._backend import unverified_cuda_enabled
-from talk_hf.ops.dynamic_conv.dynamic_compiled import compiled_light_conv
+from talk_hf.ops.dynamic_conv.dynamic_compiled import compiled_dynamic_conv, compiled_light_conv
 from talk_hf.ops.talk_conv.talk_compiled import compiled_talk_conv
 
 from . import stream_emulation
@@ -142,8 +144,10 @@ def test_cuda_switch_chooses_the_kernel_set(monkeypatch):
     ]:
         monkeypatch.setenv("TALK_HF_UNVERIFIED_CUDA", variable)
         assert compiled_talk_conv.kernel(x, "forward").__name__ == expected
-    monkeypatch.setenv("TALK_HF_UNVERIFIED_CUDA", "all")
-    assert compiled_light_conv.kernel(x, "backward").__name__ == "conv_backward_stream"
+    for variable in ("", "all"):  # dynamic_conv and light_conv: the streaming kernels either way
+        monkeypatch.setenv("TALK_HF_UNVERIFIED_CUDA", variable)
+        assert compiled_light_conv.kernel(x, "backward").__name__ == "conv_backward_stream"
+        assert compiled_dynamic_conv.kernel(x, "forward").__name__ == "conv_forward_stream"
 
 
 def test_switch_leaves_cpu_tensors_on_the_cpu_kernels(monkeypatch):

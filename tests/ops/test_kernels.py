@@ -241,7 +241,8 @@ def test_torch_compile_traces_through_the_kernels():
 
 
 # --- CUDA --------------------------------------------------------------------------------------
-# Every CUDA test runs on both kernel sets (the `cuda_kernel_set` fixture of conftest.py).
+# Every CUDA test runs on both kernel sets (the `cuda_kernel_set` fixture of conftest.py; dynamic_conv
+# and light_conv run their streaming kernels in both, on whole rows).
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 

@@ -1,7 +1,7 @@
 """Packed rows (``position_ids``) on the CUDA kernels: every kernel takes document edges, but packed
 calls run only on the sets behind ``$TALK_HF_UNVERIFIED_CUDA`` (the streaming kernels of talk_conv,
-dynamic_conv and light_conv, and depthwise_conv's kernel), not on the tiled ones, until a GPU has
-run the `gpu` tests here.
+dynamic_conv and light_conv, and depthwise_conv's kernel) until a GPU has run the `gpu` tests here
+and compute-sanitizer (benchmarks/sanitize_kernels.py) on them.
 
 Without a GPU, the indexing of the streaming kernels and of depthwise_conv's with document edges
 runs through their Python transcriptions (stream_emulation.py, depthwise_emulation.py) on rows cut
@@ -160,10 +160,10 @@ def test_emulated_depthwise_kernels_match_reference(packed, batch, length, chann
 
 @pytest.mark.parametrize("op", OPS)
 def test_packed_cuda_calls_run_the_kernels_of_the_set_that_takes_them(op, monkeypatch):
-    """With the switch on, every op's packed CUDA calls run its kernels; off, the tiled kernels would
-    run, whose packed form no GPU has run: "auto" runs the PyTorch path and "cuda" says how to get
-    kernels that run packed rows (depthwise_conv, with no tiled kernel, runs the PyTorch path anyway,
-    for the switch's reason)."""
+    """With the switch on, every op's packed CUDA calls run its kernels; off, the default kernels would
+    run, whose packed form no sanitizer has run: "auto" runs the PyTorch path and "cuda" says how to
+    get kernels that run packed rows (depthwise_conv, with no default kernel, runs the PyTorch path
+    anyway, for the switch's reason)."""
     cuda = torch.device("cuda")
     monkeypatch.setenv(UNVERIFIED_CUDA_ENV, "all")
     assert _backend.cuda_takes_packed_rows(op)
@@ -301,7 +301,7 @@ def test_auto_runs_packed_calls_on_the_cuda_kernels_that_take_them(op, monkeypat
     cuda = torch.device("cuda")
     monkeypatch.setenv(UNVERIFIED_CUDA_ENV, "all")
     assert _backend.resolve_backend("auto", cuda, op, packed=True) == "cuda"
-    monkeypatch.setenv(UNVERIFIED_CUDA_ENV, CUDA_KERNEL_SETS["tiled"])
+    monkeypatch.setenv(UNVERIFIED_CUDA_ENV, CUDA_KERNEL_SETS["default"])
     assert _backend.resolve_backend("auto", cuda, op, packed=True) == "torch"
 
 
@@ -317,6 +317,31 @@ def test_packed_shapes_the_streaming_kernels_do_not_take_run_the_tiled_kernels()
         lambda x, left: talk_conv(x, left, None, 4000, 0, position_ids=position_ids, backend="cuda"),
         lambda x, left: talk_conv(x, left, None, 4000, 0, position_ids=position_ids, backend="torch"),
         [x, offsets],
+        torch.float64,
+        [1.0, 1.0],
+        False,
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["dynamic", "light"])
+@pytest.mark.parametrize("packed", [False, True], ids=["whole", "packed"])
+def test_conv_shapes_the_streaming_kernels_do_not_take_run_the_tiled_kernels(kind, packed):
+    """A kernel too wide for the streaming kernels' shared memory: the tiled kernels of
+    dynamic_conv_cuda.cu run inside them (the conv ops' only other CUDA kernels), edges included."""
+    batch, length, heads, kernel_size, padding_l = 2, 120, 2, 301, 150
+    x = torch.randn(batch, length, heads * 4, dtype=torch.float64, device="cuda")
+    weight_shape = (batch, length, heads, kernel_size) if kind == "dynamic" else (heads, kernel_size)
+    weight = torch.softmax(torch.randn(weight_shape, dtype=torch.float64, device="cuda"), -1)
+    per_token = weight if kind == "dynamic" else weight.expand(batch, length, heads, kernel_size)
+    assert _extension.load("cuda").conv_stream_fallback(x, per_token, padding_l) != ""
+    position_ids = fuzzed_position_ids(batch, length, 40, seed=1).cuda() if packed else None
+    edges = None if position_ids is None else document_edges(position_ids, x)
+    op, compiled_op = (dynamic_conv, compiled_dynamic_conv) if kind == "dynamic" else (light_conv, compiled_light_conv)
+    compare_with_reference(
+        lambda x, weight: compiled_op(x, weight, padding_l, edges),
+        lambda x, weight: op(x, weight, padding_l, position_ids=position_ids, backend="torch"),
+        [x, weight],
         torch.float64,
         [1.0, 1.0],
         False,

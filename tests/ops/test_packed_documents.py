@@ -357,7 +357,7 @@ def test_custom_ops_with_document_edges_pass_opcheck():
 @pytest.mark.parametrize("name", COMPILED_FORMS)
 def test_packed_calls_on_cuda_match_the_cpu(name, monkeypatch):
     """Under "auto", packed calls run the streaming kernels (the "stream" set) or the PyTorch path (the
-    "tiled" set, whose kernels do not take document edges; see test_packed_cuda_kernels.py)."""
+    "default" set, whose packed form waits for compute-sanitizer; see test_packed_cuda_kernels.py)."""
     monkeypatch.setenv("TALK_HF_BACKEND", "torch")
     form = FORMS[name]
     position_ids = packed_position_ids(*ROW_LENGTHS)
