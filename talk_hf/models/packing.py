@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ..layers.mixer_block import takes_document_positions
+from ..ops._validation import runs_value_checks
 from ..ops.documents import position_ids_from_cu_seqlens, position_ids_from_seq_idx
 from .input_checks import check_position_ids_shape
 
@@ -89,7 +90,7 @@ def _checked_position_ids(name: str, position_ids: torch.Tensor, batch: int, len
     check_position_ids_shape(name, position_ids, batch, batch, length, "token")
     if position_ids.device != device:
         raise ValueError(f"{name} is on {position_ids.device} but the tokens are on {device}")
-    if not torch.compiler.is_compiling() and bool((position_ids < 0).any()):
+    if runs_value_checks(position_ids) and bool((position_ids < 0).any()):
         raise ValueError(f"{name} must be >= 0 (each token's position within its document), got {position_ids}")
     return position_ids.long().expand(batch, length)
 

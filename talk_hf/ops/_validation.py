@@ -16,6 +16,14 @@ FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 MAX_REACH = 2**31 - 1
 
 
+def runs_value_checks(tensor: torch.Tensor) -> bool:
+    """Whether checks of ``tensor``'s values (one host sync each) run: not while ``torch.compile``
+    traces, nor while a CUDA graph captures ``tensor``'s stream (a sync would break the capture)."""
+    if torch.compiler.is_compiling():
+        return False
+    return not (tensor.is_cuda and torch.cuda.is_current_stream_capturing())
+
+
 def check_tensor(name: str, value, ndim: int, shape_doc: str) -> None:
     """Require a floating-point tensor of rank ``ndim``; ``shape_doc`` describes the shape."""
     if not isinstance(value, torch.Tensor):

@@ -7,25 +7,31 @@ read (transformers' left padding fills the pads' positions with 1, which is then
 window or tap never reaches past its token's document, so a packed document computes what it
 computes alone.
 
-* :func:`document_edges` — the per-token edges the ops run on, derived once per op call with
-  cumulative max/min (no Python loop, no host sync: it traces under ``torch.compile(fullgraph=True)``);
+* :func:`document_edges` — the per-token edges the ops run on, derived with cumulative max/min (no
+  Python loop, no host sync: it traces under ``torch.compile(fullgraph=True)``), once per
+  ``position_ids`` tensor: a model passes the same tensor to every layer's op, and eager calls
+  reuse the last tensor's edges (and its value check) while it is alive and unchanged;
 * :func:`taps_inside_documents` — which convolution taps read inside their token's document;
 * :func:`position_ids_from_cu_seqlens`, :func:`position_ids_from_seq_idx` — the other two forms of
   packing (flash-attention's cumulative lengths, mamba's document index) as ``position_ids``.
 
 Value checks (negative positions, cumulative lengths out of order) cost one host sync each; they
-run in eager calls and are skipped while ``torch.compile`` traces.  Loop-form definition of the
+run in eager calls and are skipped while ``torch.compile`` traces or a CUDA graph captures.  Loop-form definition of the
 edges, for the tests' references: :mod:`.documents_naive`.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
+
 import torch
 import torch.nn.functional as F
 
-from ._validation import check_int
+from ._validation import check_int, runs_value_checks
 
 INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+_NEGATIVE_POSITIONS = "position_ids must be >= 0 (each token's position in its document)"
 
 
 def document_edges(position_ids: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -40,9 +46,51 @@ def document_edges(position_ids: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         u > t with position 0, minus 1 (else T - 1).
 
     Raises:
-        TypeError, ValueError: position_ids is not such a tensor (see `check_position_ids`).
+        TypeError, ValueError: position_ids is not such a tensor (see `check_position_ids`), or holds a
+            negative position (eager calls: `runs_value_checks`).
     """
     check_position_ids(position_ids, x)
+    reusable = _reusable(position_ids)
+    if reusable and _last.remembers(position_ids):
+        return _last.edges
+    _require(position_ids >= 0, _NEGATIVE_POSITIONS)
+    edges = _derive_edges(position_ids)
+    if reusable:
+        _last.remember(position_ids, edges)
+    return edges
+
+
+class _LastEdges(threading.local):
+    """The edges of the last ``position_ids`` tensor this thread derived them for, held while that
+    tensor lives (a weak reference) and is not changed in place (its version counter)."""
+
+    position_ids: weakref.ref | None = None
+    version = -1
+    edges: torch.Tensor | None = None
+
+    def remembers(self, position_ids: torch.Tensor) -> bool:
+        return (
+            self.position_ids is not None
+            and self.position_ids() is position_ids
+            and self.version == position_ids._version
+        )
+
+    def remember(self, position_ids: torch.Tensor, edges: torch.Tensor) -> None:
+        self.position_ids, self.version, self.edges = weakref.ref(position_ids), position_ids._version, edges
+
+
+_last = _LastEdges()
+
+
+def _reusable(position_ids: torch.Tensor) -> bool:
+    """Whether edges may be remembered for (and reused from) ``position_ids``: in eager calls (a
+    traced graph computes its own), outside CUDA-graph capture (whose memory the graph owns), and
+    not for an inference tensor (it has no version counter to notice a change)."""
+    return runs_value_checks(position_ids) and not position_ids.is_inference()
+
+
+def _derive_edges(position_ids: torch.Tensor) -> torch.Tensor:
+    """`document_edges` of checked (B, T) ``position_ids``."""
     length = position_ids.shape[1]
     time = torch.arange(length, device=position_ids.device)
     starts_here = (position_ids == 0) | (time == 0)
@@ -70,8 +118,7 @@ def taps_inside_documents(edges: torch.Tensor, taps: int, left: int, dilation: i
 
 
 def check_position_ids(position_ids, x: torch.Tensor) -> None:
-    """Require a (B, T) integer tensor on x's device with no negative value (the value check: eager
-    calls only)."""
+    """Require a (B, T) integer tensor on x's device (its values are checked by `document_edges`)."""
     if not isinstance(position_ids, torch.Tensor):
         raise TypeError(
             f"position_ids must be a torch.Tensor of shape (B, T) or None, got {type(position_ids).__name__}"
@@ -86,7 +133,6 @@ def check_position_ids(position_ids, x: torch.Tensor) -> None:
         raise ValueError(
             f"position_ids is on {position_ids.device} but x is on {x.device}; move them to the same device"
         )
-    _require(position_ids >= 0, "position_ids must be >= 0 (each token's position in its document)")
 
 
 def position_ids_from_cu_seqlens(cu_seqlens: torch.Tensor, total_length: int) -> torch.Tensor:
@@ -139,7 +185,7 @@ def _check_integer(name: str, value: torch.Tensor) -> None:
 
 
 def _require(valid: torch.Tensor, message: str) -> None:
-    """Raise ``ValueError(message)`` unless every element of ``valid`` is true; in eager calls only
-    (a host sync; skipped while ``torch.compile`` traces)."""
-    if not torch.compiler.is_compiling() and not bool(valid.all()):
+    """Raise ``ValueError(message)`` unless every element of ``valid`` is true; where value checks
+    run (a host sync: `runs_value_checks`)."""
+    if runs_value_checks(valid) and not bool(valid.all()):
         raise ValueError(message)

@@ -8,6 +8,7 @@ import torch
 from transformers import DataCollatorWithFlattening
 
 from talk_hf.models.packing import document_positions
+from talk_hf.ops import documents as ops_documents
 
 from .helpers import CASES, PAD, random_tokens, returned_cache
 
@@ -59,6 +60,22 @@ def test_a_packed_document_computes_what_it_computes_alone(case):
     for name, parameter in model.named_parameters():
         if parameter.grad is not None:
             torch.testing.assert_close(packed_grads[name], parameter.grad, rtol=1e-5, atol=1e-7, msg=name)
+
+
+@pytest.mark.parametrize("case", LM_CASES, ids=LM_IDS)
+def test_a_packed_forward_derives_the_document_edges_once(case, monkeypatch):
+    """Every layer's op gets the same positions: their edges (and the value check, a host sync on a
+    GPU) are derived once per forward, not once per layer."""
+    derived = []
+    derive = ops_documents._derive_edges
+    monkeypatch.setattr(ops_documents, "_derive_edges", lambda positions: derived.append(1) or derive(positions))
+    model = case.model()
+    batch = _packed(_documents())
+    assert sum(1 for name, _ in model.named_modules() if name.endswith("mixer")) >= 2
+    model(input_ids=batch["input_ids"], position_ids=batch["position_ids"])
+    assert len(derived) == 1
+    model(input_ids=batch["input_ids"], position_ids=batch["position_ids"])
+    assert len(derived) == 2  # the next forward's positions are a new tensor
 
 
 @pytest.mark.parametrize(

@@ -160,28 +160,27 @@ def test_switch_leaves_cpu_tensors_on_the_cpu_kernels(monkeypatch):
     assert compiled_talk_conv.kernel(x, "forward") is _extension.load("cpu").talk_forward
 
 
-def graph_case(name: str):
-    """(inputs needing gradients, op) of one op, small but over several chunks and weight tiles."""
+def graph_case(name: str, position_ids: torch.Tensor | None = None):
+    """(inputs needing gradients, op) of one op, small but over several chunks and weight tiles; with
+    ``position_ids`` (2, 300), on packed rows."""
     x = torch.randn(2, 300, 64, device="cuda")
     left, right = torch.rand(2, 300, 4, device="cuda"), torch.rand(2, 300, 4, device="cuda")
+    packed = dict(position_ids=position_ids, backend="cuda")
     if name == "talk_bidirectional":
-        return [x, left, right], lambda x, left, right: talk_conv(x, left, right, 7, 9, backend="cuda")
+        return [x, left, right], lambda x, left, right: talk_conv(x, left, right, 7, 9, **packed)
     if name == "talk_causal":
-        return [x, left], lambda x, left: talk_conv(x, left, None, 15, 0, backend="cuda")
+        return [x, left], lambda x, left: talk_conv(x, left, None, 15, 0, **packed)
     if name == "dynamic_conv":
         weight = torch.softmax(torch.randn(2, 300, 4, 7, device="cuda"), -1)
-        return [x, weight], lambda x, weight: dynamic_conv(x, weight, 3, backend="cuda")
+        return [x, weight], lambda x, weight: dynamic_conv(x, weight, 3, **packed)
     weight = torch.softmax(torch.randn(4, 7, device="cuda"), -1)
-    return [x, weight], lambda x, weight: light_conv(x, weight, 6, backend="cuda")
+    return [x, weight], lambda x, weight: light_conv(x, weight, 6, **packed)
 
 
-@pytest.mark.gpu
-@pytest.mark.usefixtures("cuda_kernel_set")
-@pytest.mark.parametrize("name", ["talk_bidirectional", "talk_causal", "dynamic_conv", "light_conv"])
-def test_cuda_forward_and_backward_capture_in_a_cuda_graph(name):
-    """Capture fails on any host synchronisation; the replay on new inputs gives the eager result."""
+def assert_cuda_graph_replays_eager(inputs: list[torch.Tensor], op) -> None:
+    """Capture ``op``'s forward and backward in a CUDA graph (which fails on any host
+    synchronisation) and replay it on new inputs: eager's output and gradients."""
     torch.manual_seed(0)
-    inputs, op = graph_case(name)
     static = [tensor.clone().requires_grad_() for tensor in inputs]
     grad_out = torch.randn_like(inputs[0])
     side = torch.cuda.Stream()
@@ -206,6 +205,14 @@ def test_cuda_forward_and_backward_capture_in_a_cuda_graph(name):
     torch.testing.assert_close(static_out, expected)
     for tensor, reference in zip(static, eager, strict=True):
         torch.testing.assert_close(tensor.grad, reference.grad)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("cuda_kernel_set")
+@pytest.mark.parametrize("name", ["talk_bidirectional", "talk_causal", "dynamic_conv", "light_conv"])
+def test_cuda_forward_and_backward_capture_in_a_cuda_graph(name):
+    torch.manual_seed(0)
+    assert_cuda_graph_replays_eager(*graph_case(name))
 
 
 @pytest.mark.gpu

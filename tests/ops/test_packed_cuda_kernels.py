@@ -27,7 +27,13 @@ from talk_hf.ops.talk_conv.talk_naive import naive_talk_conv
 
 from . import depthwise_emulation, stream_emulation
 from .conftest import CUDA_KERNEL_SETS
-from .test_cuda_kernel_sets import STREAM_DTYPES, compare_with_reference, offsets_up_to
+from .test_cuda_kernel_sets import (
+    STREAM_DTYPES,
+    assert_cuda_graph_replays_eager,
+    compare_with_reference,
+    graph_case,
+    offsets_up_to,
+)
 from .test_depthwise_conv import assert_matches, make_inputs, outputs_and_gradients
 from .test_kernels import on_cuda
 from .test_packed_documents import FORMS, packed_position_ids
@@ -346,3 +352,12 @@ def test_conv_shapes_the_streaming_kernels_do_not_take_run_the_tiled_kernels(kin
         [1.0, 1.0],
         False,
     )
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("packed_kernels")
+@pytest.mark.parametrize("name", ["talk_bidirectional", "talk_causal", "dynamic_conv", "light_conv"])
+def test_packed_forward_and_backward_capture_in_a_cuda_graph(name):
+    """Packed calls skip their host-syncing value check while a CUDA graph captures them."""
+    torch.manual_seed(0)
+    assert_cuda_graph_replays_eager(*graph_case(name, fuzzed_position_ids(2, 300, 17, seed=3).cuda()))

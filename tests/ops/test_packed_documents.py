@@ -15,10 +15,11 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from talk_hf.ops import depthwise_conv, dynamic_conv, light_conv, talk_conv
+from talk_hf.ops import depthwise_conv, documents, dynamic_conv, light_conv, talk_conv
 from talk_hf.ops.depthwise_conv.depthwise_compiled import compiled_depthwise_conv
 from talk_hf.ops.depthwise_conv.depthwise_naive import naive_depthwise_conv
 from talk_hf.ops.documents import (
+    _derive_edges,
     document_edges,
     position_ids_from_cu_seqlens,
     position_ids_from_seq_idx,
@@ -250,6 +251,33 @@ def test_the_three_forms_of_packing_give_the_same_edges():
     assert edges[1].tolist() == [[0, 2]] * 3 + [[3, 3]] + [[4, 7]] * 4
     seq_idx = torch.tensor([[0, 0, 0, 1, 1, 1, 2, 2], [4, 4, 4, 5, 6, 6, 6, 6]])
     assert document_edges(position_ids_from_seq_idx(seq_idx), torch.zeros(2, 8, 1)).tolist() == edges.tolist()
+
+
+def test_edges_are_derived_once_per_position_ids_tensor_while_it_is_unchanged(monkeypatch):
+    """A model passes one position_ids tensor to every layer's op: its edges, and their host-syncing
+    value check, are derived once; a change in place, another tensor or an inference tensor derives
+    them again."""
+    derived = []
+    monkeypatch.setattr(documents, "_derive_edges", lambda p: derived.append(p) or _derive_edges(p))
+    x = torch.zeros(1, 12, 1)
+    position_ids = packed_position_ids([3, 1, 6, 2])
+    first = document_edges(position_ids, x)
+    assert document_edges(position_ids, x) is first and len(derived) == 1
+    assert talk_conv(x, torch.zeros(1, 12, 1), None, 3, 0, position_ids=position_ids).shape == x.shape
+    assert len(derived) == 1
+    position_ids[0, 7] = 0  # splits the third document: the version counter moves
+    split = document_edges(position_ids, x)
+    assert len(derived) == 2 and split[0, 7].tolist() == [7, 9] and first[0, 7].tolist() == [4, 9]
+    position_ids[0, 3] = -1
+    with pytest.raises(ValueError, match="position_ids must be >= 0"):
+        document_edges(position_ids, x)
+    equal_copy = packed_position_ids([3, 1, 6, 2])
+    assert document_edges(equal_copy, x) is not first and len(derived) == 3  # the negative one: refused first
+    with torch.inference_mode():
+        inference = packed_position_ids([3, 1, 6, 2])
+        assert document_edges(inference, x) is not document_edges(inference, x)
+    with pytest.raises(ValueError, match=r"position_ids must have shape \(B, T\) = \(1, 11\)"):
+        document_edges(equal_copy, torch.zeros(1, 11, 1))  # a remembered tensor is still checked against x
 
 
 X = torch.zeros(2, 5, 4)
