@@ -24,38 +24,10 @@ from talk_hf.ops.talk_conv.talk_compiled import compiled_talk_conv
 
 from . import stream_emulation
 from .conftest import CUDA_KERNEL_SETS
-from .helpers import assert_close_to_reference
+from .helpers import compare_with_reference
 from .test_kernels import on_cuda, signed_window_talk_conv
 
 STREAM_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
-
-
-def misaligned(tensor: torch.Tensor) -> torch.Tensor:
-    """A contiguous copy of ``tensor`` whose data starts one element past a 16-byte boundary."""
-    flat = torch.empty(tensor.numel() + 1, dtype=tensor.dtype, device=tensor.device)
-    copy = flat[1:].view(tensor.shape)
-    copy.copy_(tensor)
-    assert copy.is_contiguous() and copy.data_ptr() % 16 != 0
-    return copy
-
-
-def compare_with_reference(op_cuda, op_reference, inputs, dtype, grad_scales, shift):
-    """Forward and backward of ``op_cuda`` against ``op_reference`` in float64; with ``shift``, x (the
-    first input) and the output's gradient are misaligned copies (cloning would align them)."""
-    low = [
-        (misaligned(t.detach()) if shift and i == 0 else t.detach().clone()).requires_grad_()
-        for i, t in enumerate(inputs)
-    ]
-    high = [t.detach().double().requires_grad_() for t in inputs]
-    out_low, out_high = op_cuda(*low), op_reference(*high)
-    assert out_low.dtype == dtype and out_low.device.type == "cuda"
-    assert_close_to_reference(out_low, out_high, dtype)
-    grad_out = torch.randn_like(out_high)
-    out_low.backward(misaligned(grad_out.to(dtype)) if shift else grad_out.to(dtype))
-    out_high.backward(grad_out)
-    for tensor_low, tensor_high, scale in zip(low, high, grad_scales, strict=True):
-        assert tensor_low.grad.dtype == dtype
-        assert_close_to_reference(tensor_low.grad, tensor_high.grad, dtype, scale=scale)
 
 
 def offsets_up_to(shape, top, dtype):

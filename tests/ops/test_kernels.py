@@ -19,7 +19,7 @@ from talk_hf.ops.dynamic_conv.dynamic_naive import naive_dynamic_conv
 from talk_hf.ops.talk_conv.talk_compiled import compiled_talk_conv
 from talk_hf.ops.talk_conv.talk_naive import naive_talk_conv
 
-from .helpers import TOLERANCES, assert_close_to_reference, offsets_off_the_grid
+from .helpers import TOLERANCES, assert_close_to_reference, compare_with_reference, offsets_off_the_grid
 
 
 def signed_window_talk_conv(x, offset_left, offset_right, max_left, max_right):
@@ -257,21 +257,6 @@ def on_cuda(shape, dtype, max_offset=None):
     return ((whole + 0.1 + 0.8 * torch.rand(shape, dtype=torch.float64)) / max_offset).to("cuda", dtype)
 
 
-def compare_forward_backward(op_cuda, op_reference, inputs, dtype, grad_scales):
-    """Forward and backward of ``op_cuda`` against ``op_reference`` run in float64."""
-    low = [t.detach().clone().requires_grad_() for t in inputs]
-    high = [t.detach().double().requires_grad_() for t in inputs]
-    out_low, out_high = op_cuda(*low), op_reference(*high)
-    assert out_low.dtype == dtype and out_low.device.type == "cuda"
-    assert_close_to_reference(out_low, out_high, dtype)
-    grad_out = torch.randn_like(out_high)
-    out_low.backward(grad_out.to(dtype))
-    out_high.backward(grad_out)
-    for tensor_low, tensor_high, scale in zip(low, high, grad_scales, strict=True):
-        assert tensor_low.grad.dtype == dtype
-        assert_close_to_reference(tensor_low.grad, tensor_high.grad, dtype, scale=scale)
-
-
 @pytest.mark.gpu
 @pytest.mark.usefixtures("cuda_kernel_set")
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -296,9 +281,7 @@ def test_cuda_talk_conv_matches_reference(dtype, batch, length, heads, head_size
 
     # Sums of up to K tokens, offset gradients over the head's channels: scale tolerances.
     window = min(max_left + max_right + 1, length)
-    compare_forward_backward(
-        run("cuda"), run("torch"), inputs, dtype, [window / 4 + 1] + [head_size] * (len(inputs) - 1)
-    )
+    compare_with_reference(run("cuda"), run("torch"), inputs, dtype, [window / 4 + 1] + [head_size] * (len(inputs) - 1))
 
 
 @pytest.mark.gpu
@@ -326,7 +309,7 @@ def test_cuda_conv_matches_reference(dtype, kind, batch, length, heads, head_siz
         return lambda x, weight: op(x, weight, padding_l, backend=backend)
 
     weight_scale = head_size if kind == "dynamic" else head_size * batch * length
-    compare_forward_backward(run("cuda"), run("torch"), [x, weight], dtype, [1.0, weight_scale])
+    compare_with_reference(run("cuda"), run("torch"), [x, weight], dtype, [1.0, weight_scale])
 
 
 def tolerance(dtype):

@@ -27,10 +27,10 @@ from talk_hf.ops.talk_conv.talk_naive import naive_talk_conv
 
 from . import depthwise_emulation, stream_emulation
 from .conftest import CUDA_KERNEL_SETS
+from .helpers import compare_with_reference
 from .test_cuda_kernel_sets import (
     STREAM_DTYPES,
     assert_cuda_graph_replays_eager,
-    compare_with_reference,
     graph_case,
     offsets_up_to,
 )
