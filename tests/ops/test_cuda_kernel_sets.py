@@ -10,7 +10,8 @@ channels that do not split into vectors, misaligned data, windows that leave the
 that those shapes really run the streaming kernels rather than their fallback, and that neither set
 synchronises with the host: forward and backward are captured in a CUDA graph, and a TaLK LM's
 training step runs under ``torch.compile(mode="reduce-overhead")``.  Without a GPU, the kernels'
-indexing is checked through a Python transcription of their per-thread loops (stream_emulation.py).
+indexing is checked through a Python transcription of their per-thread loops (stream_emulation.py,
+conv_stream_emulation.py).
 """
 
 import pytest
@@ -22,7 +23,7 @@ from talk_hf.ops._backend import unverified_cuda_enabled
 from talk_hf.ops.dynamic_conv.dynamic_compiled import compiled_dynamic_conv, compiled_light_conv
 from talk_hf.ops.talk_conv.talk_compiled import compiled_talk_conv
 
-from . import stream_emulation
+from . import conv_stream_emulation, stream_emulation
 from .conftest import CUDA_KERNEL_SETS
 from .helpers import compare_with_reference
 from .test_kernels import on_cuda, signed_window_talk_conv
@@ -231,7 +232,7 @@ def test_stream_kernel_set_names_switch_ops():
         unverified_cuda_enabled(op)  # raises ValueError for an unknown op
 
 
-# --- The streaming kernels' indexing, emulated on the CPU (stream_emulation.py) ------------------
+# --- The streaming kernels' indexing, emulated on the CPU (stream_emulation.py, conv_stream_emulation.py) -
 
 # (batch, length, heads, head_size, max_left, max_right, offset top, width)
 EMULATED_TALK_SHAPES = [
@@ -311,8 +312,8 @@ def test_emulated_stream_conv_kernels_match_reference(
     expected.backward(grad_out)
 
     per_token = weight if kind == "dynamic" else weight.expand(batch, length, heads, kernel_size)
-    torch.testing.assert_close(stream_emulation.conv(x, per_token, padding_l, width, transpose=False), expected)
-    grad_x = stream_emulation.conv(grad_out, per_token, padding_l, width, transpose=True)
+    torch.testing.assert_close(conv_stream_emulation.conv(x, per_token, padding_l, width, transpose=False), expected)
+    grad_x = conv_stream_emulation.conv(grad_out, per_token, padding_l, width, transpose=True)
     torch.testing.assert_close(grad_x, leaves[0].grad)
-    grad_weight = stream_emulation.conv_grad_weight(x, grad_out, heads, kernel_size, padding_l)
+    grad_weight = conv_stream_emulation.conv_grad_weight(x, grad_out, heads, kernel_size, padding_l)
     torch.testing.assert_close(grad_weight if kind == "dynamic" else grad_weight.sum((0, 1)), leaves[1].grad)

@@ -4,7 +4,8 @@ dynamic_conv and light_conv, and depthwise_conv's kernel) until a GPU has run th
 and compute-sanitizer (benchmarks/sanitize_kernels.py) on them.
 
 Without a GPU, the indexing of the streaming kernels and of depthwise_conv's with document edges
-runs through their Python transcriptions (stream_emulation.py, depthwise_emulation.py) on rows cut
+runs through their Python transcriptions (stream_emulation.py, conv_stream_emulation.py,
+depthwise_emulation.py) on rows cut
 at random into documents of 1 and 2 tokens, shorter and longer than the window, against the
 loop-form definitions; and the routing is checked: a packed CUDA call runs the compiled kernels
 only where the kernel set the switch picks is declared to run them.  Tests marked ``gpu`` run both kernel sets themselves (through the compiled ops, whatever the
@@ -25,7 +26,7 @@ from talk_hf.ops.dynamic_conv.dynamic_naive import naive_dynamic_conv
 from talk_hf.ops.talk_conv.talk_compiled import compiled_talk_conv
 from talk_hf.ops.talk_conv.talk_naive import naive_talk_conv
 
-from . import depthwise_emulation, stream_emulation
+from . import conv_stream_emulation, depthwise_emulation, stream_emulation
 from .conftest import CUDA_KERNEL_SETS
 from .helpers import compare_with_reference
 from .test_cuda_kernel_sets import (
@@ -125,11 +126,11 @@ def test_emulated_stream_conv_kernels_take_packed_rows(
     edges = document_edges(position_ids, x)
 
     per_token = weight if kind == "dynamic" else weight.expand(batch, length, heads, kernel_size)
-    forward = stream_emulation.conv(x, per_token, padding_l, width, transpose=False, edges=edges)
+    forward = conv_stream_emulation.conv(x, per_token, padding_l, width, transpose=False, edges=edges)
     torch.testing.assert_close(forward, expected)
-    grad_x = stream_emulation.conv(grad_out, per_token, padding_l, width, transpose=True, edges=edges)
+    grad_x = conv_stream_emulation.conv(grad_out, per_token, padding_l, width, transpose=True, edges=edges)
     torch.testing.assert_close(grad_x, leaves[0].grad)
-    grad_weight = stream_emulation.conv_grad_weight(x, grad_out, heads, kernel_size, padding_l, edges)
+    grad_weight = conv_stream_emulation.conv_grad_weight(x, grad_out, heads, kernel_size, padding_l, edges)
     torch.testing.assert_close(grad_weight if kind == "dynamic" else grad_weight.sum((0, 1)), leaves[1].grad)
 
 
