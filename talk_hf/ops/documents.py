@@ -16,8 +16,8 @@ computes alone.
   packing (flash-attention's cumulative lengths, mamba's document index) as ``position_ids``.
 
 Value checks (negative positions, cumulative lengths out of order) cost one host sync each; they
-run in eager calls and are skipped while ``torch.compile`` traces or a CUDA graph captures.  Loop-form definition of the
-edges, for the tests' references: :mod:`.documents_naive`.
+run in eager calls and are skipped while ``torch.compile`` traces or a CUDA graph captures.
+Loop-form definition of the edges, for the tests' references: :mod:`.documents_naive`.
 """
 
 from __future__ import annotations
