@@ -7,6 +7,8 @@ Each measurement runs `generate` on a random prompt of P tokens (the cache fille
 with a streamer that clocks every new token: the intervals after the first token are decoding steps
 (forward, logits processing, the loop around them); the prefill is not counted.  Rounds visit every
 (row, position) in turn.  A row is a function ``(model, prompt, new_tokens, clock)`` that generates.
+On a GPU the clock waits for the device's queued work before it reads the time, and the compiled rows
+run as CUDA graphs (`CompileConfig`'s default mode, ``reduce-overhead``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import statistics
 import time
 
 import torch
+from _device import synchronize
 from _models import LM_BASELINE, ModelShape, build_model, causal_lm_models
 from transformers import CompileConfig
 from transformers.generation.streamers import BaseStreamer
@@ -26,12 +29,13 @@ GPT2_COMPILED = "GPT2 static cache + compile"
 
 class StepClock(BaseStreamer):
     """A `generate` streamer keeping the wall and process CPU time of every `put`: the prompt's, then
-    each new token's."""
+    each new token's (once the tokens' device has finished its queued work)."""
 
     def __init__(self):
         self.wall, self.cpu = [], []
 
     def put(self, value):
+        synchronize(value.device)
         self.wall.append(time.perf_counter())
         self.cpu.append(time.process_time())
 
@@ -102,17 +106,21 @@ def measure_lm(
     rounds: int,
     compile_gpt2: bool,
     compile_backend: str = "inductor",
+    device: str = "cpu",
 ) -> dict:
-    """Step times of every LM row at every position and thread count; the first `generate` of each
-    (row, position) is a warm-up (it compiles the compiled rows: its time is ``warmup_s``)."""
+    """Step times of every LM row at every position and thread count, the models on ``device``; the
+    first `generate` of each (row, position) is a warm-up (it compiles the compiled rows: its time is
+    ``warmup_s``)."""
     max_positions = max(positions) + new_tokens + 8
     models = {}
     for name in causal_lm_models():
         torch.manual_seed(0)
-        models[name] = build_model(name, shape, max_positions, dropout=0.0).eval()
+        models[name] = build_model(name, shape, max_positions, dropout=0.0).to(device).eval()
     rows = {name: row for name, row in lm_rows(compile_backend).items() if compile_gpt2 or name != GPT2_COMPILED}
     generator = torch.Generator().manual_seed(0)
-    prompts = {position: torch.randint(3, shape.vocab, (1, position), generator=generator) for position in positions}
+    prompts = {
+        position: torch.randint(3, shape.vocab, (1, position), generator=generator).to(device) for position in positions
+    }
     report = {
         "rows": {name: {"model": model, "run": run.__name__} for name, (model, run) in rows.items()},
         # warmup_s of the compiled row includes building its graphs (inductor keeps an on-disk cache

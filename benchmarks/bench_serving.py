@@ -26,10 +26,12 @@ the int8 rows say how often they keep their float32 model's tokens.
 
 The LM section (`_serving_lm.py`): batch-1 greedy decoding steps at positions 16 and 2,048 of our
 causal LMs against GPT-2 (d 512, 6 layers, 8 heads, FFN 2,048) in eager `generate` and in `generate`
-with a static cache and `torch.compile`.
+with a static cache and `torch.compile`; on the CPU, or with ``--device cuda --no-translation`` on a GPU
+(the compiled rows then decode as CUDA graphs).
 
     python benchmarks/bench_serving.py          # all defaults: writes benchmarks/results/bench_serving_cpu.json
     python benchmarks/bench_serving.py --quick  # one short round at full model size, JSON to the temp dir
+    python benchmarks/bench_serving.py --device cuda --no-translation --out serving_lm_cuda.json
 
 ``--threads N`` measures at N threads only (by default: at 1 thread and at all cores).
 
@@ -334,7 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--new-tokens", type=int, default=30, help="target tokens of every sentence")
     parser.add_argument("--sentences", type=int, default=32, help="sentences per round and setting")
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument(
+        "--translation", action=argparse.BooleanOptionalAction, default=True, help="the translation section (CPU)"
+    )
     parser.add_argument("--lm", action=argparse.BooleanOptionalAction, default=True, help="the LM section")
+    parser.add_argument("--device", default="cpu", help="where the LM section runs (cuda: with --no-translation)")
     parser.add_argument("--lm-d-model", type=int, default=512, help="LM width (heads: d / 64, FFN: 4 d)")
     parser.add_argument("--lm-layers", type=int, default=6)
     parser.add_argument("--lm-positions", type=int, nargs="+", default=[16, 2048])
@@ -352,6 +358,10 @@ def parse_command_line() -> tuple[argparse.Namespace, bool]:
     measured at its default); ``--quick`` shrinks the rounds."""
     parser = build_parser()
     args = parse_cpu_args(parser)
+    if args.device != "cpu" and args.translation:
+        parser.error(f"--device {args.device}: the translation section runs on the CPU only; add --no-translation")
+    if not (args.translation or args.lm):
+        parser.error("--no-translation with --no-lm measures nothing")
     full_size = all(
         value == parser.get_default(key) for key, value in vars(args).items() if key not in FULL_SIZE_EXEMPT
     )
@@ -383,40 +393,53 @@ def ctranslate2_agreement(results: dict) -> dict:
     }
 
 
-def main() -> None:
-    args, full_size = parse_command_line()
-    thread_counts = [args.threads] if args.threads else sorted({1, os.cpu_count()})
+def translation_report(args, thread_counts: list[int]) -> dict:
+    """The translation section's part of the report: its data, systems, settings, results, summary."""
     settings = [Setting(d, *SETTINGS[d], threads, args.new_tokens) for threads in thread_counts for d in args.settings]
-    started = time.perf_counter()
     results, table, records = translate_all(args, settings)
-    translation_s = time.perf_counter() - started
     summary = summarise(results, table)
     print_table(summary)
-    lm_shape = ModelShape(
-        args.lm_d_model, args.lm_layers, max(1, args.lm_d_model // 64), 4 * args.lm_d_model, args.vocab
-    )
-    lm = None
-    if args.lm:
-        lm_options = dict(positions=args.lm_positions, thread_counts=thread_counts, new_tokens=args.lm_new_tokens)
-        lm_options.update(rounds=args.lm_rounds, compile_gpt2=args.gpt2_compile, compile_backend=args.compile_backend)
-        lm = measure_lm(lm_shape, **lm_options)
-    report = {
-        "benchmark": "bench_serving",
-        **run_metadata("cpu"),
-        "thread_counts": thread_counts,
-        "full_size": full_size,
-        "options": {key: value for key, value in vars(args).items() if key not in FULL_SIZE_EXEMPT},
+    return {
         "data": {"sources": f"multi30k {TEST_SPLIT}.{args.source_lang}", "sentences": args.rounds * args.sentences},
         **records,
         "settings": {s.name: s._asdict() for s in settings},
         **ctranslate2_agreement(results),
         "results": results,
         "summary": summary,
-        "lm": {"shape": dataclasses.asdict(lm_shape), **lm} if lm else None,
-        "elapsed_s": {"translation": translation_s, "total": time.perf_counter() - started},
     }
-    report["versions"]["ctranslate2"] = importlib.metadata.version("ctranslate2")
-    small = Path(tempfile.gettempdir()) / "bench_serving_cpu_small.json"
+
+
+def main() -> None:
+    args, full_size = parse_command_line()
+    if args.device != "cpu":  # host threads only feed the GPU: torch's choice
+        thread_counts = [args.threads or torch.get_num_threads()]
+    else:
+        thread_counts = [args.threads] if args.threads else sorted({1, os.cpu_count()})
+    started = time.perf_counter()
+    report = {
+        "benchmark": "bench_serving",
+        **run_metadata(args.device),
+        "thread_counts": thread_counts,
+        "full_size": full_size,
+        "options": {key: value for key, value in vars(args).items() if key not in FULL_SIZE_EXEMPT},
+        "elapsed_s": {},
+    }
+    if args.translation:
+        report.update(translation_report(args, thread_counts))
+        report["versions"]["ctranslate2"] = importlib.metadata.version("ctranslate2")
+        report["elapsed_s"]["translation"] = time.perf_counter() - started
+    lm_shape = ModelShape(
+        args.lm_d_model, args.lm_layers, max(1, args.lm_d_model // 64), 4 * args.lm_d_model, args.vocab
+    )
+    report["lm"] = None
+    if args.lm:
+        lm_options = dict(positions=args.lm_positions, thread_counts=thread_counts, new_tokens=args.lm_new_tokens)
+        lm_options.update(rounds=args.lm_rounds, compile_gpt2=args.gpt2_compile, compile_backend=args.compile_backend)
+        lm = measure_lm(lm_shape, device=args.device, **lm_options)
+        report["lm"] = {"shape": dataclasses.asdict(lm_shape), **lm}
+        print(json.dumps(lm["summary"], indent=2))
+    report["elapsed_s"]["total"] = time.perf_counter() - started
+    small = Path(tempfile.gettempdir()) / f"bench_serving_{torch.device(args.device).type}_small.json"
     out = args.out or (RESULTS / "bench_serving_cpu.json" if full_size else small)
     write_report(report, out, out.name, announce=False)
     print(f"wrote {out}")

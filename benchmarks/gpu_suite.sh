@@ -20,6 +20,9 @@
 #   profile   Nsight Compute over each kernel of both sets at the Table 6 shape, float32 and bfloat16
 #                                                           -> ncu-table6.txt, ncu-table6-bf16.txt
 #   generate  bench_generate.py on the GPU                           -> bench_generate_cuda.json
+#   decode    bench_serving.py's LM section on the GPU, GPT-2 small's size: our causal LMs in eager and
+#             compiled `generate` (CUDA graphs) against GPT-2 eager and with a compiled static cache
+#                                                                    -> serving_lm_cuda.json
 #   trainspeed  bench_train.py on the GPU: the language models against GPT-2 (flash SDPA) at GPT-2
 #             small's size, bf16, T = 1,024, 4,096, 16,384, on the streaming kernels: training
 #             tokens/s and peak memory
@@ -136,6 +139,11 @@ stage_generate() {
     "$PYTHON" benchmarks/bench_generate.py --device cuda --out "$RESULTS/bench_generate_cuda.json"
 }
 
+stage_decode() {
+    "$PYTHON" benchmarks/bench_serving.py --device cuda --no-translation --lm-d-model 768 --lm-layers 12 \
+        --vocab 50257 --lm-positions 16 2048 --out "$RESULTS/serving_lm_cuda.json"
+}
+
 stage_trainspeed() {
     # on the streaming kernels: the set that becomes the default once the checks pass
     TALK_HF_UNVERIFIED_CUDA=all "$PYTHON" benchmarks/bench_train.py --device cuda --mixed-precision bf16 --blocks 1024 4096 16384 \
@@ -189,7 +197,7 @@ for stage in "${STAGES[@]}"; do
         failed+=("$stage")
         continue
     fi
-    if [ -n "${build_failed:-}" ] && [[ " test test-all sanitize checks bench profile generate trainspeed train " == *" $stage "* ]]; then
+    if [ -n "${build_failed:-}" ] && [[ " test test-all sanitize checks bench profile generate decode trainspeed train " == *" $stage "* ]]; then
         echo "=== $stage skipped: the build failed"
         failed+=("$stage")
         continue

@@ -106,3 +106,32 @@ def test_the_lm_section_times_every_row_at_every_position(report):
         assert per_row["TaLKForCausalLM"]["ours_over_gpt2_eager"] == pytest.approx(
             per_row["TaLKForCausalLM"]["tokens_per_s"] / per_row["GPT2 (baseline)"]["tokens_per_s"]
         )
+
+
+def _lm_only(device: str, out: Path) -> subprocess.CompletedProcess:
+    options = [str(part) for option, value in TINY.items() for part in (option, value)]
+    return subprocess.run(
+        [sys.executable, "bench_serving.py", *options, "--device", device, "--no-translation"]
+        + ["--lm-positions", "4", "--no-gpt2-compile", "--out", str(out)],
+        cwd=BENCHMARKS,
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_the_translation_section_refuses_a_gpu(tmp_path):
+    options = ["--device", "cuda", "--lm-d-model", "16", "--out", str(tmp_path / "never.json")]
+    run = subprocess.run([sys.executable, "bench_serving.py", *options], cwd=BENCHMARKS, capture_output=True, text=True)
+    assert run.returncode == 2 and "--no-translation" in run.stderr
+    assert not (tmp_path / "never.json").exists()
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_the_lm_section_runs_alone_on_its_device(device, tmp_path):
+    run = _lm_only(device, tmp_path / "lm.json")
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads((tmp_path / "lm.json").read_text())
+    assert report["device"] == device and "results" not in report and "translation" not in report["elapsed_s"]
+    per_row = report["lm"]["summary"][f"{report['thread_counts'][0]}-thread"]["4"]
+    assert {"TaLKForCausalLM compiled", "GPT2 (baseline)"} <= set(per_row)
+    assert all(row["tokens_per_s"] > 0 for row in per_row.values())
