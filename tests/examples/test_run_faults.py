@@ -37,13 +37,19 @@ SCRIPT = "language-modeling/train.py"
 # step, so that a kill at a random moment mostly lands in one.
 ARGS = [*LANGUAGE_MODELING, *"--model_type transformer --dropout 0.3 --max_steps 6 --eval_every 3".split()]
 ARGS += ["--save_every", "1", "--test_split", ""]
+# One thread in every run, killed or resumed, in this process or another: the script's own choice
+# follows the machine's load, and a product summed over another number of threads differs in its
+# last bits, which a resumed step would show.
+ARGS += ["--threads", "1"]
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 OFFLINE["TALK_HF_BACKEND"] = "torch"  # the compiled kernels have their own tests
 
 
 def train(output_dir, *flags, script=SCRIPT, args=ARGS, tensorboard=True):
     """The script's `main` in this process on `output_dir`, with `flags` after the common ones;
-    `tensorboard=False` hides an installed TensorBoard, as a run without the `examples` extra has none."""
+    `tensorboard=False` hides an installed TensorBoard, as a run without the `examples` extra has none.
+    torch's thread count, which the script sets, is restored afterwards."""
+    threads = torch.get_num_threads()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(signals, "stop_on_terminal_stop", lambda: None)  # leave pytest's signal handlers alone
         if not tensorboard:
@@ -53,7 +59,10 @@ def train(output_dir, *flags, script=SCRIPT, args=ARGS, tensorboard=True):
             )
         for name, value in OFFLINE.items():
             patch.setenv(name, value)
-        load_script(script).main([*map(str, args), "--output_dir", str(output_dir), *map(str, flags)])
+        try:
+            load_script(script).main([*map(str, args), "--output_dir", str(output_dir), *map(str, flags)])
+        finally:
+            torch.set_num_threads(threads)
 
 
 def records(output_dir):

@@ -2,8 +2,10 @@
 
 Builds are serialised by an OS-level file lock (``filelock``) with a timeout of
 ``$TALK_HF_BUILD_LOCK_TIMEOUT`` seconds (default 600).  The OS drops that lock when its holder
-dies, so a killed build never blocks later runs; torch's own "lock" file, which it leaves behind
-when killed and would otherwise wait on forever, is removed while we hold ours.  A library
+dies, so a killed build never blocks later runs.  torch before 2.14 serialises its own builds with a
+"lock" file whose mere existence blocks, which a killed build leaves behind and every later load
+would wait on forever: that file is removed while we hold our lock (from 2.14 torch holds an OS lock
+on the file instead, which its holder's death releases, and the file stays).  A library
 without a matching completion record (:mod:`.build_record`) is announced (one warning line) and
 built again under the lock; ninja links it anew and recompiles only the objects whose compile did
 not finish.  A compile is announced through ``logging`` (a warning, so it shows by default) when
@@ -23,6 +25,7 @@ from types import ModuleType
 import filelock
 import torch
 import torch.utils.cpp_extension as cpp_extension
+from torch.torch_version import TorchVersion
 
 from . import build_folder, build_record, build_tools
 from .build_record import FaultCause, LibraryFault
@@ -31,6 +34,8 @@ from .unavailable import ExtensionUnavailable
 LOCK_TIMEOUT_ENV = "TALK_HF_BUILD_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT_S = 600.0
 TORCH_BATON = "lock"  # the file torch.utils.cpp_extension waits on while another build runs
+# whether torch waits while that file exists (before 2.14), rather than while another process holds its OS lock
+TORCH_WAITS_ON_A_BATON = TorchVersion(torch.__version__) < (2, 14)
 BUILD_LOCK = "talk_hf_build.lock"
 
 logger = logging.getLogger(__name__)
@@ -78,7 +83,8 @@ def _take_build_lock(kind: str, directory: Path, fault: LibraryFault, timeout: f
 def _compile(kind: str, directory: Path) -> ModuleType:
     """Build ``kind`` in ``directory``, unless another process finished it while this one waited for
     the build lock, which the caller holds."""
-    (directory / TORCH_BATON).unlink(missing_ok=True)  # stale: no other talk_hf build can hold it now
+    if TORCH_WAITS_ON_A_BATON:
+        (directory / TORCH_BATON).unlink(missing_ok=True)  # stale: no other talk_hf build can hold it now
     found = build_record.import_finished(kind, directory)
     if not isinstance(found, LibraryFault):
         return found
