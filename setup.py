@@ -7,8 +7,11 @@ from setuptools import find_namespace_packages, setup
 ROOT = Path(__file__).parent
 version_namespace: dict = {}
 # Serving (`talk_hf.export`, int8, benchmarks/bench_serving.py): the runtime a model is exported to,
-# the int8 library, and the engine users deploy the baseline with.
-SERVING = ["onnx>=1.17", "onnxscript>=0.2", "onnxruntime>=1.20", "torchao>=0.10", "ctranslate2>=4.5"]
+# the int8 library, and the engine users deploy the baseline with.  onnxscript 0.6: the first with the
+# exporter API of torch 2.11; ONNX Runtime 1.31's int8 quantizer fails shape inference on SliceNet's
+# export; torchao 0.18: the first whose Int8WeightOnlyConfig makes Int8Tensor weights.
+SERVING = ["onnx>=1.17", "onnxscript>=0.6", "onnxruntime>=1.32", "torchao>=0.18", "ctranslate2>=4.5"]
+PLOTS = "matplotlib>=3.9"  # runs on NumPy 2 (3.7 does not)
 exec((ROOT / "talk_hf" / "version.py").read_text(), version_namespace)
 
 setup(
@@ -31,11 +34,11 @@ setup(
     install_requires=[
         "torch>=2.11",  # the oldest the whole test suite passed on (2.8 failed three tests, 2.6 does not import)
         "transformers>=5.17,<6",  # 5.17 is the oldest release the tests run against (.ci/run)
-        "accelerate>=1.0",
+        "accelerate>=1.6",  # FSDP2 plugin; transformers' Trainer calls unwrap_model(keep_torch_compile=)
         "datasets>=3.0",
-        "safetensors>=0.4",
-        "huggingface-hub>=0.30",
-        "tokenizers>=0.21",
+        "safetensors>=0.8",  # this and the next two: transformers 5.17's own floors
+        "huggingface-hub>=1.5",
+        "tokenizers>=0.23.1",
         "filelock>=3.12",
         "ninja",  # torch.utils.cpp_extension builds the kernels with it on first use
     ],
@@ -45,12 +48,12 @@ setup(
             "pytest>=8",
             "hypothesis>=6.100",
             "sacrebleu>=2.4",
-            "matplotlib>=3.7",
+            PLOTS,
             "sacremoses>=0.1",
             *SERVING,
         ],
         "convert": ["sacremoses>=0.1"],
-        "examples": ["sacrebleu>=2.4", "matplotlib>=3.7", "tensorboard>=2.15"],
+        "examples": ["sacrebleu>=2.4", PLOTS, "tensorboard>=2.18"],  # TensorBoard 2.17 fails on NumPy 2
         "serving": SERVING,
     },
     classifiers=[

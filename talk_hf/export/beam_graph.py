@@ -99,6 +99,10 @@ def candidates_graph(vocab_size: int, chunk: int, opset: int = 18) -> onnx.Model
         ],
         node.constants,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    opset_imports = [helper.make_opsetid("", opset)]
+    # The oldest IR version that holds the opset, not the installed onnx's newest: any runtime that
+    # runs the opset then loads the file (ONNX Runtime 1.31 refuses IR 14, which onnx 1.23 writes).
+    ir_version = helper.find_min_ir_version_for(opset_imports)
+    model = helper.make_model(graph, opset_imports=opset_imports, ir_version=ir_version)
     onnx.checker.check_model(model, full_check=True)
     return model

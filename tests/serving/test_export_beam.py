@@ -34,7 +34,7 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
     graph = onnx.helper.make_graph(
         [node], "log_softmax", [value("x", onnx.TensorProto.FLOAT, None)], [value("y", onnx.TensorProto.FLOAT, None)]
     )
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18)])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18)], ir_version=8)
     return _session(model).run(None, {"x": logits})[0]
 
 
@@ -57,6 +57,12 @@ def test_candidates_equal_a_full_sort(vocab, chunk, batch, beams, ties):
         )
         np.testing.assert_array_equal(top_indices, expected)
         np.testing.assert_array_equal(top_scores, np.take_along_axis(sums, expected, axis=1))
+
+
+def test_the_graph_carries_the_oldest_ir_version_of_its_opset():
+    """IR 8 for opset 18, whatever onnx writes by default (IR 14 from onnx 1.23, which ONNX Runtime
+    before 1.32 refuses): any runtime that runs the opset loads the file."""
+    assert candidates_graph(40, 5).ir_version == 8
 
 
 def test_chunk_size_leaves_eight_chunks_to_rank_in_small_vocabularies():
