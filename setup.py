@@ -8,8 +8,10 @@ ROOT = Path(__file__).parent
 version_namespace: dict = {}
 # Serving (`talk_hf.export`, int8, benchmarks/bench_serving.py): the runtime a model is exported to,
 # the int8 library, and the engine users deploy the baseline with.  onnxscript 0.6: the first with the
-# exporter API of torch 2.11; ONNX Runtime 1.31's int8 quantizer fails shape inference on SliceNet's
-# export; torchao 0.18: the first whose Int8WeightOnlyConfig makes Int8Tensor weights.
+# exporter API of torch 2.11; ONNX Runtime 1.32: before it, the int8 quantizer turns a Gemm into a MatMul
+# by transposing its weight in place, although a tied embedding's Gather reads the same initializer
+# (SliceNet's step: shape inference then fails); torchao 0.18: the first whose Int8WeightOnlyConfig
+# makes Int8Tensor weights.
 SERVING = ["onnx>=1.17", "onnxscript>=0.6", "onnxruntime>=1.32", "torchao>=0.18", "ctranslate2>=4.5"]
 PLOTS = "matplotlib>=3.9"  # runs on NumPy 2 (3.7 does not)
 exec((ROOT / "talk_hf" / "version.py").read_text(), version_namespace)

@@ -113,7 +113,9 @@ def quantize_int8(model: nn.Module, method: str = "dynamic") -> int:
             raise ImportError(
                 "quantize_int8: method='weight_only' needs torchao (pip install talk_hf[serving])"
             ) from error
-        config = Int8WeightOnlyConfig(set_inductor_config=False)  # leave torch._inductor's settings alone
+        # version=2: Int8Tensor weights (what the tests and measurements saw), named so that a later
+        # torchao default does not change the format; set_inductor_config: torch._inductor's settings stay.
+        config = Int8WeightOnlyConfig(version=2, set_inductor_config=False)
         quantize_(model, config, filter_fn=lambda module, name: isinstance(module, nn.Linear))
     setattr(model, RECORD_ATTRIBUTE, Int8Quantization(method, tuple(linears)))
     if hasattr(model, "save_pretrained"):
