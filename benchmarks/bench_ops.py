@@ -52,14 +52,23 @@ import talk_hf  # noqa: E402
 from talk_hf.ops import dynamic_conv, light_conv, talk_conv  # noqa: E402
 
 
-def build_case(name: str, *, batch: int, length: int, channels: int, heads: int, device, dtype, backend=None):
+def build_case(
+    name: str, *, batch: int, length: int, channels: int, heads: int, device, dtype, backend=None, misaligned_x=False
+):
     """Make the inputs of one benchmark case and return (run, inputs_needing_grad).
 
     ``run()`` computes the op's (B, T, C) output from freshly built leaf inputs; ``backend`` is
-    passed to the talk_hf ops (None: $TALK_HF_BACKEND, default "auto").
+    passed to the talk_hf ops (None: $TALK_HF_BACKEND, default "auto").  ``misaligned_x``: x starts
+    one element past its storage's start, off the 16-byte boundary the streaming CUDA kernels' vector
+    loads need, so that they run one channel a thread (`stream::vector_width`).
     """
     make = lambda *shape: torch.randn(*shape, device=device, dtype=dtype)  # noqa: E731
-    x = make(batch, length, channels).requires_grad_()
+    x = (
+        make(batch * length * channels + 1)[1:].view(batch, length, channels)
+        if misaligned_x
+        else make(batch, length, channels)
+    )
+    x.requires_grad_()
     if name == "talk_bidirectional":
         left = torch.rand(batch, length, heads, device=device, dtype=dtype).requires_grad_()
         right = torch.rand(batch, length, heads, device=device, dtype=dtype).requires_grad_()

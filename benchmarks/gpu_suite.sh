@@ -129,8 +129,8 @@ stage_profile() {
             --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis -k 'regex:talk|conv' \
             "$PYTHON" benchmarks/profile_kernels.py --dtype "$dtype" >"$report" 2>&1
         status=$((status | $?))
-        grep -E '^profiled|^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per' \
-            "$report" | head -n 300
+        grep -E '^profiled|^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Theoretical Occupancy|Block Limit Shared Mem|Registers Per' \
+            "$report" | head -n 500
     done
     return "$status"
 }

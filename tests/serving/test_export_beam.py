@@ -34,7 +34,10 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
     graph = onnx.helper.make_graph(
         [node], "log_softmax", [value("x", onnx.TensorProto.FLOAT, None)], [value("y", onnx.TensorProto.FLOAT, None)]
     )
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18)], ir_version=8)
+    opset_imports = [onnx.helper.make_opsetid("", 18)]  # as candidates_graph's, at its IR version
+    model = onnx.helper.make_model(
+        graph, opset_imports=opset_imports, ir_version=onnx.helper.find_min_ir_version_for(opset_imports)
+    )
     return _session(model).run(None, {"x": logits})[0]
 
 
