@@ -1,8 +1,8 @@
 """`torch.compile` of whole models: one graph for a training step, the same loss and gradients
 (aot_eager: tracing and autograd; inductor: generated code around the custom ops).
 
-With the compiled kernels (the ops are custom ops with fake kernels) nothing in a forward breaks
-the graph; the PyTorch path of talk_conv reads its offsets' maximum and would.
+Nothing in a forward breaks the graph, with the compiled kernels (the ops are custom ops with fake
+kernels) or on the PyTorch path (as where no compiler builds the kernels, or on Apple's GPUs).
 """
 
 import pytest
@@ -45,3 +45,14 @@ def test_compiled_training_step_is_one_graph_and_matches_eager(case, backend, co
     loss, gradients = _training_step(case, compiled)
     torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-6)
     assert_tensor_sets_close(gradients, expected, rtol=1e-4, context=f"{case.name} under {backend}")
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_training_step_on_the_pytorch_path_is_one_graph(case, monkeypatch):
+    monkeypatch.setenv("TALK_HF_BACKEND", "torch")
+    torch._dynamo.reset()
+    model = case.model().train()
+    expected_loss, expected = _training_step(case, model)
+    loss, gradients = _training_step(case, torch.compile(model, backend="aot_eager", fullgraph=True))
+    torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-6)
+    assert_tensor_sets_close(gradients, expected, rtol=1e-4, context=f"{case.name} on the PyTorch path")

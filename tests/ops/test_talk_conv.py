@@ -85,11 +85,34 @@ def test_offsets_above_one_from_dropout():
 
 
 def test_spans_several_blocks():
-    """Longer than one block, so the halo between blocks is exercised."""
+    """Longer than one block, so windows cross from one block of the PyTorch path's prefix sums into the next."""
     length = 2 * MIN_BLOCK + 37
     x, offset_left, offset_right = make_inputs(1, length, 2, 1, 7, 9)
     out = talk_conv(x, offset_left, offset_right, 7, 9)
     assert_close_to_reference(out, naive_talk_conv(x, offset_left, offset_right, 7, 9), torch.float64)
+
+
+@pytest.mark.parametrize("max_right", [0, 3])
+def test_windows_longer_than_a_block(max_right):
+    """Offsets far above 1 make windows that span three or more blocks of the PyTorch path (it sums the
+    blocks in between from their running totals); forward as the definition's, gradients checked
+    numerically along a random direction."""
+    length, max_left = 3 * MIN_BLOCK + 11, 4
+    x, offset_left, offset_right = make_inputs(1, length, 2, 1, max_left, max_right)
+    offset_left = offset_left * (2.5 * MIN_BLOCK / max_left)  # reaches up to 2.5 blocks back
+    offset_right = None if offset_right is None else offset_right * (MIN_BLOCK / max_right)
+    out = talk_conv(x, offset_left, offset_right, max_left, max_right)
+    expected = naive_talk_conv(x, offset_left, offset_right, max_left, max_right)
+    assert_close_to_reference(out, expected, torch.float64)
+
+    def op(*inputs):
+        return talk_conv(*inputs, max_left, max_right) if max_right else talk_conv(*inputs, None, max_left, 0)
+
+    inputs = [t.requires_grad_() for t in (x, offset_left, offset_right) if t is not None]
+    assert torch.autograd.gradcheck(op, inputs, eps=1e-6, atol=1e-7, fast_mode=True)
+    # Traced, the PyTorch path cannot read the offsets' maximum and takes the long-window sum always.
+    compiled = torch.compile(op, backend="aot_eager", fullgraph=True)
+    torch.testing.assert_close(compiled(*inputs), out)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])

@@ -1,10 +1,14 @@
 """The PyTorch path of :func:`talk_hf.ops.talk_conv` (its definition: the package docstring).
 
 It never builds one global prefix sum (its differences cancel catastrophically in low precision at
-long T).  It cuts time into blocks, gives each block a halo as wide as the farthest window reaches,
-and takes a float32 (float64 for float64 input) prefix sum inside each block only.  Memory stays
-O(B*T*C) and the result is exact to accumulation precision at any T.  In a packed row each edge is
-clamped into its token's document instead of the row, token by token; the rest is unchanged.
+long T).  It cuts time into blocks of a fixed length L, takes a float32 (float64 for float64 input)
+prefix sum inside each block, and sums a window from at most three pieces: the prefix sums at its
+two edges, the total of the block its left edge lies in when the window crosses into the next one,
+and, only for a window longer than a block (an offset far above 1), the blocks in between, as a
+difference of their running totals.  Block lengths and indices depend on the shapes alone, so the
+path traces into one graph (``torch.compile(fullgraph=True)``) and reads nothing back to the host
+but its offsets' check.  Memory stays O(B*T*C).  In a packed row each edge is clamped into its
+token's document instead of the row, token by token; the rest is unchanged.
 """
 
 from __future__ import annotations
@@ -15,26 +19,32 @@ import torch
 import torch.nn.functional as F
 
 from .._precision import accumulation_dtype
+from .._validation import runs_value_checks
 
-# Smallest time block of the blocked prefix sum; blocks grow to the halo width when windows are
-# wider, so the halo never costs more than the block itself.
+# Smallest time block of the blocked prefix sum; blocks grow to twice the longest window, so that a
+# window, even with offsets up to 2 (dropout), spans at most two blocks.
 MIN_BLOCK = 256
 
 
-def max_reach(name: str, offsets: torch.Tensor, max_offset: int, length: int) -> int:
-    """Farthest a window reaches, in whole tokens: ceil(max(offsets) * max_offset), at most T - 1.
-
-    Also rejects negative or non-finite offsets (one reduction, one host sync).
-    """
-    if max_offset == 0 or offsets.numel() == 0:
+def largest_reach(name: str, offsets: torch.Tensor, max_offset: int) -> int | None:
+    """The farthest a window reaches on this side, ceil(max(offsets) * max_offset) whole tokens, after
+    rejecting negative or non-finite offsets (one reduction, one host sync); None while tracing or
+    capturing (`runs_value_checks`), where nothing is read back."""
+    if offsets.numel() == 0:
         return 0
-    smallest, largest = torch.aminmax(offsets.detach())
-    smallest, largest = float(smallest), float(largest)
+    if not runs_value_checks(offsets):
+        return None
+    smallest, largest = (float(value) for value in torch.aminmax(offsets.detach()))
     if not (math.isfinite(smallest) and math.isfinite(largest)):
         raise ValueError(f"{name} contains NaN or infinite values")
     if smallest < 0:
         raise ValueError(f"{name} must be >= 0 (a relative reach), got a minimum of {smallest}")
-    return min(math.ceil(largest * max_offset), length - 1)
+    return math.ceil(largest * max_offset)
+
+
+def block_length(length: int, max_left: int, max_right: int) -> int:
+    """L: twice the longest window (at least MIN_BLOCK), and no longer than the T + 2 rows used."""
+    return min(max(MIN_BLOCK, 2 * (max_left + max_right + 1)), length + 2)
 
 
 def talk_conv_torch(
@@ -48,9 +58,12 @@ def talk_conv_torch(
     """The PyTorch reference of :func:`talk_conv` (arguments as there, already checked; ``edges``:
     None, or the (B, T, 2) document edges of a packed row, `documents.document_edges`).
 
-    Shapes inside: nb blocks of L time steps, each widened by a halo of ``halo_left`` steps
-    before and ``halo_right`` after, W = L + halo_left + halo_right; heads split C into H x R.
+    Shapes inside: the input padded to Tp = nb * L rows (one zero row before it, zeros after), seen as
+    nb blocks of L rows; heads split C into H x R.
     """
+    reaches = [largest_reach("offset_left", offset_left, max_left)]
+    if offset_right is not None:
+        reaches.append(largest_reach("offset_right", offset_right, max_right))
     if x.numel() == 0:  # no tokens (or no channels): the empty result, still attached to x's graph
         return x.clone()
     batch, length, channels = x.shape
@@ -59,63 +72,66 @@ def talk_conv_torch(
     compute_dtype = accumulation_dtype(x.dtype)
     normalizer = float(max_left + max_right + 1)
 
-    # Window edges a = t - d and b = t + e per (batch, time, head), split into whole tokens and
-    # fractions relative to t: the reaches d, e keep full precision whatever t is (t - d in float32
+    # Window [l + left_frac, r + 1 + right_frac) per (batch, time, head): l and r whole tokens, the
+    # fractions relative to t (the reaches d, e keep full precision whatever t is: t - d in float32
     # would keep only 7 fractional bits at T = 70,000).  A clamped edge has no fraction.  Edges are
-    # clamped into [first, last]: the row, or each token's document, (B, T, 1) each.
+    # clamped into [first, last]: the row, or each token's document, (B, T, 1) each; the final clamps
+    # only matter for offsets the check rejects (while tracing, when it does not run).
     time = torch.arange(length, device=x.device).view(1, length, 1)
-    first, last = (0, length - 1) if edges is None else (edges[..., :1], edges[..., 1:])
+    first, last = (0, length - 1) if edges is None else (edges[..., :1].long(), edges[..., 1:].long())
     reach_left = offset_left.to(compute_dtype) * max_left
     whole_left = reach_left.detach().ceil()
     left_inside = reach_left <= time - first
-    left_floor = torch.where(left_inside, time - whole_left.long(), first)
+    left = torch.where(left_inside, time - whole_left.long(), first).clamp(first, last)
     left_frac = torch.where(left_inside, whole_left - reach_left, 0.0)  # d frac / d reach = -1
     if offset_right is None:
-        right_floor, right_frac = time.expand(batch, length, heads), torch.zeros_like(left_frac)
+        right, right_frac = time.expand(batch, length, heads), torch.zeros_like(left_frac)
     else:
         reach_right = offset_right.to(compute_dtype) * max_right
         whole_right = reach_right.detach().floor()
         right_inside = reach_right <= last - time
-        right_floor = torch.where(right_inside, time + whole_right.long(), last)
+        right = torch.where(right_inside, time + whole_right.long(), last).clamp(first, last)
         right_frac = torch.where(right_inside, reach_right - whole_right, 0.0)
 
-    # Halo: one step before the farthest left edge floor(a) (so that prefix[floor(a) - 1] exists)
-    # and up to the farthest token after floor(b).
-    halo_left = max_reach("offset_left", offset_left, max_left, length) + 1
-    halo_right = (0 if offset_right is None else max_reach("offset_right", offset_right, max_right, length)) + 1
-    block = min(length, max(MIN_BLOCK, halo_left + halo_right))
-    num_blocks = -(-length // block)
+    # Row g of the padded input holds x[g - 1] / K (row 0 and rows past T are zeros), so the prefix
+    # sum P[i] = x[0] + ... + x[i - 1] (over K) is the inclusive running sum up to row i, which the
+    # blocks keep as within[i] (from their own first row) plus the totals of the blocks before i's.
+    # Rows up to T + 1 are read (x[r + 1] with r = T - 1).
+    block = block_length(length, max_left, max_right)
+    num_blocks = -(-(length + 2) // block)
     padded_length = num_blocks * block
-    span = block + halo_left + halo_right
+    x_padded = F.pad(x.to(compute_dtype) / normalizer, (0, 0, 1, padded_length - length - 1))
+    within = x_padded.view(batch, num_blocks, block, channels).cumsum(2)
 
-    # The constant normaliser 1/K is applied to x up front, folded into the padding copy.
-    x_padded = F.pad(x.to(compute_dtype) / normalizer, (0, 0, halo_left, padded_length - length + halo_right))
-    # (B, nb, span, C) overlapping view: block n covers padded steps n*L .. n*L + span - 1.
-    x_blocks = x_padded.unfold(1, span, block).transpose(2, 3)
-    prefix = x_blocks.cumsum(2)  # inclusive: prefix[i] = x_blocks[0] + ... + x_blocks[i]
-    x_blocks = x_blocks.view(batch, num_blocks, span, heads, head_size)
-    prefix = prefix.view(batch, num_blocks, span, heads, head_size)
+    def at(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """values (B, rows, C) at the (B, T, H) row indices -> (B, T, H, R)."""
+        values = values.view(batch, values.shape[1], heads, head_size)
+        return values.gather(1, index.unsqueeze(-1).expand(batch, length, heads, head_size))
 
-    def extend_to_blocks(values: torch.Tensor) -> torch.Tensor:
-        """(B, T, H) -> (B, nb, L, H, 1); steps past T repeat the last real value (then dropped)."""
-        tail = values[:, -1:].expand(batch, padded_length - length, heads)
-        return torch.cat([values, tail], dim=1).view(batch, num_blocks, block, heads, 1)
-
-    block_start = torch.arange(num_blocks, device=x.device).view(1, num_blocks, 1, 1, 1) * block
-    expanded_shape = (batch, num_blocks, block, heads, head_size)
-
-    def block_index(edge: torch.Tensor, shift: int = 0) -> torch.Tensor:
-        """(B, T, H) global token index -> (B, nb, L, H, R) index into the block's span."""
-        local = extend_to_blocks(edge) - block_start + (halo_left + shift)
-        return local.expand(expanded_shape)
-
-    left_index = block_index(left_floor)
-    after_right_index = block_index(right_floor + 1)
-    # P[i] (the sum of the tokens before i) is prefix[i - 1]; halo_left >= 1 keeps i - 1 >= 0.
-    window_sum = prefix.gather(2, block_index(right_floor + 1, shift=-1)) - prefix.gather(
-        2, block_index(left_floor, shift=-1)
-    )
-    out = torch.addcmul(window_sum, extend_to_blocks(right_frac), x_blocks.gather(2, after_right_index))
-    out = torch.addcmul(out, extend_to_blocks(left_frac), x_blocks.gather(2, left_index), value=-1)
-    out = out.view(batch, padded_length, channels)[:, :length]
-    return out.to(x.dtype).contiguous()
+    # P[r + 1] - P[l] = within[r + 1] - within[l] in one block; a window that crosses into the next
+    # block takes, instead of -within[l], the rest of l's block after l (its total - within[l]).
+    after_right = right + 1
+    if num_blocks == 1:
+        window_sum = at(within.view(batch, padded_length, channels), after_right) - at(
+            within.view(batch, padded_length, channels), left
+        )
+    else:
+        block_totals = within[:, :, -1:]  # (B, nb, 1, C)
+        left_terms = torch.cat([-within, block_totals - within], dim=1).view(batch, 2 * padded_length, channels)
+        left_block = left.div(block, rounding_mode="floor")
+        right_block = after_right.div(block, rounding_mode="floor")
+        crosses = right_block > left_block
+        window_sum = at(within.view(batch, padded_length, channels), after_right) + at(
+            left_terms, left + crosses * padded_length
+        )
+        if None in reaches or sum(reaches) + 1 > block:  # a window may span three blocks or more
+            # the blocks strictly between l's and r + 1's: a difference of running totals (whose
+            # cancellation only such long windows pay)
+            totals_before = (block_totals.cumsum(1) - block_totals).squeeze(2)  # (B, nb, C)
+            next_block = (left_block + 1).clamp(max=num_blocks - 1)
+            between = at(totals_before, right_block) - at(totals_before, next_block)
+            window_sum = window_sum + torch.where((right_block > left_block + 1).unsqueeze(-1), between, 0.0)
+    # The fractional edge tokens: x[r + 1] (row r + 2) and x[l] (row l + 1).
+    out = torch.addcmul(window_sum, right_frac.unsqueeze(-1), at(x_padded, after_right + 1))
+    out = torch.addcmul(out, left_frac.unsqueeze(-1), at(x_padded, left + 1), value=-1)
+    return out.view(batch, length, channels).to(x.dtype)
