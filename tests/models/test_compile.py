@@ -2,7 +2,7 @@
 (aot_eager: tracing and autograd; inductor: generated code around the custom ops).
 
 Nothing in a forward breaks the graph, with the compiled kernels (the ops are custom ops with fake
-kernels) or on the PyTorch path (as where no compiler builds the kernels, or on Apple's GPUs).
+kernels) or on the PyTorch path (as where no compiler builds the kernels).
 """
 
 import pytest
