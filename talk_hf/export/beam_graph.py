@@ -99,10 +99,16 @@ def candidates_graph(vocab_size: int, chunk: int, opset: int = 18) -> onnx.Model
         ],
         node.constants,
     )
-    opset_imports = [helper.make_opsetid("", opset)]
-    # The oldest IR version that holds the opset, not the installed onnx's newest: any runtime that
-    # runs the opset then loads the file (ONNX Runtime 1.31 refuses IR 14, which onnx 1.23 writes).
-    ir_version = helper.find_min_ir_version_for(opset_imports)
-    model = helper.make_model(graph, opset_imports=opset_imports, ir_version=ir_version)
+    model = model_at_oldest_ir(graph, opset)
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def model_at_oldest_ir(graph: onnx.GraphProto, opset: int) -> onnx.ModelProto:
+    """``graph`` as a model of the default domain's ``opset``, at the oldest IR version that holds the
+    opset, not the installed onnx's newest: any runtime that runs the opset then loads the file (ONNX
+    Runtime 1.31 refuses IR 14, which onnx 1.23 writes)."""
+    opset_imports = [helper.make_opsetid("", opset)]
+    return helper.make_model(
+        graph, opset_imports=opset_imports, ir_version=helper.find_min_ir_version_for(opset_imports)
+    )

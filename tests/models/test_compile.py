@@ -33,26 +33,26 @@ def _training_step(case, model):
     return loss.detach(), {name: p.grad.clone() for name, p in parameters if p.grad is not None}
 
 
+def _assert_compiled_step_matches_eager(case, backend: str, context: str) -> None:
+    """One fullgraph compile of the case's model (fails on any graph break): its training step gives
+    the eager step's loss and gradients."""
+    torch._dynamo.reset()
+    model = case.model().train()  # dropout 0
+    expected_loss, expected = _training_step(case, model)
+    loss, gradients = _training_step(case, torch.compile(model, backend=backend, fullgraph=True))
+    torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-6)
+    assert_tensor_sets_close(gradients, expected, rtol=1e-4, context=context)
+
+
 @pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_compiled_training_step_is_one_graph_and_matches_eager(case, backend, compiled_kernels):
     if backend == "inductor" and case.is_seq2seq:
         pytest.skip("inductor takes 20-50 s per seq2seq model on the CPU; the LMs compile the same blocks")
-    torch._dynamo.reset()
-    model = case.model().train()  # dropout 0
-    expected_loss, expected = _training_step(case, model)
-    compiled = torch.compile(model, backend=backend, fullgraph=True)  # fails on any graph break
-    loss, gradients = _training_step(case, compiled)
-    torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-6)
-    assert_tensor_sets_close(gradients, expected, rtol=1e-4, context=f"{case.name} under {backend}")
+    _assert_compiled_step_matches_eager(case, backend, f"{case.name} under {backend}")
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_training_step_on_the_pytorch_path_is_one_graph(case, monkeypatch):
     monkeypatch.setenv("TALK_HF_BACKEND", "torch")
-    torch._dynamo.reset()
-    model = case.model().train()
-    expected_loss, expected = _training_step(case, model)
-    loss, gradients = _training_step(case, torch.compile(model, backend="aot_eager", fullgraph=True))
-    torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-6)
-    assert_tensor_sets_close(gradients, expected, rtol=1e-4, context=f"{case.name} on the PyTorch path")
+    _assert_compiled_step_matches_eager(case, "aot_eager", f"{case.name} on the PyTorch path")

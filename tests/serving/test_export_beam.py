@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from talk_hf.export import OnnxGenerator, export_onnx
-from talk_hf.export.beam_graph import candidates_graph, chunk_size
+from talk_hf.export.beam_graph import candidates_graph, chunk_size, model_at_oldest_ir
 
 from ..models.helpers import VOCAB
 from .test_export import EXPORTED, _inputs
@@ -34,10 +34,7 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
     graph = onnx.helper.make_graph(
         [node], "log_softmax", [value("x", onnx.TensorProto.FLOAT, None)], [value("y", onnx.TensorProto.FLOAT, None)]
     )
-    opset_imports = [onnx.helper.make_opsetid("", 18)]  # as candidates_graph's, at its IR version
-    model = onnx.helper.make_model(
-        graph, opset_imports=opset_imports, ir_version=onnx.helper.find_min_ir_version_for(opset_imports)
-    )
+    model = model_at_oldest_ir(graph, 18)  # as candidates_graph's
     return _session(model).run(None, {"x": logits})[0]
 
 

@@ -101,7 +101,8 @@ def talk_conv_torch(
     num_blocks = -(-(length + 2) // block)
     padded_length = num_blocks * block
     x_padded = F.pad(x.to(compute_dtype) / normalizer, (0, 0, 1, padded_length - length - 1))
-    within = x_padded.view(batch, num_blocks, block, channels).cumsum(2)
+    within_blocks = x_padded.view(batch, num_blocks, block, channels).cumsum(2)
+    within = within_blocks.view(batch, padded_length, channels)
 
     def at(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """values (B, rows, C) at the (B, T, H) row indices -> (B, T, H, R)."""
@@ -112,18 +113,15 @@ def talk_conv_torch(
     # block takes, instead of -within[l], the rest of l's block after l (its total - within[l]).
     after_right = right + 1
     if num_blocks == 1:
-        window_sum = at(within.view(batch, padded_length, channels), after_right) - at(
-            within.view(batch, padded_length, channels), left
-        )
+        window_sum = at(within, after_right) - at(within, left)
     else:
-        block_totals = within[:, :, -1:]  # (B, nb, 1, C)
-        left_terms = torch.cat([-within, block_totals - within], dim=1).view(batch, 2 * padded_length, channels)
+        block_totals = within_blocks[:, :, -1:]  # (B, nb, 1, C)
+        rest_of_block = (block_totals - within_blocks).view(batch, padded_length, channels)
+        left_terms = torch.cat([-within, rest_of_block], dim=1)  # (B, 2 Tp, C)
         left_block = left.div(block, rounding_mode="floor")
         right_block = after_right.div(block, rounding_mode="floor")
         crosses = right_block > left_block
-        window_sum = at(within.view(batch, padded_length, channels), after_right) + at(
-            left_terms, left + crosses * padded_length
-        )
+        window_sum = at(within, after_right) + at(left_terms, left + crosses * padded_length)
         if None in reaches or sum(reaches) + 1 > block:  # a window may span three blocks or more
             # the blocks strictly between l's and r + 1's: a difference of running totals (whose
             # cancellation only such long windows pay)
