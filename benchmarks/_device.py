@@ -9,8 +9,6 @@ from pathlib import Path
 
 import torch
 
-from talk_hf.ops._backend import UNVERIFIED_CUDA_ENV
-
 # Where the benchmarks write their JSON unless --out says otherwise.
 RESULTS = Path(__file__).parent / "results"
 
@@ -71,8 +69,6 @@ def run_metadata(device: torch.device | str) -> dict:
             "talk_hf": talk_hf.__version__,
         },
         "ops_backend": talk_hf.ops._backend.requested_backend(None),
-        # the CUDA kernel set: the streaming kernels of the ops named here, the tiled ones otherwise
-        "unverified_cuda": os.environ.get(UNVERIFIED_CUDA_ENV, ""),
     }
 
 

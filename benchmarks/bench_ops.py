@@ -4,17 +4,16 @@ Times each op and SDPA on the same (B, T, C, H) for T = 256 .. 16,384, forward a
 forward+backward, in one run, and reports the ratios SDPA time / op time, the growth of each op's
 time with T (log-log slope: 1.0 is linear) and the peak extra memory of one forward pass.
 ``--backends`` times the ops on several backends (``torch``, ``cpu``, ``cuda``, ``auto``; see
-talk_hf.ops._backend), and ``cuda-stream``: the CUDA backend with talk_conv's streaming kernels
-(``$TALK_HF_UNVERIFIED_CUDA``, csrc/talk_conv/talk_conv_cuda_stream.cu), whose rows carry
-``tiled_over_stream_*``: the time of the same case on ``cuda`` (the tiled kernels) over its own,
-measured in the same run (dynamic_conv and light_conv run their streaming kernels on ``cuda``).  Each op's achieved memory bandwidth is reported as a fraction of a
+talk_hf.ops._backend); on ``cuda`` each op runs its one set of CUDA kernels (talk_conv: the tiled
+forward and the streaming backward; dynamic_conv and light_conv: the streaming kernels; each hands
+the shapes its streaming kernels do not take to the tiled ones, see csrc/cuda_fallback.h).  Each
+op's achieved memory bandwidth is reported as a fraction of a
 same-run device-to-device copy (bytes of each input and output counted once; the backward pass
 as forward+backward minus forward); the same run also measures ``clone()`` (a copy into a new
 tensor, whose fresh pages cost first-touch faults on the CPU unless THP_MEM_ALLOC_ENABLE=1) and a
 matrix product, the flop ceiling the convolutions are held against (``flops`` fractions).  ``--table6`` is the TaLK paper's Table 6 setting: B=10,
 d=1024, H=16, fp32, T = 10 .. 10,000, iterations/s of talk_conv and dynamic_conv (k=3, k=31) on
-the compiled backend (on a GPU: both kernel sets) and the PyTorch path, against SDPA (flash in bf16,
-and fp32).
+the compiled backend and the PyTorch path, against SDPA (flash in bf16, and fp32).
 Results are printed and saved as JSON under benchmarks/results/.
 
     python benchmarks/bench_ops.py                       # CPU or the visible GPU
@@ -27,7 +26,6 @@ Results are printed and saved as JSON under benchmarks/results/.
 """
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import math
@@ -46,29 +44,20 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _device import RESULTS, UNVERIFIED_CUDA_ENV, add_device_option, device_name, process_status_bytes, synchronize  # noqa: E402
+from _device import RESULTS, add_device_option, device_name, process_status_bytes, synchronize  # noqa: E402
 
 import talk_hf  # noqa: E402
 from talk_hf.ops import dynamic_conv, light_conv, talk_conv  # noqa: E402
 
 
-def build_case(
-    name: str, *, batch: int, length: int, channels: int, heads: int, device, dtype, backend=None, misaligned_x=False
-):
+def build_case(name: str, *, batch: int, length: int, channels: int, heads: int, device, dtype, backend=None):
     """Make the inputs of one benchmark case and return (run, inputs_needing_grad).
 
     ``run()`` computes the op's (B, T, C) output from freshly built leaf inputs; ``backend`` is
-    passed to the talk_hf ops (None: $TALK_HF_BACKEND, default "auto").  ``misaligned_x``: x starts
-    one element past its storage's start, off the 16-byte boundary the streaming CUDA kernels' vector
-    loads need, so that they run one channel a thread (`stream::vector_width`).
+    passed to the talk_hf ops (None: $TALK_HF_BACKEND, default "auto").
     """
     make = lambda *shape: torch.randn(*shape, device=device, dtype=dtype)  # noqa: E731
-    x = (
-        make(batch * length * channels + 1)[1:].view(batch, length, channels)
-        if misaligned_x
-        else make(batch, length, channels)
-    )
-    x.requires_grad_()
+    x = make(batch, length, channels).requires_grad_()
     if name == "talk_bidirectional":
         left = torch.rand(batch, length, heads, device=device, dtype=dtype).requires_grad_()
         right = torch.rand(batch, length, heads, device=device, dtype=dtype).requires_grad_()
@@ -100,11 +89,6 @@ def build_case(
     raise ValueError(f"unknown case {name!r}")
 
 
-# The benchmark backend that runs the "cuda" backend with the streaming kernels of these ops (the
-# others' default CUDA kernels are their streaming ones), and the cases it runs.
-STREAM_BACKEND = "cuda-stream"
-STREAM_OPS = "talk_conv"
-STREAM_CASES = ("talk_bidirectional", "talk_causal")
 CASES = ["talk_bidirectional", "talk_causal", "dynamic_conv_k3", "dynamic_conv_k31", "light_conv_k31", "sdpa"]
 ATTENTION = ("sdpa", "sdpa_flash_bf16")
 TABLE6 = {
@@ -156,21 +140,6 @@ class References:
     copy_bytes_per_s: float
     clone_bytes_per_s: float
     matmul_flops_per_s: float
-
-
-@contextlib.contextmanager
-def kernel_set(backend: str | None):
-    """The ops' backend for a benchmark backend name; inside, ``$TALK_HF_UNVERIFIED_CUDA`` names the
-    streaming ops for ``cuda-stream`` and nothing otherwise (the ops read it at each call)."""
-    saved = os.environ.get(UNVERIFIED_CUDA_ENV)
-    os.environ[UNVERIFIED_CUDA_ENV] = STREAM_OPS if backend == STREAM_BACKEND else ""
-    try:
-        yield "cuda" if backend == STREAM_BACKEND else backend
-    finally:
-        if saved is None:
-            del os.environ[UNVERIFIED_CUDA_ENV]
-        else:
-            os.environ[UNVERIFIED_CUDA_ENV] = saved
 
 
 def bytes_moved(case: Case) -> tuple[int, int]:
@@ -299,30 +268,27 @@ def report_cpu_peak(case: Case, *, backend: str) -> None:
 
 
 def backends_of(name: str, backends: list[str]) -> list[str]:
-    """The benchmark backends that case ``name`` runs on: ``-`` for attention, else ``backends``
-    without ``cuda-stream`` where that would run the same kernels as ``cuda``."""
+    """The backends that case ``name`` runs on: ``-`` for attention, else ``backends``."""
     if name in ATTENTION:
         return ["-"]
-    return [backend for backend in backends if backend != STREAM_BACKEND or name in STREAM_CASES]
+    return list(backends)
 
 
 def measure_row(case: Case, *, backend: str, references: References, min_seconds: float, skip_peak: bool) -> dict:
-    """The report's row of one case on one benchmark backend (``-`` for attention): seconds, peak
+    """The report's row of one case on one backend (``-`` for attention): seconds, peak
     memory, and for the ops the fractions of the same-run `references` they reach.  A case that
     runs out of GPU memory (like self-attention at T = 10,000 in the paper) gets a row saying so."""
     op_backend = None if case.name in ATTENTION else backend
     head = {"case": case.name, "backend": backend, "length": case.length}
     try:
-        with kernel_set(op_backend) as ops_backend:
-            forward, forward_backward = time_case(case, min_seconds=min_seconds, backend=ops_backend)
+        forward, forward_backward = time_case(case, min_seconds=min_seconds, backend=op_backend)
     except torch.cuda.OutOfMemoryError:
         torch.cuda.empty_cache()
         print(f"T={case.length:6d} {case.name:20s} {backend:11s} out of memory")
         return {**head, "error": "out of memory"}
     row = {**head, "forward_s": forward, "forward_backward_s": forward_backward, "iterations_per_s": 1 / forward}
     if not skip_peak:
-        with kernel_set(op_backend) as ops_backend:
-            row["forward_peak_bytes"] = peak_forward_bytes(case, backend=ops_backend or "auto")
+        row["forward_peak_bytes"] = peak_forward_bytes(case, backend=op_backend or "auto")
     if case.name not in ATTENTION:
         row |= fractions_of_ceilings(case, forward=forward, forward_backward=forward_backward, references=references)
     return row
@@ -346,19 +312,15 @@ def fractions_of_ceilings(case: Case, *, forward: float, forward_backward: float
 
 def add_ratios(rows: list[dict], *, length: int) -> tuple[list[dict], dict]:
     """Give the measured rows of ``length`` their ratios: attention's time over theirs
-    (``sdpa_over_op_*``, ``sdpa_flash_over_op_*``) and, on ``cuda-stream``, the tiled kernels' time
-    over theirs (``tiled_over_stream_*``).  Returns those rows and the attention rows by case."""
+    (``sdpa_over_op_*``, ``sdpa_flash_over_op_*``).  Returns those rows and the attention rows by
+    case."""
     measured = [row for row in rows if "error" not in row and row["length"] == length]
     baselines = {row["case"]: row for row in measured if row["case"] in ATTENTION}
-    tiled = {row["case"]: row for row in measured if row["backend"] == "cuda"}
     for row in measured:
         for attention, label in (("sdpa", "sdpa"), ("sdpa_flash_bf16", "sdpa_flash")):
             if attention in baselines:
                 for phase in ("forward", "forward_backward"):
                     row[f"{label}_over_op_{phase}"] = baselines[attention][f"{phase}_s"] / row[f"{phase}_s"]
-        if row["backend"] == STREAM_BACKEND and row["case"] in tiled:
-            for phase in ("forward", "forward_backward"):
-                row[f"tiled_over_stream_{phase}"] = tiled[row["case"]][f"{phase}_s"] / row[f"{phase}_s"]
     return measured, baselines
 
 
@@ -382,11 +344,6 @@ def describe(row: dict, *, baselines: dict) -> str:
         )
     if "forward_flops_fraction" in row:
         parts.append(f"  flops fwd {row['forward_flops_fraction']:5.0%} bwd {row['backward_flops_fraction']:5.0%}")
-    if "tiled_over_stream_forward" in row:
-        parts.append(
-            f"  tiled/stream fwd {row['tiled_over_stream_forward']:5.2f}x"
-            f" fwd+bwd {row['tiled_over_stream_forward_backward']:5.2f}x"
-        )
     return "".join(parts)
 
 
@@ -445,7 +402,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--backends",
         nargs="+",
         default=["auto"],
-        choices=["auto", "torch", "cpu", "cuda", STREAM_BACKEND],
+        choices=["auto", "torch", "cpu", "cuda"],
         help="backends of the talk_hf ops (SDPA runs once)",
     )
     parser.add_argument(
@@ -462,8 +419,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not args.table6:
         return args
-    on_gpu = torch.device(args.device).type == "cuda"
-    backends = ["cuda", STREAM_BACKEND, "torch"] if on_gpu else [torch.device(args.device).type, "torch"]
+    backends = [torch.device(args.device).type, "torch"]
     return argparse.Namespace(**{**vars(args), **TABLE6, "backends": backends})
 
 

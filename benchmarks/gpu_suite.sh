@@ -14,18 +14,16 @@
 #   checks    test and sanitize at the same time (correctness only, so sharing the GPU is harmless;
 #             each writes its own log as above)                      -> checks.log
 #   bench     bench_ops.py: the TaLK paper's Table 6 setting, then the default lengths in float32 and
-#             bfloat16; every case on the default CUDA kernels (cuda) and talk_conv's also on its
-#             streaming ones (cuda-stream, $TALK_HF_UNVERIFIED_CUDA), with their ratio from the same run
+#             bfloat16; every case once on the CUDA kernels (backend cuda)
 #                                   -> table6_cuda.json, ops_cuda.json, ops_cuda_bf16.json
-#   profile   Nsight Compute over each kernel of both sets at the Table 6 shape, float32 and bfloat16
+#   profile   Nsight Compute over each kernel the ops run at the Table 6 shape, float32 and bfloat16
 #                                                           -> ncu-table6.txt, ncu-table6-bf16.txt
 #   generate  bench_generate.py on the GPU                           -> bench_generate_cuda.json
 #   decode    bench_serving.py's LM section on the GPU, GPT-2 small's size: our causal LMs in eager and
 #             compiled `generate` (CUDA graphs) against GPT-2 eager and with a compiled static cache
 #                                                                    -> serving_lm_cuda.json
 #   trainspeed  bench_train.py on the GPU: the language models against GPT-2 (flash SDPA) at GPT-2
-#             small's size, bf16, T = 1,024, 4,096, 16,384, on the streaming kernels: training
-#             tokens/s and peak memory
+#             small's size, bf16, T = 1,024, 4,096, 16,384: training tokens/s and peak memory
 #                                                                    -> train_cuda_lm_bf16.json
 #   train     Multi30k En->De, TaLK, DynamicConv and the Transformer baseline, bf16, the same
 #             training-time budget each, all three at once on the one GPU; then plot.py
@@ -110,17 +108,16 @@ stage_checks() {
 }
 
 stage_bench() {
-    local sets=(--backends cuda cuda-stream)
     "$PYTHON" benchmarks/bench_ops.py --table6 --out "$RESULTS/table6_cuda.json" &&
-        "$PYTHON" benchmarks/bench_ops.py --lengths 256 1024 4096 16384 "${sets[@]}" --out "$RESULTS/ops_cuda.json" &&
-        "$PYTHON" benchmarks/bench_ops.py --lengths 256 1024 4096 16384 "${sets[@]}" --dtype bfloat16 \
+        "$PYTHON" benchmarks/bench_ops.py --lengths 256 1024 4096 16384 --backends cuda --out "$RESULTS/ops_cuda.json" &&
+        "$PYTHON" benchmarks/bench_ops.py --lengths 256 1024 4096 16384 --backends cuda --dtype bfloat16 \
             --cases talk_bidirectional talk_causal dynamic_conv_k3 dynamic_conv_k31 light_conv_k31 sdpa_flash_bf16 \
             --out "$RESULTS/ops_cuda_bf16.json"
 }
 
 stage_profile() {
-    # Nsight Compute over one forward and backward of each op at the Table 6 shape, on both kernel
-    # sets (profile_kernels.py; each launch is named on its stdout)
+    # Nsight Compute over one forward and backward of each op at the Table 6 shape, on the kernels
+    # the ops run (profile_kernels.py; each launch is named on its stdout)
     local ncu=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -n 1)}
     local status=0 dtype report
     for dtype in float32 bfloat16; do
@@ -145,8 +142,7 @@ stage_decode() {
 }
 
 stage_trainspeed() {
-    # on the streaming kernels: the set that becomes the default once the checks pass
-    TALK_HF_UNVERIFIED_CUDA=all "$PYTHON" benchmarks/bench_train.py --device cuda --mixed-precision bf16 --blocks 1024 4096 16384 \
+    "$PYTHON" benchmarks/bench_train.py --device cuda --mixed-precision bf16 --blocks 1024 4096 16384 \
         --d-model 768 --layers 12 --heads 12 --ffn 3072 --vocab 50257 \
         --models TaLKForCausalLM DynamicConvForCausalLM "GPT2 (baseline)" --out "$RESULTS/train_cuda_lm_bf16.json"
 }

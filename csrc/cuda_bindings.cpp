@@ -1,17 +1,16 @@
 // The Python module of the CUDA build; the kernels live in csrc/<op>/<op>_cuda*.cu (compiled by nvcc).
 #include "bindings.h"
-#include "cuda_stream.h"
+#include "cuda_fallback.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   talk_hf::bind_operators(module);
-  // The streaming kernels (talk_conv_cuda_stream.cu, dynamic_conv_cuda_stream.cu), behind $TALK_HF_UNVERIFIED_CUDA.
-  module.def("talk_forward_stream", &talk_hf::talk_forward_stream, "TaLK convolution, forward (streaming kernel)");
-  module.def("talk_backward_stream", &talk_hf::talk_backward_stream, "TaLK convolution, backward (streaming kernels)");
-  module.def("conv_forward_stream", &talk_hf::conv_forward_stream, "DynamicConv/LightConv, forward (streaming kernel)");
-  module.def("conv_backward_stream", &talk_hf::conv_backward_stream,
-             "DynamicConv/LightConv, backward (streaming kernels)");
+  // The tiled kernels that the streaming ones fall back to (cuda_fallback.h), bound so that the gpu
+  // tests and compute-sanitizer run them on shapes small enough to test.
+  module.def("talk_backward_tiled", &talk_hf::talk_backward_tiled, "TaLK convolution, backward (tiled kernels)");
+  module.def("conv_forward_tiled", &talk_hf::conv_forward_tiled, "DynamicConv/LightConv, forward (tiled kernel)");
+  module.def("conv_backward_tiled", &talk_hf::conv_backward_tiled, "DynamicConv/LightConv, backward (tiled kernels)");
   module.def("talk_stream_fallback", &talk_hf::talk_stream_fallback,
-             "why talk_conv's streaming kernels fall back to the tiled ones for these inputs ('' where they do not)");
+             "why talk_conv's streaming backward falls back to the tiled one for these inputs ('' where it does not)");
   module.def("conv_stream_fallback", &talk_hf::conv_stream_fallback,
              "why the conv streaming kernels fall back to the tiled ones for these inputs ('' where they do not)");
 }

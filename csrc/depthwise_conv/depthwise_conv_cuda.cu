@@ -2,8 +2,6 @@
 // talk_hf.ops._extension:
 //   out[b, t, c] = sum_k w[c, k] * u[b, t + k * dilation - left, c],   zero outside [0, T),
 // u = x, or its gated form relu(x) * scale[b, t] (talk_math.h's InputGate; each part optional).
-// Not yet run on a GPU: talk_hf.ops.depthwise_conv uses them only where $TALK_HF_UNVERIFIED_CUDA
-// names depthwise_conv (talk_hf/ops/_backend.py).
 //
 // Layout: a block of kChannels threads covers kChannels consecutive channels of one batch row
 // (threadIdx.x = channel, so a warp reads 32 consecutive elements of a (C,) row: coalesced), and

@@ -1,6 +1,7 @@
-// CUDA kernels of dynamic_conv/light_conv, built just in time by talk_hf.ops._extension.  The
-// per-element math comes from talk_math.h, shared with the C++ CPU kernels that the CPU test suite
-// runs; the block layout from cuda_tiles.h.
+// Tiled CUDA kernels of dynamic_conv/light_conv, built just in time by talk_hf.ops._extension: the
+// streaming kernels' fallback for the shapes they do not take (dynamic_conv_cuda_stream.cu,
+// cuda_fallback.h).  The per-element math comes from talk_math.h, shared with the C++ CPU kernels
+// that the CPU test suite runs; the block layout from cuda_tiles.h.
 //
 // Forward and grad_x: one thread per channel and time step sums the taps; the weight gradient is
 // one warp per (b, t, h) dot product.
@@ -16,6 +17,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include "cuda_fallback.h"
 #include "cuda_tiles.h"
 #include "ops.h"
 #include "tensors.h"
@@ -73,8 +75,8 @@ __global__ void conv_grad_weight_kernel(Spans spans, Layout layout, int64_t head
 
 }  // namespace
 
-at::Tensor conv_forward(const at::Tensor& x_in, const at::Tensor& weight, int64_t padding_l,
-                        const std::optional<at::Tensor>& document_edges) {
+at::Tensor conv_forward_tiled(const at::Tensor& x_in, const at::Tensor& weight, int64_t padding_l,
+                              const std::optional<at::Tensor>& document_edges) {
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous();
   at::Tensor out = at::empty(x.sizes(), x.options());
@@ -93,9 +95,10 @@ at::Tensor conv_forward(const at::Tensor& x_in, const at::Tensor& weight, int64_
   return out;
 }
 
-std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out_in, const at::Tensor& x_in,
-                                                 const at::Tensor& weight, int64_t padding_l, bool sum_weight_gradient,
-                                                 const std::optional<at::Tensor>& document_edges) {
+std::tuple<at::Tensor, at::Tensor> conv_backward_tiled(const at::Tensor& grad_out_in, const at::Tensor& x_in,
+                                                       const at::Tensor& weight, int64_t padding_l,
+                                                       bool sum_weight_gradient,
+                                                       const std::optional<at::Tensor>& document_edges) {
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor grad_out = grad_out_in.contiguous();
   const at::Tensor x = x_in.contiguous();

@@ -1,6 +1,5 @@
-// Streaming CUDA kernels of dynamic_conv and light_conv (forward; backward for x and the weights),
-// behind the switch $TALK_HF_UNVERIFIED_CUDA=dynamic_conv,light_conv until a GPU has verified them
-// (cuda_stream.h).  The tap arithmetic (conv_source, in_sequence) is talk_math.h's, shared with the
+// Streaming CUDA kernels of dynamic_conv and light_conv (forward; backward for x and the weights):
+// ops.h's conv_forward and conv_backward on CUDA (cuda_fallback.h).  The tap arithmetic (conv_source, in_sequence) is talk_math.h's, shared with the
 // CPU kernels.  LightConv runs as DynamicConv with its (H, K) kernel expanded to zero batch and time
 // strides; its weight gradient is the per-token one summed over batch and time, as in dynamic_conv_cuda.cu.
 //
@@ -52,7 +51,7 @@
 
 #include <type_traits>
 
-#include "cuda_stream.h"
+#include "cuda_fallback.h"
 #include "cuda_stream_device.h"
 #include "ops.h"
 #include "tensors.h"
@@ -332,10 +331,10 @@ std::string conv_stream_fallback(const at::Tensor& x, const at::Tensor& weight, 
                               stream::shared_budget(x));
 }
 
-at::Tensor conv_forward_stream(const at::Tensor& x_in, const at::Tensor& weight, int64_t padding_l,
-                               const std::optional<at::Tensor>& document_edges) {
+at::Tensor conv_forward(const at::Tensor& x_in, const at::Tensor& weight, int64_t padding_l,
+                        const std::optional<at::Tensor>& document_edges) {
   if (!conv_stream_fallback(x_in, weight, padding_l).empty()) {
-    return conv_forward(x_in, weight, padding_l, document_edges);
+    return conv_forward_tiled(x_in, weight, padding_l, document_edges);
   }
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous();
@@ -344,12 +343,11 @@ at::Tensor conv_forward_stream(const at::Tensor& x_in, const at::Tensor& weight,
   return out;
 }
 
-std::tuple<at::Tensor, at::Tensor> conv_backward_stream(const at::Tensor& grad_out_in, const at::Tensor& x_in,
-                                                        const at::Tensor& weight, int64_t padding_l,
-                                                        bool sum_weight_gradient,
-                                                        const std::optional<at::Tensor>& document_edges) {
+std::tuple<at::Tensor, at::Tensor> conv_backward(const at::Tensor& grad_out_in, const at::Tensor& x_in,
+                                                 const at::Tensor& weight, int64_t padding_l, bool sum_weight_gradient,
+                                                 const std::optional<at::Tensor>& document_edges) {
   if (!conv_stream_fallback(x_in, weight, padding_l).empty()) {
-    return conv_backward(grad_out_in, x_in, weight, padding_l, sum_weight_gradient, document_edges);
+    return conv_backward_tiled(grad_out_in, x_in, weight, padding_l, sum_weight_gradient, document_edges);
   }
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor grad_out = grad_out_in.contiguous();

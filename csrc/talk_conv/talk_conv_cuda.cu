@@ -1,6 +1,8 @@
-// CUDA kernels of talk_conv, built just in time by talk_hf.ops._extension.  The per-element math
-// comes from talk_math.h, shared with the C++ CPU kernels that the CPU test suite runs; the block
-// layout from cuda_tiles.h.
+// Tiled CUDA kernels of talk_conv, built just in time by talk_hf.ops._extension.  The per-element
+// math comes from talk_math.h, shared with the C++ CPU kernels that the CPU test suite runs; the block
+// layout from cuda_tiles.h.  The forward is ops.h's talk_forward for every shape (faster than a
+// streaming forward at every shape measured on an H200); the backward, talk_backward_tiled, runs
+// only where the streaming backward (talk_conv_cuda_stream.cu) does not take a shape (cuda_fallback.h).
 //
 // talk_conv forward: one pass over the rows the tile's offsets reach, kept in shared memory as a
 // local prefix sum (in chunks, so any reach works), then the interpolation at both edges.
@@ -22,6 +24,7 @@
 
 #include <type_traits>
 
+#include "cuda_fallback.h"
 #include "cuda_tiles.h"
 #include "ops.h"
 #include "tensors.h"
@@ -268,11 +271,12 @@ at::Tensor talk_forward(const at::Tensor& x_in, const at::Tensor& offset_left_in
   return out;
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward(const at::Tensor& grad_out_in, const at::Tensor& x_in,
-                                                             const at::Tensor& offset_left_in,
-                                                             const std::optional<at::Tensor>& offset_right_in,
-                                                             int64_t max_left, int64_t max_right,
-                                                             const std::optional<at::Tensor>& document_edges) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> talk_backward_tiled(const at::Tensor& grad_out_in,
+                                                                   const at::Tensor& x_in,
+                                                                   const at::Tensor& offset_left_in,
+                                                                   const std::optional<at::Tensor>& offset_right_in,
+                                                                   int64_t max_left, int64_t max_right,
+                                                                   const std::optional<at::Tensor>& document_edges) {
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor grad_out = grad_out_in.contiguous();
   const TalkInputs inputs(x_in, offset_left_in, offset_right_in);

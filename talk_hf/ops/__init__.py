@@ -18,8 +18,8 @@ its PyTorch path (``*_torch``), the registration of its kernels by the shared `C
 (``*_naive``); its C++ and CUDA sources sit in ``csrc/<op>/``.  The two linear maps the layers run,
 ``linear`` (the few-row product of a decoding step) and ``grouped_linear`` (SliceNet's grouped 1x1
 convolution), are one module each: each holds its public function and its PyTorch definition,
-with no registration (nothing of them is opaque to ``torch.compile``).  Backend choice and the
-switch for unverified CUDA kernels: :mod:`._backend`.  Module file names are unique across
+with no registration (nothing of them is opaque to ``torch.compile``).  Backend choice:
+:mod:`._backend`.  Module file names are unique across
 talk_hf: :func:`talk_hf.export_for_remote_code` copies the modules into one flat folder.
 """
 

@@ -16,9 +16,6 @@ the public functions before they get here.  Every op keeps one contract, from wh
 implementations follow: its output has the shape and dtype of its first input, and its backward
 returns one gradient per tensor input, of that input's shape and dtype (an empty tensor for an
 absent optional input or a non-float one).
-
-Which kernels run on CUDA is the op's declared data, read by :mod:`._backend`: its verified CUDA
-kernels, or, where ``$TALK_HF_UNVERIFIED_CUDA`` names the op, its unverified ones.
 """
 
 from __future__ import annotations
@@ -30,7 +27,6 @@ from dataclasses import dataclass
 import torch
 
 from . import _extension
-from ._backend import declare_packed_cuda, declare_unverified_cuda, runs_unverified_cuda
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # tensor types that dispatch as plain tensors
 
@@ -58,13 +54,10 @@ def needs_autograd(*tensors: torch.Tensor | None) -> bool:
 
 @dataclass(frozen=True)
 class KernelEntries:
-    """The names of an op's forward and backward functions in a compiled extension module, and
-    whether packed rows (document edges) run on them (read for the CUDA ones: a packed call on a
-    set without it runs the PyTorch path, see `_backend.resolve_backend`)."""
+    """The names of an op's forward and backward functions in a compiled extension module."""
 
     forward: str
     backward: str
-    document_edges: bool = False
 
 
 class CompiledOp:
@@ -82,10 +75,7 @@ class CompiledOp:
             the backward entry point; one entry per tensor input, in order: its gradient, in any float
             dtype (anything for an absent or non-float input, which gets none).
         cpu: the entry points in the CPU extension.
-        cuda: the verified entry points in the CUDA extension, or None where the op has none (its
-            CUDA calls then run the PyTorch path unless ``$TALK_HF_UNVERIFIED_CUDA`` names the op).
-        unverified_cuda: entry points in the CUDA extension that no GPU has verified yet, run only
-            where ``$TALK_HF_UNVERIFIED_CUDA`` names the op; None where there are none.
+        cuda: the entry points in the CUDA extension.
     """
 
     def __init__(
@@ -95,20 +85,11 @@ class CompiledOp:
         forward: Callable[..., torch.Tensor],
         backward: Callable[..., tuple[torch.Tensor, ...]],
         cpu: KernelEntries,
-        cuda: KernelEntries | None,
-        unverified_cuda: KernelEntries | None = None,
+        cuda: KernelEntries,
     ):
         self.name = name
         self._forward_formula, self._backward_formula = forward, backward
         self._entries = {"cpu": cpu, "cuda": cuda}
-        self._unverified_cuda = unverified_cuda
-        if unverified_cuda is not None:
-            declare_unverified_cuda(name, has_verified_kernel=cuda is not None)
-        declare_packed_cuda(
-            name,
-            verified=cuda is not None and cuda.document_edges,
-            unverified=unverified_cuda is not None and unverified_cuda.document_edges,
-        )
         inputs = list(inspect.signature(forward, eval_str=True).parameters.values())[1:]
         self._tensor_positions = tuple(i for i, parameter in enumerate(inputs) if parameter.annotation in _TENSOR_TYPES)
         self._defaults = tuple(parameter.default for parameter in inputs)
@@ -140,13 +121,9 @@ class CompiledOp:
 
     def kernel(self, tensor: torch.Tensor, direction: str) -> Callable:
         """The ``direction`` ("forward" or "backward") entry point of the extension of ``tensor``'s
-        device: on CUDA the unverified one where ``$TALK_HF_UNVERIFIED_CUDA`` names the op (or where
-        the op has no verified one)."""
+        device."""
         kind = tensor.device.type
-        entries = self._entries[kind]
-        if kind == "cuda" and runs_unverified_cuda(self.name):
-            entries = self._unverified_cuda
-        return getattr(_extension.load(kind), getattr(entries, direction))
+        return getattr(_extension.load(kind), getattr(self._entries[kind], direction))
 
     def run_forward(self, *inputs) -> torch.Tensor:
         """The forward formula on the kernels of the inputs' device."""

@@ -29,13 +29,15 @@ def _packed(documents: list[torch.Tensor], **collator_options) -> dict:
     return collator([{"input_ids": document.tolist()} for document in documents])
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("case", LM_CASES, ids=LM_IDS)
-def test_a_packed_document_computes_what_it_computes_alone(case):
+def test_a_packed_document_computes_what_it_computes_alone(case, device):
     """Logits, loss and gradients (weights and embeddings) of each packed document equal its own run
-    (float64 logits to 1e-10; transformers' loss runs in float32, so the loss and gradients to its rounding)."""
-    model = case.model().double()
-    documents = _documents()
-    batch = _packed(documents)
+    (float64 logits to 1e-10; transformers' loss runs in float32, so the loss and gradients to its
+    rounding), on the CPU and (`gpu`) on the CUDA kernels."""
+    model = case.model().double().to(device)
+    documents = [document.to(device) for document in _documents()]
+    batch = {name: tensor.to(device) for name, tensor in _packed(documents).items()}
     embeds = model.get_input_embeddings()(batch["input_ids"]).detach().requires_grad_()
     outputs = model(
         inputs_embeds=embeds, labels=batch["labels"], position_ids=batch["position_ids"], num_items_in_batch=1

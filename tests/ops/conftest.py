@@ -33,20 +33,6 @@ def each_backend(request, monkeypatch):
     return request.param
 
 
-# The CUDA kernel sets the `gpu` tests verify, chosen by $TALK_HF_UNVERIFIED_CUDA: "default" (the
-# switch off: talk_conv's tiled kernels, csrc/talk_conv/talk_conv_cuda.cu, and the streaming kernels
-# of dynamic_conv and light_conv on whole rows) and "stream" (every streaming kernel,
-# csrc/<op>/<op>_cuda_stream.cu, packed rows too).
-CUDA_KERNEL_SETS = {"default": "", "stream": "talk_conv,dynamic_conv,light_conv"}
-
-
-@pytest.fixture(params=sorted(CUDA_KERNEL_SETS))
-def cuda_kernel_set(request, monkeypatch):
-    """Run the test once per CUDA kernel set (the switch is read at each op call)."""
-    monkeypatch.setenv("TALK_HF_UNVERIFIED_CUDA", CUDA_KERNEL_SETS[request.param])
-    return request.param
-
-
 @pytest.fixture
 def fresh_loader(monkeypatch):
     """Forget, for one test, which extensions were loaded and which fallbacks were announced."""

@@ -1,6 +1,9 @@
-"""Inputs, tolerances and the CUDA-against-reference comparison shared by the operator tests."""
+"""Inputs, tolerances, the CUDA-against-reference comparison and a spy on the compiled ops' kernels,
+shared by the operator tests."""
 
 import torch
+
+from talk_hf.ops._compiled_op import CompiledOp
 
 # Tolerances (atol, rtol) of each dtype against the float64 definition, for inputs of unit scale.
 TOLERANCES = {
@@ -53,3 +56,17 @@ def compare_with_reference(op_cuda, op_reference, inputs, dtype, grad_scales, sh
     for tensor_low, tensor_high, scale in zip(low, high, grad_scales, strict=True):
         assert tensor_low.grad.dtype == dtype
         assert_close_to_reference(tensor_low.grad, tensor_high.grad, dtype, scale=scale)
+
+
+def record_kernel_calls(monkeypatch) -> list[tuple[str, str, str]]:
+    """Patch `CompiledOp.kernel` (through ``monkeypatch``) to record, in the list returned, the
+    (op name, device type, direction) of each kernel that a compiled op looks up to run."""
+    calls = []
+    kernel = CompiledOp.kernel
+
+    def recording_kernel(self, tensor, direction):
+        calls.append((self.name, tensor.device.type, direction))
+        return kernel(self, tensor, direction)
+
+    monkeypatch.setattr(CompiledOp, "kernel", recording_kernel)
+    return calls

@@ -1,16 +1,16 @@
 """depthwise_conv against its float64 loop definition and F.conv1d: forward, backward, dtypes, the
-input gate (ReLU and mask), edge cases, bad arguments, the custom op under torch.compile, and the
-switch of its CUDA kernel."""
+input gate (ReLU and mask), edge cases, bad arguments, the custom op under torch.compile, and (on a
+GPU) its CUDA kernel, which backend "auto" runs on CUDA tensors."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from talk_hf.ops import _backend, depthwise_conv
+from talk_hf.ops import depthwise_conv
 from talk_hf.ops.depthwise_conv.depthwise_compiled import compiled_depthwise_conv
 from talk_hf.ops.depthwise_conv.depthwise_naive import naive_depthwise_conv
 
-from .helpers import assert_close_to_reference
+from .helpers import assert_close_to_reference, record_kernel_calls
 
 
 def left_of(kernel_size, dilation, padding):
@@ -297,41 +297,10 @@ def test_torch_compile_traces_through_the_kernel():
         torch.testing.assert_close(grad, reference)
 
 
-# --- The switch of the unverified CUDA kernel ----------------------------------------------------
-
-
-def test_cuda_kernel_stays_off_until_the_switch_names_it(monkeypatch):
-    """No GPU needed: the choice is made before any CUDA code loads."""
-    cuda = torch.device("cuda")
-    for value in ("", "talk_conv", " dynamic_conv , light_conv"):
-        monkeypatch.setenv(_backend.UNVERIFIED_CUDA_ENV, value)
-        assert _backend.resolve_backend("auto", cuda, "depthwise_conv") == "torch"
-        with pytest.raises(ValueError, match="TALK_HF_UNVERIFIED_CUDA=depthwise_conv"):
-            _backend.resolve_backend("cuda", cuda, "depthwise_conv")
-    for value in ("depthwise_conv", "talk_conv,depthwise_conv", "all"):
-        monkeypatch.setenv(_backend.UNVERIFIED_CUDA_ENV, value)
-        assert _backend.unverified_cuda_enabled("depthwise_conv")
-
-
-def test_switch_rejects_names_it_does_not_know(monkeypatch):
-    monkeypatch.setenv(_backend.UNVERIFIED_CUDA_ENV, "depthwise")
-    with pytest.raises(ValueError, match=r"unknown name\(s\) \['depthwise'\]"):
-        _backend.unverified_cuda_enabled("depthwise_conv")
-    monkeypatch.delenv(_backend.UNVERIFIED_CUDA_ENV)
-    with pytest.raises(ValueError, match="op must be one of"):
-        _backend.unverified_cuda_enabled("depthwise")
-
-
-# --- CUDA (run where a GPU is present, with the kernel switched on) ------------------------------
-
-
-@pytest.fixture
-def unverified_cuda_kernel(monkeypatch):
-    monkeypatch.setenv(_backend.UNVERIFIED_CUDA_ENV, "depthwise_conv")
+# --- CUDA (run where a GPU is present) -----------------------------------------------------------
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("unverified_cuda_kernel")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 @pytest.mark.parametrize("padding", ["causal", "centred"])
 @pytest.mark.parametrize(
@@ -359,7 +328,6 @@ def test_cuda_matches_definition(dtype, padding, batch, length, channels, kernel
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("unverified_cuda_kernel")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("relu,masked", [(True, True), (True, False), (False, True)])
 def test_cuda_gated_input_matches_the_pytorch_path(dtype, relu, masked):
@@ -374,17 +342,14 @@ def test_cuda_gated_input_matches_the_pytorch_path(dtype, relu, masked):
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("unverified_cuda_kernel")
 def test_cuda_gradcheck_float64_and_auto_runs_the_kernel(monkeypatch):
     x, weight = make_inputs(2, 8, 5, 5, torch.float64, "cuda")
     assert torch.autograd.gradcheck(
         lambda x, w: depthwise_conv(x, w, dilation=2, padding="centred", backend="cuda"),
         (x.requires_grad_(), weight.requires_grad_()),
     )
-    assert _backend.resolve_backend("auto", x.device, "depthwise_conv") == "cuda"
+    calls = record_kernel_calls(monkeypatch)
+    out = depthwise_conv(x.detach(), weight.detach(), backend="auto")
+    assert calls == [("depthwise_conv", "cuda", "forward")]
     small_x, small_weight = x.detach().cpu(), weight.detach().cpu()
-    assert_close_to_reference(
-        depthwise_conv(x.detach(), weight.detach(), backend="cuda").cpu(),
-        naive_depthwise_conv(small_x, small_weight, 1, 4),
-        torch.float64,
-    )
+    assert_close_to_reference(out.cpu(), naive_depthwise_conv(small_x, small_weight, 1, 4), torch.float64)

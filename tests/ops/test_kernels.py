@@ -241,8 +241,8 @@ def test_torch_compile_traces_through_the_kernels():
 
 
 # --- CUDA --------------------------------------------------------------------------------------
-# Every CUDA test runs on both kernel sets (the `cuda_kernel_set` fixture of conftest.py; dynamic_conv
-# and light_conv run their streaming kernels in both, on whole rows).
+# talk_conv runs its tiled forward and its streaming backward, dynamic_conv and light_conv their
+# streaming kernels (the shapes at the streaming kernels' edges: test_cuda_kernels.py).
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 
@@ -258,7 +258,6 @@ def on_cuda(shape, dtype, max_offset=None):
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("cuda_kernel_set")
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
     "batch,length,heads,head_size,max_left,max_right",
@@ -285,7 +284,6 @@ def test_cuda_talk_conv_matches_reference(dtype, batch, length, heads, head_size
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("cuda_kernel_set")
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kind", ["dynamic", "light"])
 @pytest.mark.parametrize(
@@ -318,7 +316,6 @@ def tolerance(dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("cuda_kernel_set")
 def test_cuda_non_contiguous_inputs():
     x = torch.randn(40, 3, 16, device="cuda").transpose(0, 1)  # (3, 40, 16), permuted strides
     both = torch.rand(3, 40, 4, 2, device="cuda")  # offsets as strided slices
@@ -331,7 +328,6 @@ def test_cuda_non_contiguous_inputs():
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("cuda_kernel_set")
 @pytest.mark.parametrize("values", ["negative", "huge", "nan"])
 def test_cuda_any_offset_value_is_safe_and_matches_the_cpu_kernel(values):
     x = torch.randn(2, 500, 40, dtype=torch.float64)
@@ -355,7 +351,6 @@ def test_cuda_any_offset_value_is_safe_and_matches_the_cpu_kernel(values):
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("cuda_kernel_set")
 @pytest.mark.parametrize("max_left,max_right", [(3, 4), (4, 0)])
 def test_cuda_talk_conv_gradcheck_float64(max_left, max_right):
     x = torch.randn(2, 11, 6, dtype=torch.float64, device="cuda", requires_grad=True)
@@ -371,7 +366,6 @@ def test_cuda_talk_conv_gradcheck_float64(max_left, max_right):
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("cuda_kernel_set")
 @pytest.mark.parametrize("kind", ["dynamic", "light"])
 @pytest.mark.parametrize("kernel_size,padding_l", [(3, 1), (4, 3)])
 def test_cuda_conv_gradcheck_float64(kind, kernel_size, padding_l):
@@ -383,7 +377,6 @@ def test_cuda_conv_gradcheck_float64(kind, kernel_size, padding_l):
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("cuda_kernel_set")
 def test_cuda_small_shapes_match_definition():
     x = torch.randn(1, 9, 3, dtype=torch.float64)
     offsets = torch.rand(1, 9, 1, dtype=torch.float64)
@@ -395,7 +388,6 @@ def test_cuda_small_shapes_match_definition():
 
 
 @pytest.mark.gpu
-@pytest.mark.usefixtures("cuda_kernel_set")
 def test_auto_runs_the_cuda_kernels_on_cuda_tensors():
     x = torch.randn(2, 50, 8, device="cuda")
     offsets = torch.rand(2, 50, 2, device="cuda")

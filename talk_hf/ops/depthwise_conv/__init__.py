@@ -15,9 +15,7 @@ u is x, or x through an input gate, SliceNet's ConvStep's ``relu(x) * input_mask
 optional), which the compiled kernels apply as they read x: the gated input is never stored, for
 the forward or for the backward.
 
-Backends as for the other ops (:mod:`talk_hf.ops._backend`).  The CUDA kernel has not yet run on a
-GPU: on CUDA tensors ``"auto"`` runs the PyTorch path unless ``$TALK_HF_UNVERIFIED_CUDA`` names
-``depthwise_conv`` (or is ``all``), and ``"cuda"`` without it is an error.
+Backends as for the other ops (:mod:`talk_hf.ops._backend`).
 
 This folder holds the op: the public function and its checks (here), its PyTorch path
 (`depthwise_torch`), its compiled kernels' registration (`depthwise_compiled`,
@@ -76,7 +74,7 @@ def depthwise_conv(
     dilation, left = _check_depthwise(x, weight, dilation, padding)
     _check_input_gate(x, relu_input, input_mask)
     edges = None if position_ids is None else document_edges(position_ids, x)
-    if resolve_backend(backend, x.device, "depthwise_conv", packed=edges is not None) == "torch":
+    if resolve_backend(backend, x.device) == "torch":
         return depthwise_conv_torch(gate_input(x, relu_input, input_mask), weight, dilation, left, edges)
     return compiled_depthwise_conv(x, weight, input_mask, dilation, left, relu_input, edges)
 

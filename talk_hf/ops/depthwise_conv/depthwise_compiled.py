@@ -5,9 +5,6 @@ mask inside the kernel, the taps stopped at the documents' edges in a packed row
 (`documents.document_edges`), and
 ``talk_hf::depthwise_conv_backward``, the gradients for x (through the gate) and the weight (C, K),
 summed over batch and time.
-
-Its CUDA kernel is unverified: it runs only where ``$TALK_HF_UNVERIFIED_CUDA`` names depthwise_conv
-(the op runs its PyTorch path on CUDA otherwise).
 """
 
 from __future__ import annotations
@@ -36,7 +33,7 @@ def _backward(kernel, grad_out, x, weight, input_mask, dilation, left, relu, doc
     return grad_x, grad_weight, None, None
 
 
-_KERNELS = KernelEntries(forward="depthwise_forward", backward="depthwise_backward", document_edges=True)
+_KERNELS = KernelEntries(forward="depthwise_forward", backward="depthwise_backward")
 compiled_depthwise_conv = CompiledOp(
-    "depthwise_conv", forward=_forward, backward=_backward, cpu=_KERNELS, cuda=None, unverified_cuda=_KERNELS
+    "depthwise_conv", forward=_forward, backward=_backward, cpu=_KERNELS, cuda=_KERNELS
 )

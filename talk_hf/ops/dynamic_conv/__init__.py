@@ -57,7 +57,7 @@ def dynamic_conv(
     check_leading_dims("weight", weight, x, 2)
     _check_kernel(x, weight, padding_l)
     edges = None if position_ids is None else document_edges(position_ids, x)
-    if resolve_backend(backend, x.device, "dynamic_conv", packed=edges is not None) == "torch":
+    if resolve_backend(backend, x.device) == "torch":
         return dynamic_conv_torch(x, weight, padding_l, edges)
     return compiled_dynamic_conv(x, weight, padding_l, edges)
 
@@ -87,7 +87,7 @@ def light_conv(
     check_tensor("weight", weight, 2, "(H, K)")
     _check_kernel(x, weight, padding_l)
     edges = None if position_ids is None else document_edges(position_ids, x)
-    if resolve_backend(backend, x.device, "light_conv", packed=edges is not None) == "torch":
+    if resolve_backend(backend, x.device) == "torch":
         return light_conv_torch(x, weight, padding_l, edges)
     return compiled_light_conv(x, weight, padding_l, edges)
 

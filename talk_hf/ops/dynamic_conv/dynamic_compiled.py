@@ -6,24 +6,17 @@ backward ops, the gradients for x and the weight.  The document edges of a packe
 
 Both run the same kernels: LightConv's (H, K) kernel is passed as a per-token (B, T, H, K) view with
 zero batch and time strides, and its gradient summed over batch and time.  On CUDA the streaming
-kernels run (csrc/dynamic_conv/dynamic_conv_cuda_stream.cu, verified on an H200; they hand the
-shapes they do not take to the tiled kernels of dynamic_conv_cuda.cu).  Their packed form has passed
-the GPU tests but not yet compute-sanitizer, so packed calls run them only where
-``$TALK_HF_UNVERIFIED_CUDA`` names the op (`_backend`).
+kernels run (csrc/dynamic_conv/dynamic_conv_cuda_stream.cu; they hand the shapes they do not take to
+the tiled kernels of dynamic_conv_cuda.cu).
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import torch
 
 from .._compiled_op import CompiledOp, KernelEntries
 
-_CPU_KERNELS = KernelEntries(forward="conv_forward", backward="conv_backward", document_edges=True)
-_STREAMING_KERNELS = KernelEntries(forward="conv_forward_stream", backward="conv_backward_stream")
-# The same kernels with packed rows: not yet run under compute-sanitizer, so behind the switch.
-_STREAMING_KERNELS_PACKED = dataclasses.replace(_STREAMING_KERNELS, document_edges=True)
+_KERNELS = KernelEntries(forward="conv_forward", backward="conv_backward")  # ops.h's names, in both extensions
 
 
 def _per_token(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -57,15 +50,13 @@ compiled_dynamic_conv = CompiledOp(
     "dynamic_conv",
     forward=_dynamic_forward,
     backward=_dynamic_backward,
-    cpu=_CPU_KERNELS,
-    cuda=_STREAMING_KERNELS,
-    unverified_cuda=_STREAMING_KERNELS_PACKED,
+    cpu=_KERNELS,
+    cuda=_KERNELS,
 )
 compiled_light_conv = CompiledOp(
     "light_conv",
     forward=_light_forward,
     backward=_light_backward,
-    cpu=_CPU_KERNELS,
-    cuda=_STREAMING_KERNELS,
-    unverified_cuda=_STREAMING_KERNELS_PACKED,
+    cpu=_KERNELS,
+    cuda=_KERNELS,
 )

@@ -71,7 +71,7 @@ def talk_conv(
     """
     _check_talk_args(x, offset_left, offset_right, max_left, max_right)
     edges = None if position_ids is None else document_edges(position_ids, x)
-    if resolve_backend(backend, x.device, "talk_conv", packed=edges is not None) == "torch":
+    if resolve_backend(backend, x.device) == "torch":
         return talk_conv_torch(x, offset_left, offset_right, max_left, max_right, edges)
     return compiled_talk_conv(x, offset_left, offset_right, max_left, max_right, edges)
 

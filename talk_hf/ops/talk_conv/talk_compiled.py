@@ -4,9 +4,9 @@ max_right, document_edges (B,T,2) int32 | None = None) -> (B,T,C)`` and
 ``talk_hf::talk_conv_backward``, the gradients for x and both offsets.  The document edges of a
 packed row (`documents.document_edges`) are taken by every kernel.
 
-On CUDA the tiled kernels run, or the streaming ones where ``$TALK_HF_UNVERIFIED_CUDA`` names
-talk_conv (they run the tiled kernels for shapes they do not take).  Packed calls run the streaming
-kernels only: no GPU has run the tiled kernels' packed form yet (`_backend`).
+On CUDA the forward is the tiled kernel (csrc/talk_conv/talk_conv_cuda.cu) and the backward the
+streaming kernels (talk_conv_cuda_stream.cu, which hand the shapes they do not take to the tiled
+backward): the faster of each on an H200 (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 
 from .._compiled_op import CompiledOp, KernelEntries
+
+_KERNELS = KernelEntries(forward="talk_forward", backward="talk_backward")  # ops.h's names, in both extensions
 
 
 def _forward(
@@ -37,7 +39,6 @@ compiled_talk_conv = CompiledOp(
     "talk_conv",
     forward=_forward,
     backward=_backward,
-    cpu=KernelEntries(forward="talk_forward", backward="talk_backward", document_edges=True),
-    cuda=KernelEntries(forward="talk_forward", backward="talk_backward"),  # tiled: packed form not yet GPU-run
-    unverified_cuda=KernelEntries(forward="talk_forward_stream", backward="talk_backward_stream", document_edges=True),
+    cpu=_KERNELS,
+    cuda=_KERNELS,
 )
