@@ -1,9 +1,11 @@
 """Our models exported to ONNX and run by ONNX Runtime, as rows of `bench_serving.py`.
 
 `exported_copy` exports a model with `talk_hf.export.export_onnx` (the default dynamo exporter) into a
-temporary folder and returns an `OnnxRuntimeSystem` over it; `exported_int8_copy` also quantizes both
-graphs (`talk_hf.export.quantize_exported`: ONNX Runtime's dynamic int8, as ``--int8`` does).  The runner
-(`talk_hf.export.OnnxGenerator`) decodes with numpy around the sessions, without talk_hf's model code.
+temporary folder and returns an `OnnxRuntimeSystem` over it; `exported_int8_copy` quantizes a copy of
+that folder's graphs (`talk_hf.export.quantize_exported`: ONNX Runtime's dynamic int8, as ``--int8``
+does).  Each model object is exported once per process, however many rows use it: the export is most
+of the time these rows take to prepare.  The runner (`talk_hf.export.OnnxGenerator`) decodes with
+numpy around the sessions, without talk_hf's model code.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import atexit
 import shutil
 import tempfile
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -47,18 +50,29 @@ def _export_folder() -> Path:
     return folder
 
 
+# The float32 export's folder of each model object exported so far (never changed once written).
+_float32_exports: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _float32_export(model) -> Path:
+    """The folder of ``model``'s float32 export: exported on the first call for this model object."""
+    if model not in _float32_exports:
+        folder = _export_folder()
+        export_onnx(model, folder)
+        _float32_exports[model] = folder
+    return _float32_exports[model]
+
+
 def exported_copy(model) -> OnnxRuntimeSystem:
     """``model`` exported to ONNX (float32), run by ONNX Runtime."""
-    folder = _export_folder()
-    export_onnx(model, folder)
-    return OnnxRuntimeSystem(folder)
+    return OnnxRuntimeSystem(_float32_export(model))
 
 
 def exported_int8_copy(model) -> OnnxRuntimeSystem:
     """``model`` exported to ONNX with both graphs' weights in int8 (`talk_hf.export.quantize_exported`:
-    ONNX Runtime's dynamic quantization)."""
+    ONNX Runtime's dynamic quantization of a copy of the float32 export)."""
     folder = _export_folder()
-    export_onnx(model, folder)
+    shutil.copytree(_float32_export(model), folder, dirs_exist_ok=True)
     quantize_exported(folder)
     return OnnxRuntimeSystem(folder)
 

@@ -14,6 +14,7 @@ rotating), each round running ``--steps`` batches of every setting, so that load
 hits all alike; tokens/s counts the real (non-padding) tokens over the wall-clock time of all rounds.
 Peak memory: each setting trains its largest batch in a fresh subprocess, which reports its resident
 memory before the first step and its peak (Linux ``VmHWM``); the difference is what training adds.
+A process's peak is its own, so the probes run side by side (one per core), after every timing.
 
     python benchmarks/bench_packing.py --threads 1        # writes results/bench_packing_cpu.json
 """
@@ -23,10 +24,12 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import random
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -118,6 +121,20 @@ def peak_memory(name: str, corpus: str, setting: str, args) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def packed_ratios(measured: dict[str, dict]) -> dict[str, float]:
+    """Add to ``measured["packed"]`` its tokens/s and training memory over each padded setting's;
+    return those ratios rounded (the summary's entry)."""
+    packed = measured["packed"]
+    for baseline in ("padded", "padded, length-grouped"):
+        packed[f"speed_over_{baseline}"] = (
+            packed["real_tokens_per_second"] / measured[baseline]["real_tokens_per_second"]
+        )
+        packed[f"memory_over_{baseline}"] = (
+            packed["memory"]["added_by_training"] / measured[baseline]["memory"]["added_by_training"]
+        )
+    return {key: round(value, 2) for key, value in packed.items() if key.startswith(("speed", "memory_over"))}
+
+
 def probe_memory(name: str, corpus: str, setting: str, args) -> None:
     """(Subprocess) train two steps on the largest batch of ``setting``; print the memory as JSON."""
     prepared = prepare(corpus, args)[setting]
@@ -162,27 +179,17 @@ def main() -> None:
         return
     models = args.models or [name for name in causal_lm_models() if "GPT2" not in name]
     report = {"run": run_metadata("cpu"), "settings": vars(args), "results": {}}
-    summary = {}
     for corpus in args.corpora:
         prepared = prepare(corpus, args)
         for name in models:
-            measured = time_settings(name, prepared, args)
-            for setting in SETTINGS:
-                measured[setting]["memory"] = peak_memory(name, corpus, setting, args)
-            packed = measured["packed"]
-            for baseline in ("padded", "padded, length-grouped"):
-                packed[f"speed_over_{baseline}"] = (
-                    packed["real_tokens_per_second"] / measured[baseline]["real_tokens_per_second"]
-                )
-                packed[f"memory_over_{baseline}"] = (
-                    packed["memory"]["added_by_training"] / measured[baseline]["memory"]["added_by_training"]
-                )
-            report["results"][f"{corpus}/{name}"] = measured
-            summary[f"{corpus}/{name}"] = {
-                key: round(value, 2) for key, value in packed.items() if key.startswith(("speed", "memory_over"))
-            }
-            report["summary"] = summary
+            report["results"][f"{corpus}/{name}"] = time_settings(name, prepared, args)
             write_report(report, args.out, "bench_packing_cpu.json", announce=False)
+    probes = [(name, corpus, setting) for corpus in args.corpora for name in models for setting in SETTINGS]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        memories = list(pool.map(lambda probe: peak_memory(*probe, args), probes))
+    for (name, corpus, setting), memory in zip(probes, memories, strict=True):
+        report["results"][f"{corpus}/{name}"][setting]["memory"] = memory
+    report["summary"] = {key: packed_ratios(measured) for key, measured in report["results"].items()}
     write_report(report, args.out, "bench_packing_cpu.json")
 
 

@@ -32,7 +32,7 @@ def test_a_stage_past_the_deadline_is_stopped_and_the_archive_keeps_what_finishe
     python.chmod(0o755)
     pids, archive = tmp_path / "pids", tmp_path / "gpu.tgz"
     pids.mkdir()
-    settings = {"PYTHON": str(python), "PIDS": str(pids), "DEADLINE": "35", "PACK": str(archive)}
+    settings = {"PYTHON": str(python), "PIDS": str(pids), "DEADLINE": "28", "PACK": str(archive)}
     result = subprocess.run(
         ["bash", str(SUITE), str(tmp_path / "results"), "generate", "nosuch", "build", "trainspeed"],
         env={**os.environ, **settings},
@@ -43,7 +43,7 @@ def test_a_stage_past_the_deadline_is_stopped_and_the_archive_keeps_what_finishe
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
     assert "=== generate passed" in output and "gpu_suite: unknown stage nosuch" in output
-    assert "=== build STOPPED at DEADLINE=35 s after" in output
+    assert "=== build STOPPED at DEADLINE=28 s after" in output
     assert "=== trainspeed skipped:" in output and "ran benchmarks/bench_train.py" not in output
     assert "gpu_suite: failed stages: nosuch build trainspeed" in output
     with tarfile.open(archive) as packed:
