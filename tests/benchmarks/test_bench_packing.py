@@ -35,9 +35,16 @@ def test_every_setting_of_every_corpus_and_model_is_timed_and_probed(report):
 
 
 def test_the_summary_ratios_are_packed_over_each_padded_setting(report):
+    assert {key: set(ratios) for key, ratios in report["summary"].items()} == {
+        key: {f"{kind}_over_{baseline}" for kind in ("speed", "memory") for baseline in SETTINGS[:2]}
+        for key in report["results"]
+    }
     for key, measured in report["results"].items():
         packed = measured["packed"]
         for baseline in SETTINGS[:2]:
             speed = packed["real_tokens_per_second"] / measured[baseline]["real_tokens_per_second"]
             assert packed[f"speed_over_{baseline}"] == pytest.approx(speed)
             assert report["summary"][key][f"speed_over_{baseline}"] == round(speed, 2)
+            memory = packed["memory"]["added_by_training"] / measured[baseline]["memory"]["added_by_training"]
+            assert packed[f"memory_over_{baseline}"] == pytest.approx(memory)
+            assert report["summary"][key][f"memory_over_{baseline}"] == round(memory, 2)
