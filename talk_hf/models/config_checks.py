@@ -1,9 +1,10 @@
 """Checks of configuration fields: their types, their bounds, and the sizes of the weights they make.
 
 Every configuration of the package derives from `CheckedConfig`, which runs these checks whenever a
-configuration is built, loaded from ``config.json``, updated or saved, so that a wrong value fails there,
-with an error that names the field, instead of being taken for something else or failing later in
-a model, a kernel or an allocator.
+configuration is built, loaded from ``config.json``, updated or saved, and every model runs them
+again when it is built from one (`check_config_of_model`: a field set by ``setattr`` skips the
+others), so that a wrong value fails there, with an error that names the field, instead of being
+taken for something else or failing later in a model, a kernel or an allocator.
 
 Types.  Each field declared by a configuration class must hold the type of its annotation
 (`check_field_types`):
@@ -113,6 +114,24 @@ class CheckedConfig(PretrainedConfig):
     def update_from_string(self, update_str: str) -> None:
         super().update_from_string(update_str)
         self.check()
+
+
+def check_config_of_model(model_class: type, config: Any) -> None:
+    """Check ``config`` again when ``model_class`` is built from it: transformers' configurations take
+    ``setattr``, which skips the checks above, and a model built from a field set wrong would fail in
+    a tensor operation or silently build something else.
+
+    Raises:
+        TypeError: ``config`` is no configuration of the package, or a field holds a wrong type;
+        ValueError: a field holds a wrong value; both name the model class and the field.
+    """
+    if not callable(getattr(config, "check", None)):
+        expected = getattr(model_class.config_class, "__name__", "configuration of the package")
+        raise TypeError(f"{model_class.__name__} is built from a {expected}, got {type(config).__name__}")
+    try:
+        config.check()
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"the configuration of {model_class.__name__}: {error}") from None
 
 
 @functools.cache

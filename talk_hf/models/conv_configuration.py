@@ -98,7 +98,8 @@ class ConvLMConfigBase(CheckedConfig):
     int is never a float, not even `3.0`) and sizes have upper bounds (vocabularies 2**24, widths
     2**18, layers 4,096, windows 65,536, `position_offset` 2**20, 2**33 elements per weight matrix):
     see `talk_hf.models.config_checks`.  Each is checked when the configuration is built, loaded,
-    updated or saved, with an error that names the field.
+    updated or saved, and again when a model is built from it (a field set by `setattr` skips the
+    other checks), with an error that names the field.
     """
 
     attribute_map: ClassVar[dict[str, str]] = {"hidden_size": "d_model", "num_hidden_layers": "decoder_layers"}

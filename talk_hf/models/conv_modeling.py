@@ -48,6 +48,7 @@ from ..transformers_internals import (
     resolve_cache_argument,
     split_cache,
 )
+from .config_checks import check_config_of_model
 from .forward_arguments import PACKING_ARGUMENTS, refuse_unknown_arguments
 from .input_checks import InputNames, check_mask_values, embedding_positions
 from .non_finite_weights import warn_about_non_finite_weights
@@ -341,6 +342,10 @@ class ConvPreTrainedModel(
     _no_split_modules = ["ConvEncoderLayer", "ConvDecoderLayer"]
     _skip_keys_device_placement = ["cache", "past_key_values"]  # the name from transformers 5.24, and before
     _supports_sdpa = True  # the cross-attention always runs scaled_dot_product_attention
+
+    def __init__(self, config, *inputs, **kwargs):
+        check_config_of_model(type(self), config)  # a field set by setattr skipped the configuration's checks
+        super().__init__(config, *inputs, **kwargs)
 
     def _init_weights(self, module: nn.Module) -> None:
         """transformers' initialisation of the standard modules (normal(0, ``init_std``) linear maps

@@ -4,12 +4,14 @@ absurd size fails when the configuration is built, loaded or saved, with an erro
 import json
 
 import pytest
+import transformers
 from transformers import AutoConfig
 
 import talk_hf
 from talk_hf.models.config_checks import MAX_WEIGHT_ELEMENTS
 
 from . import toy_family
+from .helpers import ALL_CASES
 
 CONFIG_CLASSES = [
     talk_hf.TaLKConfig,
@@ -248,3 +250,50 @@ def test_updates_are_checked():
     config = talk_hf.DynamicConvLMConfig()
     config.update({"decoder_layers": 4, "decoder_kernel_sizes": [3, 5, 7, 9]})
     assert config.decoder_kernel_sizes == [3, 5, 7, 9]
+
+
+def _faults_set_after_construction(case):
+    """The issue's repros, as this family has them: (field, value, error, message)."""
+    is_slicenet = case.config_class is talk_hf.SliceNetConfig
+    window_field = "kernel_sizes" if is_slicenet else case.config_class.family.sizes_field("decoder")
+    faults = [
+        (window_field, [-5, 3, 3] if is_slicenet else [-5, 3], ValueError, rf"{window_field}\[0\] must be >= "),
+        ("d_model", "32", TypeError, r"d_model must be an int, got '32' \(str\)"),
+        ("vocab_size", 0, ValueError, "vocab_size must be >= 1, got 0"),
+    ]
+    if is_slicenet:
+        faults.append(("module_residual", "bogus", ValueError, "module_residual must be one of"))
+    else:
+        faults.append(("activation_function", "bogus", ValueError, "activation_function must be one of"))
+    if "conv_type" in case.config_kwargs or case.config_class.model_type.startswith("dynamic_conv"):
+        faults.append(("conv_type", "bogus", ValueError, r"conv_type must be one of \('dynamic_conv', 'light_conv'\)"))
+    return [(case, *fault) for fault in faults]
+
+
+@pytest.mark.parametrize(
+    "case, field, value, error, message",
+    [fault for case in ALL_CASES for fault in _faults_set_after_construction(case)],
+    ids=lambda value: value.name if hasattr(value, "head") else None,
+)
+def test_a_field_set_wrong_after_construction_fails_when_a_model_is_built(case, field, value, error, message):
+    """transformers' configurations take setattr, past the configuration's checks: the model checks them again
+    (before: raw tensor errors, or conv_type='bogus' building a DynamicConv model)."""
+    for model_class in (case.base, case.head):
+        config = case.config()
+        setattr(config, field, value)
+        with pytest.raises(error, match=f"the configuration of {model_class.__name__}: {message}"):
+            model_class(config)
+
+
+def test_a_field_set_right_after_construction_builds_the_model():
+    case = next(case for case in ALL_CASES if case.name == "light_conv-lm")
+    config = case.config()
+    config.conv_type, config.decoder_kernel_sizes = "dynamic_conv", [3, 7]
+    model = case.head(config)
+    assert model.config.conv_type == "dynamic_conv"
+    assert type(model.get_submodule("model.decoder.layers.1.mixer.core")).__name__ == "DynamicConvCore"
+
+
+def test_a_model_built_from_another_kind_of_configuration_fails_naming_both():
+    with pytest.raises(TypeError, match="TaLKModel is built from a TaLKConfig, got BertConfig"):
+        talk_hf.TaLKModel(transformers.BertConfig())
