@@ -128,8 +128,11 @@ def lm_blocks(token_lists, eos_token_id, block_size):
     block's inputs are its first `block_size` tokens and its labels the last `block_size`, and
     every token but the very first is predicted exactly once (the usual non-overlapping
     perplexity). The tail that does not fill a block is dropped; a stream too short for one block
-    raises ValueError with its token count (the caller names the split and the option).
+    raises ValueError with its token count (the caller names the split and the option), and so does
+    a `block_size` below 1, which predicts nothing.
     """
+    if block_size < 1:
+        raise ValueError(f"a block of {block_size} + 1 tokens predicts no token: blocks need at least 1 + 1")
     stream = torch.tensor([token for tokens in token_lists for token in (*tokens, eos_token_id)], dtype=torch.long)
     count = (len(stream) - 1) // block_size
     if count == 0:
@@ -141,14 +144,22 @@ def lm_blocks(token_lists, eos_token_id, block_size):
 
 
 def lm_documents(token_lists, eos_token_id, max_length):
-    """Each line's ids plus `eos_token_id` as a document of at most `max_length` tokens: a longer line is
-    cut into such pieces, an empty line (only the end token) left out.  Returns a list of id lists."""
+    """Each line's ids plus `eos_token_id` as a document of at most `max_length` tokens, an empty line
+    (only the end token) left out. Returns a list of id lists.
+
+    A longer line is cut into pieces of at most `max_length` tokens that share their edge token, as
+    `lm_blocks`' blocks do: a piece's last token is the next one's first, so every token of the line
+    but its first is predicted exactly once, and every piece (2 tokens or more) predicts at least one.
+    A `max_length` below 2 predicts nothing and raises ValueError (the caller names the option).
+    """
+    if max_length < 2:
+        raise ValueError(f"a document of at most {max_length} token predicts nothing: documents need at least 2")
     documents = []
     for tokens in token_lists:
         if not tokens:
             continue
         ids = [*tokens, eos_token_id]
-        documents.extend(ids[start : start + max_length] for start in range(0, len(ids), max_length))
+        documents.extend(ids[start : start + max_length] for start in range(0, len(ids) - 1, max_length - 1))
     return documents
 
 

@@ -1,5 +1,5 @@
 """What a run records about itself besides its checkpoints: the training log (`log.jsonl`, the
-Accelerate trackers and the progress bar; `read_log` reads it back on a resume, dropping a line
+Accelerate trackers and the progress bars, the evaluations' too; `read_log` reads it back on a resume, dropping a line
 torn by a kill), where it trained (`environment.json`) and its test result (`test_results.json`)."""
 
 import json
@@ -156,6 +156,12 @@ def progress_bar(progress, max_steps, budget_seconds, disable):
         desc="train (minutes of training time)",
         bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} min{postfix}",
     )
+
+
+def evaluation_bar(accelerator, batches, description):
+    """`batches` (an evaluation's loader, this process's share) with a progress bar named
+    `description`, shown on the main process like the training bar and cleared when it is done."""
+    return tqdm(batches, desc=description, disable=not accelerator.is_main_process, leave=False)
 
 
 def write_environment(output_dir, processes, device=None):

@@ -10,7 +10,7 @@ token is predicted exactly once and `eval_loss` gives the usual perplexity. Ever
 `TrainingArguments` flag works.
 
 `--packing` trains padding-free instead: every line (with its end-of-sequence token; cut into
-`--block_size` pieces only when longer) is a document, and `DataCollatorWithFlattening` packs each
+`--block_size` pieces that share their edge token, only when longer) is a document, and `DataCollatorWithFlattening` packs each
 batch of `--per_device_train_batch_size` documents into one row, each document computed as if alone
 (docs/models.md, "Packed sequences"). Evaluation keeps the blocks (the same perplexity): flattened,
 each block is a document of its own, as it is a row of its own unpacked.
@@ -71,7 +71,8 @@ def load_blocks(data_args, tokenizer, option, limit):
 
 def load_documents(data_args, tokenizer, option, limit):
     """A `datasets.Dataset` of the split's lines as documents (`batching.lm_documents`: ids with an
-    end-of-sequence token, lines longer than `--block_size` cut into pieces, empty lines left out)."""
+    end-of-sequence token, lines longer than `--block_size` cut into pieces sharing their edge token, empty
+    lines left out)."""
     lines = read_split(data_args, option, [data_args.text_column], limit)[data_args.text_column]
     documents = lm_documents(tokenizer(lines)["input_ids"], tokenizer.eos_token_id, data_args.block_size)
     if not documents:
@@ -82,6 +83,10 @@ def load_documents(data_args, tokenizer, option, limit):
 def main():
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses()
+    if data_args.block_size < 2:  # blocks share one token, and a one-token document predicts nothing
+        raise SystemExit(
+            f"error: --block_size must be >= 2 (a sequence of one token predicts nothing), not {data_args.block_size}"
+        )
     set_seed(training_args.seed)
     tokenizer = trainer_tokenizer(model_args)
     if tokenizer.eos_token_id is None:

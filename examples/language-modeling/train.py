@@ -14,8 +14,8 @@ and `last/` checkpoints, and at the end the best checkpoint reloaded through
 `--model_type transformer` trains the same-size GPT-2 baseline.
 
 `--packing` trains on whole documents instead of blocks cut from one stream: each line (plus its end
-token) is a document, cut only when longer than `--block_size`, and the documents are packed into rows
-of `--block_size` tokens (`batching.pack_documents`) with their edges kept (`position_ids` restarting
+token) is a document, cut only when longer than `--block_size` (into pieces that share their edge token,
+so that every piece predicts a token), and the documents are packed into rows of `--block_size` tokens (`batching.pack_documents`) with their edges kept (`position_ids` restarting
 at 0): no token reads or predicts across two documents. Evaluation keeps the blocks, so perplexities
 stay comparable with runs without it.
 """
@@ -76,6 +76,10 @@ def parse_args(argv=None):
     )
     args = option_checks.parse_args(parser, argv)
     option_checks.check_at_least(args, 1, "block_size")
+    if args.packing and args.block_size < 2:  # a one-token document predicts nothing
+        options.fail(
+            f"--packing needs --block_size >= 2 (a document of one token predicts nothing), not {args.block_size}"
+        )
     if args.lr is None:  # resolved here, so args.json records the rate that ran
         args.lr = default_lr(args.block_size)
     if args.max_tokens < args.block_size:
@@ -109,7 +113,8 @@ def make_blocks(args, tokenizer, texts):
 
 def packed_rows(tokenizer, lines, block_size):
     """Rows of at most `block_size` tokens, each a list of whole documents (token id lists): every
-    non-empty line plus the end token, cut into pieces only where longer than `block_size`."""
+    non-empty line plus the end token, cut into pieces only where longer than `block_size`
+    (`lm_documents`: every piece predicts a token, so every row and micro-batch does)."""
     documents = lm_documents(tokenizer(lines)["input_ids"], tokenizer.eos_token_id, block_size)
     return [[documents[i] for i in row] for row in pack_documents([len(d) for d in documents], block_size)]
 
@@ -119,8 +124,9 @@ def packed_rows(tokenizer, lines, block_size):
 EVAL_LOGITS_ELEMENTS = 2**27
 
 
-def make_evaluate(accelerator, blocks, args):
-    """evaluate(model) -> {"valid_loss", "valid_ppl"} on `blocks`, sharded over processes."""
+def make_evaluate(accelerator, blocks, args, description="validation"):
+    """evaluate(model) -> {"valid_loss", "valid_ppl"} on `blocks`, sharded over processes, with a
+    progress bar named `description` (`records.evaluation_bar`)."""
     loader = accelerator.prepare(
         torch.utils.data.DataLoader(list(blocks), batch_size=args.eval_batch_size, collate_fn=collate_lm)
     )
@@ -128,7 +134,7 @@ def make_evaluate(accelerator, blocks, args):
     def evaluate(model):
         meter = LossMeter(accelerator)
         vocab_size = accelerator.unwrap_model(model).config.vocab_size
-        for batch in loader:
+        for batch in records.evaluation_bar(accelerator, loader, description):
             input_ids, labels = batch["input_ids"], batch["labels"]
             rows = max(1, EVAL_LOGITS_ELEMENTS // (input_ids.shape[1] * vocab_size))
             nll = [
@@ -200,7 +206,7 @@ def report(accelerator, args, test_blocks):
     best, tokenizer, model = checkpoints.load_best(accelerator, args.output_dir, AutoModelForCausalLM)
     if test_blocks is not None:
         with torch.no_grad():
-            metrics = make_evaluate(accelerator, test_blocks, args)(model)
+            metrics = make_evaluate(accelerator, test_blocks, args, "test")(model)
         split = split_name(args.data_dir or args.dataset_name, args.test_split, args.dataset_config)
         records.report_test(accelerator, args, best, metrics, split)
     prompt = tokenizer(args.prompt, return_tensors="pt").to(accelerator.device)

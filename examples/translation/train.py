@@ -90,8 +90,9 @@ def translate(model, tokenizer, input_ids, attention_mask, num_beams):
     return tokenizer.batch_decode(output, skip_special_tokens=True)
 
 
-def make_evaluate(accelerator, tokenizer, pairs, config, args, num_beams):
-    """evaluate(model) -> {"valid_loss", "valid_ppl", "bleu"} on `pairs`, sharded over processes.
+def make_evaluate(accelerator, tokenizer, pairs, config, args, num_beams, description="validation"):
+    """evaluate(model) -> {"valid_loss", "valid_ppl", "bleu"} on `pairs`, sharded over processes, with a
+    progress bar named `description` (`records.evaluation_bar`).
 
     BLEU is sacrebleu's corpus BLEU of `num_beams`-beam translations against the reference text.
     """
@@ -104,7 +105,7 @@ def make_evaluate(accelerator, tokenizer, pairs, config, args, num_beams):
     def evaluate(model):
         generator = accelerator.unwrap_model(model)
         meter, indices, hypotheses = LossMeter(accelerator), [], []
-        for batch in loader:
+        for batch in records.evaluation_bar(accelerator, loader, f"{description} (loss, BLEU)"):
             logits = model(
                 batch["input_ids"], batch["attention_mask"], decoder_input_ids=batch["decoder_input_ids"]
             ).logits
@@ -199,7 +200,7 @@ def report(accelerator, args, pairs):
     best, tokenizer, model = checkpoints.load_best(accelerator, args.output_dir, AutoModelForSeq2SeqLM)
     if pairs is not None:
         with torch.no_grad():
-            metrics = make_evaluate(accelerator, tokenizer, pairs, model.config, args, args.num_beams)(model)
+            metrics = make_evaluate(accelerator, tokenizer, pairs, model.config, args, args.num_beams, "test")(model)
         split = split_name(args.data_dir or args.dataset_name, args.test_split, args.dataset_config)
         records.report_test(accelerator, args, best, metrics, split)
         samples = pairs["source"][:3]

@@ -105,7 +105,7 @@ def test_lm_blocks_predict_every_token_once():
 
 def test_lm_documents_keep_lines_whole_unless_longer_than_a_row():
     lines = [[3, 4, 5], [], [6, 7, 8, 9, 10, 11]]
-    assert lm_documents(lines, eos_token_id=1, max_length=4) == [[3, 4, 5, 1], [6, 7, 8, 9], [10, 11, 1]]
+    assert lm_documents(lines, eos_token_id=1, max_length=4) == [[3, 4, 5, 1], [6, 7, 8, 9], [9, 10, 11, 1]]
 
 
 def test_packed_rows_hold_every_document_whole_within_the_row_length():
