@@ -11,6 +11,7 @@ import torch
 from .fairseq_checkpoint import resolve_global
 from .fairseq_config import FAMILIES
 from .from_fairseq import convert_fairseq_checkpoint
+from .output_folder import FSMT_TOKENIZER_FILES, MODEL_FILES
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -34,7 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     fairseq.add_argument("checkpoint", help="the fairseq model.pt")
-    fairseq.add_argument("output_dir", help="the folder to write (created if missing)")
+    fairseq.add_argument(
+        "output_dir",
+        help="the folder to write (created if missing); files it holds of the names the conversion writes are "
+        "refused unless --overwrite",
+    )
     fairseq.add_argument(
         "--family",
         choices=FAMILIES,
@@ -71,6 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--dtype", choices=DTYPES, default="float32", help="dtype of the saved weights (default: %(default)s)"
     )
     fairseq.add_argument(
+        "--overwrite",
+        action="store_true",
+        help=f"replace the files OUTPUT_DIR already holds of those the conversion writes: "
+        f"{', '.join(MODEL_FILES)} (or model-*-of-*.safetensors shards) and, with a tokenizer, "
+        f"{', '.join(FSMT_TOKENIZER_FILES)}; other files stay",
+    )
+    fairseq.add_argument(
         "--allow-global",
         action="append",
         default=[],
@@ -100,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             tokenizer=not args.no_tokenizer,
             dtype=DTYPES[args.dtype],
             allow_globals=tuple(resolve_global(name) for name in args.allow_global),
+            overwrite=args.overwrite,
         )
     except (ValueError, ImportError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -88,7 +88,8 @@ def write_fsmt_tokenizer(
     """
     if importlib.util.find_spec("sacremoses") is None:
         raise ImportError(
-            "the Moses tokenizer needs sacremoses: pip install 'talk_hf[convert]' (or convert with --no-tokenizer)"
+            "the Moses tokenizer needs sacremoses: pip install sacremoses (or, in the talk_hf clone, "
+            "pip install -e '.[convert]'), or convert with --no-tokenizer"
         )
     merges = fsmt_merges(bpecodes)
     files = {"src_vocab_file": "vocab-src.json", "tgt_vocab_file": "vocab-tgt.json", "merges_file": "merges.txt"}

@@ -24,6 +24,7 @@ from .fairseq_dictionary import BOS_ID, EOS_ID, PAD_ID, dictionary_paths, read_d
 from .fairseq_tokenizer import write_fsmt_tokenizer
 from .fairseq_weights import convert_state_dict, load_converted
 from .model_card import model_card
+from .output_folder import check_kept_tokenizer, check_nothing_replaced
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,12 @@ def _check_dictionary_size(checkpoint: FairseqCheckpoint, dictionary: Path, symb
         )
 
 
+def _bpe_codes(checkpoint: FairseqCheckpoint) -> Path | None:
+    """The BPE codes beside the checkpoint, or None."""
+    folder = checkpoint.path.parent
+    return next((folder / name for name in BPE_CODES_NAMES if (folder / name).is_file()), None)
+
+
 def _write_tokenizer(
     checkpoint: FairseqCheckpoint,
     output_dir: Path,
@@ -73,9 +80,7 @@ def _write_tokenizer(
     lowercase: bool,
 ) -> str:
     """Write the Moses + BPE tokenizer when the codes lie beside the checkpoint; say what was done."""
-    codes = next(
-        (checkpoint.path.parent / name for name in BPE_CODES_NAMES if (checkpoint.path.parent / name).is_file()), None
-    )
+    codes = _bpe_codes(checkpoint)
     if codes is None:
         return (
             f"No tokenizer: no BPE codes ({' or '.join(BPE_CODES_NAMES)}) lay beside the checkpoint; inputs are "
@@ -102,6 +107,7 @@ def convert_fairseq_checkpoint(
     tokenizer: bool = True,
     dtype: torch.dtype = torch.float32,
     allow_globals: tuple = (),
+    overwrite: bool = False,
 ) -> PretrainedConfig:
     """Convert ``checkpoint_path`` (a fairseq ``model.pt``) into ``output_dir``.
 
@@ -115,13 +121,16 @@ def convert_fairseq_checkpoint(
         tokenizer: write the tokenizer when BPE codes are present (needs ``sacremoses``).
         dtype: the dtype of the saved weights.
         allow_globals: further classes the unpickler may build (see ``load_fairseq_checkpoint``).
+        overwrite: replace the files of the conversion (``output_folder.MODEL_FILES``, and the tokenizer's
+            when one is written) that ``output_dir`` already holds; without it they are refused.
 
     Returns:
         The configuration of the converted model.
 
     Raises:
         ValueError: naming the file, for a ``checkpoint_path`` that is no readable fairseq checkpoint, an
-            ``output_dir`` that is a file, anything talk_hf cannot reproduce or files that do not fit each other.
+            ``output_dir`` that is a file or holds files the conversion would replace (without ``overwrite``)
+            or another model's tokenizer, anything talk_hf cannot reproduce or files that do not fit each other.
     """
     output_dir = Path(output_dir)
     if output_dir.exists() and not output_dir.is_dir():
@@ -137,6 +146,9 @@ def convert_fairseq_checkpoint(
         _check_dictionary_size(checkpoint, path, side_symbols, f"{stack}.embed_tokens.weight")
 
     config = config_from_fairseq(checkpoint, family, len(symbols[0]), len(symbols[1]))
+    writes_tokenizer = tokenizer and not language_model and _bpe_codes(checkpoint) is not None
+    check_nothing_replaced(output_dir, writes_tokenizer, overwrite)
+    check_kept_tokenizer(output_dir, writes_tokenizer, len(symbols[0]), len(symbols[1]))
     head_class = family_of(config.model_type)[2]  # (config, base model, head, Auto class of the head)
     model = head_class(config)
     load_converted(model, convert_state_dict(checkpoint.state_dict, config.tie_word_embeddings))

@@ -72,7 +72,8 @@ tags:
 **License**: MIT. From the source: "{license_statement}"
 
 Converted with `python -m talk_hf.convert fairseq` into talk_hf's `{config.model_type}` model
-(`{type(config).__name__}`); loading it needs `pip install talk_hf` and `import talk_hf`.
+(`{type(config).__name__}`); loading it needs talk_hf, installed from its source (it is not on the package
+index: `pip install -e <path to a clone of the talk_hf repository>`), and `import talk_hf`.
 {tokenizer_note}
 
 ```python
