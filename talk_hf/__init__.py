@@ -14,6 +14,10 @@ model_type         config                      AutoModel / AutoModelForSeq2SeqLM
 =================  ==========================  ====================================================
 """
 
+# isort: off
+from . import quiet_imports  # first: imports transformers without torchao's import-time log lines
+
+# isort: on
 from . import ops
 from .cache import ConvCache, ConvEncoderDecoderCache, ConvHistoryLayer
 from .hub import export_for_remote_code
