@@ -60,16 +60,29 @@ def append_json_line(path, record):
 
 def replace_dir(tmp, final):
     """Move the complete folder `tmp` to `final`, keeping the previous `final` until that worked;
-    `tmp`'s files are on the disk before the first rename, and the renames when this returns."""
+    `tmp`'s files are on the disk before the first rename, and the renames when this returns.
+
+    A `final` (or a `final.old`) that is a symbolic link is moved and removed as the link itself:
+    what it points to is never written, and no link is left behind (`remove_entry`)."""
     tmp, final = Path(tmp), Path(final)
     old = final.with_name(final.name + ".old")
     flush_tree(tmp)
-    if final.exists():
-        shutil.rmtree(old, ignore_errors=True)
+    if os.path.lexists(final):
+        remove_entry(old)
         os.replace(final, old)
     os.replace(tmp, final)
     flush_to_disk(final.parent)
-    shutil.rmtree(old, ignore_errors=True)
+    remove_entry(old)
+
+
+def remove_entry(path):
+    """Delete the folder, file or symbolic link `path` if there is one. A link is removed itself,
+    never what it points to (nor anything under it); a folder with everything in it."""
+    path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        path.unlink()
 
 
 def existing_dir(path):

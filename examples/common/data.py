@@ -100,7 +100,10 @@ def _local_file(folder, split, suffix):
 
 
 def _local_splits(folder):
-    return {p.name.split(".")[0] for p in folder.iterdir() if p.is_file() and "." in p.name}
+    """The split names of the files of `folder`; hidden files (`.lock`, `.DS_Store`) are none."""
+    return {
+        p.name.split(".")[0] for p in folder.iterdir() if p.is_file() and "." in p.name and not p.name.startswith(".")
+    }
 
 
 def _read_local(folder, split, columns):

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from accelerate.utils import gather_object
 
-from .atomic_files import existing_dir, replace_dir
-from .messages import first_line
+from .atomic_files import existing_dir, remove_entry, replace_dir
+from .messages import first_line, warn
 from .options import fail
 
 FULL_BELOW = 1 << 20  # bytes: a disk with less free space than this counts as full
@@ -34,7 +34,12 @@ def save_folder(accelerator, final, write):
     final = Path(final)
     tmp = final.with_name(final.name + ".tmp")
     if accelerator.is_main_process:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_entry(tmp)  # a link there is removed, never written through
+        if final.is_symlink():
+            warn(
+                f"{final} is a symbolic link (to {os.readlink(final)}): the save replaces the link with the folder "
+                "itself and leaves what the link points to as it is"
+            )
     accelerator.wait_for_everyone()
     own_error, report = None, None
     try:
@@ -46,7 +51,7 @@ def save_folder(accelerator, final, write):
         full = any(is_full for _, is_full in reports)
         message = no_space_message(final, tmp, reports[0][0]) if full and accelerator.is_main_process else None
         if accelerator.is_main_process:
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_entry(tmp)
         if full:
             fail(message or f"no space left on device while saving {final} (the main process says how much is needed)")
         if own_error is not None:

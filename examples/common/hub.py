@@ -1,14 +1,55 @@
-"""`--push_to_hub`: the best model of a run, uploaded so that it loads anywhere."""
+"""`--push_to_hub`: the best model of a run, uploaded so that it loads anywhere.
+
+What an upload needs is checked at the start (`check_upload`): a run of hours must not end in an
+upload that could never work. The upload itself (`upload`) says what failed, and how to send the
+folder once the network is back.
+"""
 
 import shutil
 from pathlib import Path
 
 import huggingface_hub
+from huggingface_hub.errors import HFValidationError
 from transformers import AutoConfig
 
 import talk_hf
 
+from .atomic_files import remove_entry
+from .messages import first_line
 from .models import is_ours
+from .options import fail
+
+
+def check_upload(args):
+    """With `--push_to_hub`, refuse at the start an upload that would fail at the end: a
+    `--hub_model_id` that is no repository id, offline mode (`HF_HUB_OFFLINE`), no token, a token
+    that may only read, or a Hub that cannot be reached. Asks the Hub who the token is (`whoami`)."""
+    if not args.push_to_hub:
+        return
+    if not args.hub_model_id:
+        fail("--push_to_hub needs --hub_model_id")
+    try:
+        huggingface_hub.utils.validate_repo_id(args.hub_model_id)
+    except HFValidationError as error:
+        fail(f"--hub_model_id {args.hub_model_id!r} is no Hub repository id ({first_line(error)})")
+    if huggingface_hub.is_offline_mode():
+        fail(
+            "--push_to_hub uploads at the end of the run, but HF_HUB_OFFLINE is set: unset it (the Hub must be "
+            "reachable), or drop --push_to_hub and upload output_dir/best later"
+        )
+    try:
+        user = huggingface_hub.whoami()
+    except Exception as error:  # no token, a refused token, or no network: huggingface_hub and httpx raise many kinds
+        fail(
+            f"--push_to_hub: the Hub does not answer who the token is ({type(error).__name__}: {first_line(error)}). "
+            "Log in (`hf auth login`, or `export HF_TOKEN=hf_...`) and check the network, or drop --push_to_hub"
+        )
+    role = user.get("auth", {}).get("accessToken", {}).get("role")
+    if role == "read":
+        fail(
+            f"--push_to_hub: the token of {user.get('name')} may only read: give a token with write access "
+            "(Hub settings, Access Tokens)"
+        )
 
 
 def hub_folder(output_dir):
@@ -18,7 +59,7 @@ def hub_folder(output_dir):
     uploaded checkpoint does not need `talk_hf` installed; transformers' own models need nothing.
     """
     folder = Path(output_dir) / "hub"
-    shutil.rmtree(folder, ignore_errors=True)
+    remove_entry(folder)  # a link there is removed, never written through
     shutil.copytree(Path(output_dir) / "best", folder)
     if is_ours(AutoConfig.from_pretrained(folder)):
         talk_hf.export_for_remote_code(folder)
@@ -26,7 +67,18 @@ def hub_folder(output_dir):
 
 
 def upload(accelerator, args):
-    """best/ (with its tokenizer and, for our models, their code) to `--hub_model_id`, with `--push_to_hub`."""
-    if args.push_to_hub and accelerator.is_main_process:
+    """best/ (with its tokenizer and, for our models, their code) to `--hub_model_id`, with
+    `--push_to_hub`. An upload that fails (the network went down during the run) stops the script
+    naming the folder that is ready to upload and the command that sends it."""
+    if not (args.push_to_hub and accelerator.is_main_process):
+        return
+    folder = hub_folder(args.output_dir)
+    try:
         huggingface_hub.create_repo(args.hub_model_id, exist_ok=True)
-        huggingface_hub.upload_folder(repo_id=args.hub_model_id, folder_path=hub_folder(args.output_dir))
+        huggingface_hub.upload_folder(repo_id=args.hub_model_id, folder_path=folder)
+    except Exception as error:  # huggingface_hub and httpx raise many kinds
+        fail(
+            f"--push_to_hub: uploading {folder} to {args.hub_model_id} failed ({type(error).__name__}: "
+            f"{first_line(error)}). The run itself is complete; once the Hub is reachable, upload the folder with "
+            f"`hf upload {args.hub_model_id} {folder}`"
+        )

@@ -6,6 +6,7 @@ import math
 import os
 from pathlib import Path
 
+from . import hub
 from .models import build_config, presets_of
 from .options import fail, model_sizes
 from .tokenizer import SPECIAL_TOKENS
@@ -25,8 +26,7 @@ def check_args(args):
     if args.tokenizer is not None and args.tokenizer.startswith((".", "/")) and not os.path.isdir(args.tokenizer):
         fail(f"--tokenizer {args.tokenizer} is not a folder")
     check_start_flags(args)
-    if args.push_to_hub and not args.hub_model_id:
-        fail("--push_to_hub needs --hub_model_id")
+    check_output_dir(args)
     check_at_least(args, 1, "max_tokens", "gradient_accumulation_steps", "eval_every", "save_every", "log_every")
     check_at_least(args, 1, "eval_batch_size", "max_steps", "max_train_samples", "max_eval_samples", "threads")
     check_at_least(args, 1, "min_frequency", "d_model", "ffn_dim", "encoder_layers", "decoder_layers", "heads")
@@ -42,6 +42,7 @@ def check_args(args):
         fail(f"--seed must be in [0, 2**32) (the range numpy accepts), not {args.seed}")
     check_numbers(args)
     check_model_flags(args)
+    hub.check_upload(args)  # last: it asks the Hub
     return args
 
 
@@ -51,6 +52,23 @@ def check_start_flags(args):
         fail("--resume continues the run in --output_dir, --overwrite_output_dir deletes it: give one of them")
     if args.allow_changed_args and not args.resume:
         fail("--allow_changed_args applies to --resume only: a new run takes the settings it is given")
+
+
+def check_output_dir(args):
+    """--output_dir: a folder or a path where one can be made (not a file, nor under one), apart from
+    --data_dir (the run's files would be read as data, and the data taken for a user's files)."""
+    output = Path(args.output_dir)
+    blocker = next((p for p in (output, *output.parents) if os.path.lexists(p) and not p.is_dir()), None)
+    if blocker is not None:
+        where = "is" if blocker == output else f"lies under {blocker}, which is"
+        fail(f"--output_dir {output} {where} a file, not a folder: give the path of a folder (new or existing)")
+    if args.data_dir is not None:
+        data, run = Path(args.data_dir).resolve(), output.resolve()
+        if data == run or data in run.parents or run in data.parents:
+            fail(
+                f"--output_dir {args.output_dir} and --data_dir {args.data_dir} overlap: the run's files would "
+                "be read as data. Give an --output_dir outside --data_dir (and not holding it)"
+            )
 
 
 def check_at_least(args, minimum, *names):

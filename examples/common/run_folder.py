@@ -7,7 +7,8 @@ The other jobs on it have their own modules: `atomic_files` (writes that a kill 
 
 * One run per folder: the main process holds an OS-level lock on `output_dir/.lock` for the whole
   run (the system drops it however the process ends, so a killed run blocks nobody) and writes who
-  holds it into `output_dir/.lock.json`, which a second run names in its error. The other
+  holds it into `output_dir/.lock.json`, which a second run names in its error (a `.lock` or
+  `.lock.json` that no run wrote is refused, or replaced with `--overwrite_output_dir`). The other
   processes of an Accelerate run take no lock: they wait for the main process's verdict.
 * A fresh start refuses a folder that holds a run's outputs unless `--overwrite_output_dir`, which
   deletes them first (only what the run's manifest records: `run_outputs`); `--resume` needs a
@@ -32,7 +33,7 @@ from accelerate.utils import broadcast_object_list
 from transformers import AutoTokenizer
 
 from . import run_outputs
-from .atomic_files import append_json_line, existing_dir, write_json
+from .atomic_files import append_json_line, existing_dir, remove_entry, write_json
 from .file_checks import TOKENIZER_FILES, file_problem
 from .folder_saves import full_disk_is_an_error, save_folder
 from .messages import first_line, warn
@@ -48,13 +49,25 @@ LOCK, LOCK_OWNER = ".lock", ".lock.json"
 # --- one run per folder ---------------------------------------------------------------------------
 
 
-def take_lock(folder):
+def take_lock(folder, *, overwrite=False):
     """Hold the lock of the output folder `folder` and record this process as its holder.
 
     Returns the held `filelock.FileLock` (release it when the run ends; the system releases it when
-    the process dies). Raises SystemExit naming the holder when another process holds it.
+    the process dies). Raises SystemExit naming the holder when another process holds it, and
+    naming the file when `.lock` or `.lock.json` is not a run's (`foreign_lock_files`), unless
+    `overwrite` (`--overwrite_output_dir`): such files are then replaced, and named.
     """
     folder = Path(folder)
+    foreign = foreign_lock_files(folder)
+    if foreign and (not overwrite or any(p.is_dir() and not p.is_symlink() for p in foreign)):
+        fail(
+            f"--output_dir {folder} holds {run_outputs.listed(foreign)}, which no run of these scripts wrote, and "
+            f"the run would write over it (the names of its lock, {LOCK} and {LOCK_OWNER}). Move it elsewhere, or "
+            "for a new run give --overwrite_output_dir to replace a file there"
+        )
+    for path in foreign:
+        print(f"--overwrite_output_dir: replacing {path}, which no run wrote", flush=True)
+        remove_entry(path)  # a link is removed itself: what it points to is never written
     lock = filelock.FileLock(str(folder / LOCK), timeout=0)
     try:
         lock.acquire()
@@ -66,6 +79,27 @@ def take_lock(folder):
     holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S %z")}
     write_json(folder / LOCK_OWNER, {**holder, "command": shlex.join(sys.argv)})
     return lock
+
+
+def foreign_lock_files(folder):
+    """The entries `.lock` and `.lock.json` of `folder` that a run did not write: a run's `.lock` is an
+    empty file (not a link), its `.lock.json` a JSON object of exactly the holder's fields."""
+    lock, owner = Path(folder) / LOCK, Path(folder) / LOCK_OWNER
+    foreign = []
+    if os.path.lexists(lock) and (lock.is_symlink() or not lock.is_file() or lock.stat().st_size > 0):
+        foreign.append(lock)
+    if os.path.lexists(owner) and (owner.is_symlink() or not owner.is_file() or not is_holder_record(owner)):
+        foreign.append(owner)
+    return foreign
+
+
+def is_holder_record(path):
+    """Whether the file `path` holds what `take_lock` writes: {pid, host, started, command}."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and set(record) == {"pid", "host", "started", "command"}
 
 
 def lock_holder(folder):
@@ -108,7 +142,8 @@ def _open_on_main_process(folder, args, settings):
     if args.resume and not folder.is_dir():
         check_resumable(folder)  # fails: nothing to resume (and no folder made for the lock)
     folder.mkdir(parents=True, exist_ok=True)
-    lock = take_lock(folder)  # first: a run that is busy in the folder is the news, whatever the folder holds
+    # First: a run that is busy in the folder is the news, whatever the folder holds.
+    lock = take_lock(folder, overwrite=args.overwrite_output_dir)
     try:
         outputs = run_outputs.planned_outputs(args)
         if args.resume:
