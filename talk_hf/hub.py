@@ -6,6 +6,8 @@ imports ``...layers``, ``...ops``), so :func:`export_for_remote_code` copies eve
 modeling and configuration files need, flat, rewrites their package-relative imports to
 ``from .<module> import``, and writes a full ``auto_map`` (AutoConfig, AutoModel and the
 generative head's Auto class) into ``config.json``.  The copies run the PyTorch path of the ops.
+Each copy starts with `COPY_MARKER`: exporting again replaces the copies, and refuses to replace a
+file of the same name that it did not write (a user's ``cache.py``), unless told to.
 
     model.save_pretrained("ckpt")
     export_for_remote_code("ckpt")
@@ -24,6 +26,8 @@ from pathlib import Path
 from .models.families import family_of
 
 _FROM_RELATIVE = re.compile(r"^(\s*)from\s+\.+[\w.]*\s+import\b")
+# The first line of every module copy, by which an export recognises its own copies.
+COPY_MARKER = "# Copied by talk_hf.export_for_remote_code"
 
 
 def _module_file(module_name: str) -> Path:
@@ -72,6 +76,7 @@ def _flattened_source(module_name: str) -> str:
     ``from .m import __name__ as _m_module`` in front of it.
     """
     lines = _module_file(module_name).read_text(encoding="utf-8").splitlines(keepends=True)
+    header = f"{COPY_MARKER} from {module_name}; exporting again replaces this file.\n"
     for node, targets in _relative_imports(module_name):
         index = node.lineno - 1
         if node.module:
@@ -89,17 +94,43 @@ def _flattened_source(module_name: str) -> str:
             lines[index] = f"{markers}{indent}from . import {names}\n"
             for continuation in range(index + 1, node.end_lineno):
                 lines[continuation] = ""
-    return "".join(lines)
+    return header + "".join(lines)
 
 
-def export_for_remote_code(save_directory: str | Path) -> dict[str, str]:
+def _is_own_copy(path: Path) -> bool:
+    """Whether ``path`` is a module copy an export wrote (its first line is `COPY_MARKER`'s)."""
+    if not path.is_file():
+        return False
+    with path.open(encoding="utf-8", errors="replace") as file:
+        return file.readline().startswith(COPY_MARKER)
+
+
+def _check_nothing_foreign_replaced(save_directory: Path, file_names: list[str], overwrite: bool) -> None:
+    """Refuse, unless ``overwrite``, to replace a file of ``save_directory`` that no export wrote."""
+    foreign = sorted(
+        name for name in file_names if (save_directory / name).exists() and not _is_own_copy(save_directory / name)
+    )
+    if foreign and not overwrite:
+        raise FileExistsError(
+            f"{save_directory} holds {', '.join(foreign)}, which export_for_remote_code did not write but would "
+            f"replace with the module copies of the same names: move them out of the checkpoint folder, or pass "
+            f"overwrite=True to replace them"
+        )
+
+
+def export_for_remote_code(save_directory: str | Path, *, overwrite: bool = False) -> dict[str, str]:
     """Make a ``save_pretrained`` folder of a talk_hf model loadable with ``trust_remote_code=True``.
 
     Args:
         save_directory: a folder holding the ``config.json`` of a talk_hf model.
+        overwrite: replace files named like a module copy (``cache.py``, ``version.py``, ...) that an
+            export did not write; without it they are refused, and nothing is written.
 
     Returns:
         The ``auto_map`` written into ``config.json``.
+
+    Raises:
+        FileExistsError: naming the files of ``save_directory`` that an export did not write and would replace.
     """
     save_directory = Path(save_directory)
     config_path = save_directory / "config.json"
@@ -111,6 +142,7 @@ def export_for_remote_code(save_directory: str | Path) -> dict[str, str]:
     clashes = {name for name in flat_names if flat_names.count(name) > 1}
     if clashes:
         raise RuntimeError(f"talk_hf modules with the same file name cannot be flattened: {sorted(clashes)}")
+    _check_nothing_foreign_replaced(save_directory, [f"{name}.py" for name in flat_names], overwrite)
     for module_name in modules:
         (save_directory / f"{_flat_name(module_name)}.py").write_text(_flattened_source(module_name), encoding="utf-8")
 

@@ -134,3 +134,42 @@ def test_flattening_rewrites_every_relative_import_form(tmp_path, monkeypatch):
     import importlib
 
     assert importlib.import_module("flatpkg.mod").Z == 4
+
+
+def test_export_refuses_to_replace_a_users_files_naming_them(tmp_path):
+    """A user's cache.py and version.py, beside the checkpoint, were replaced by the module copies."""
+    case = HEADS[1]
+    case.model().save_pretrained(tmp_path)
+    config_before = (tmp_path / "config.json").read_text()
+    for name in ("cache.py", "version.py"):
+        (tmp_path / name).write_text(f"# the user's own {name}\n")
+    with pytest.raises(FileExistsError, match=r"holds cache\.py, version\.py, which export_for_remote_code did not"):
+        talk_hf.export_for_remote_code(tmp_path)
+    # Nothing written: the user's files, the configuration, and no module copy.
+    assert (tmp_path / "cache.py").read_text() == "# the user's own cache.py\n"
+    assert (tmp_path / "config.json").read_text() == config_before
+    assert sorted(path.name for path in tmp_path.glob("*.py")) == ["cache.py", "version.py"]
+    talk_hf.export_for_remote_code(tmp_path, overwrite=True)
+    assert (tmp_path / "cache.py").read_text().startswith(talk_hf.hub.COPY_MARKER)
+
+
+def test_export_replaces_its_own_copies(tmp_path):
+    case = HEADS[0]
+    case.model().save_pretrained(tmp_path)
+    talk_hf.export_for_remote_code(tmp_path)
+    (tmp_path / "version.py").write_text((tmp_path / "version.py").read_text() + "STALE = True\n")
+    talk_hf.export_for_remote_code(tmp_path)  # a copy of an earlier export: replaced without a word
+    assert "STALE" not in (tmp_path / "version.py").read_text()
+
+
+def test_a_copy_without_kernel_sources_says_how_to_install_talk_hf(tmp_path, monkeypatch):
+    """The remote-code fallback named `pip install talk_hf`, which is not on the package index."""
+    from talk_hf.ops._build import build_folder
+    from talk_hf.ops._build.unavailable import ExtensionUnavailable
+
+    monkeypatch.setattr(build_folder, "CSRC", tmp_path)  # a remote-code copy carries no csrc/
+    with pytest.raises(ExtensionUnavailable) as raised:
+        build_folder.check_sources("cpu")
+    assert "install talk_hf from its source" in str(raised.value)
+    assert "pip install -e <path to a clone of the talk_hf repository>" in str(raised.value)
+    assert "pip install talk_hf" not in str(raised.value)

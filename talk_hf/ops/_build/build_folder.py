@@ -68,7 +68,8 @@ def check_sources(kind: str) -> None:
         raise ExtensionUnavailable(
             kind,
             f"the kernel sources {missing} are not in {CSRC}",
-            "install the talk_hf package (pip install talk_hf) to get them",
+            "install talk_hf from its source, which holds them (it is not on the package index): "
+            "pip install -e <path to a clone of the talk_hf repository>",
         )
 
 
