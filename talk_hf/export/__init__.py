@@ -8,5 +8,6 @@ from .decoder_step import DecoderStepForExport, EncoderForExport
 from .graphs import check_exportable, export_graphs
 from .int8 import quantize_exported
 from .onnx_files import export_onnx
-from .runner import OnnxGenerator, read_manifest
+from .runner import OnnxGenerator
+from .runner_checks import read_manifest
 from .slicenet_step import SliceNetEncoderForExport, SliceNetStepForExport

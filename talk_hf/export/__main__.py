@@ -10,8 +10,9 @@ import torch
 from transformers import AutoConfig
 
 from ..models.families import family_of
+from .folder_writes import check_replaceable
 from .int8 import quantize_exported
-from .onnx_files import EXPORTERS, export_onnx
+from .onnx_files import EXPORT_FILES, EXPORTERS, export_onnx, written_files
 from .runner import OnnxGenerator
 
 CHECK_ROWS, CHECK_LENGTH, CHECK_NEW_TOKENS = 4, 12, 20
@@ -32,6 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--exporter", choices=EXPORTERS, default="dynamo", help="torch.onnx exporter (default: %(default)s)"
     )
     parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help=f"replace the files {', '.join(EXPORT_FILES)} in output_dir even when no export wrote them (without "
+        "it, the export refuses to replace a file its manifest.json does not list; a previous export's are replaced)",
+    )
+    parser.add_argument(
         "--int8",
         action="store_true",
         help="then quantize the graphs' weights to int8 (ONNX Runtime's dynamic quantization; after --check)",
@@ -45,13 +52,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def load_config(model_dir: str):
+    """The configuration saved in ``model_dir``; ValueError naming a folder without one."""
+    if not (Path(model_dir) / "config.json").is_file():
+        raise ValueError(f"{model_dir} is not a save_pretrained folder: it has no config.json")
+    return AutoConfig.from_pretrained(model_dir)
+
+
 def load_model(model_dir: str) -> torch.nn.Module:
     """The generative head saved in ``model_dir``, in float32 and eval mode; ValueError naming a missing
     folder or a model type that is not the package's."""
-    if not (Path(model_dir) / "config.json").is_file():
-        raise ValueError(f"{model_dir} is not a save_pretrained folder: it has no config.json")
-    config = AutoConfig.from_pretrained(model_dir)
-    head_class = family_of(config.model_type).head_class
+    head_class = family_of(load_config(model_dir).model_type).head_class
     return head_class.from_pretrained(model_dir, dtype=torch.float32).eval()
 
 
@@ -81,8 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     unusable or the check fails, 2 (argparse) for a malformed command line."""
     args = build_parser().parse_args(argv)
     try:
+        names = written_files(load_config(args.model_dir).is_encoder_decoder)
+        check_replaceable(Path(args.output_dir), names, args.overwrite)  # before the model loads
         model = load_model(args.model_dir)
-        manifest = export_onnx(model, args.output_dir, exporter=args.exporter)
+        manifest = export_onnx(model, args.output_dir, exporter=args.exporter, overwrite=args.overwrite)
         print(f"wrote {manifest.parent}: {model.config.model_type} ({type(model).__name__}), {args.exporter} exporter")
         if args.check:
             rows = check_greedy(model, args.output_dir)

@@ -17,17 +17,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .runner import CANDIDATES, MANIFEST_NAME, read_manifest
+from .folder_writes import publish, staging_folder
+from .runner_checks import CANDIDATES, MANIFEST_NAME, confined_file, read_manifest
 
 
 def quantize_exported(folder: str | Path) -> list[str]:
-    """Quantize every graph with weights of the exported ``folder`` to int8 weights, in place.
+    """Quantize every graph with weights of the exported ``folder`` to int8 weights, all or nothing.
+
+    The manifest is checked first (each ``files`` entry a file of the folder, `read_manifest`); every
+    graph is quantized into a staging folder inside ``folder``, and only when all are, renamed into
+    place with the manifest (which records ``"int8"``) last.  On any error the folder stays as it was.
 
     Returns:
         The quantized graphs' file names.
 
     Raises:
-        ValueError: the folder is already int8.
+        ValueError: the folder is already int8; a graph is not a valid ONNX model (naming its file and
+            manifest field).
         FileNotFoundError / ValueError: no valid export in ``folder`` (`read_manifest`).
         ImportError: onnxruntime's quantization tools are missing.
     """
@@ -37,12 +43,18 @@ def quantize_exported(folder: str | Path) -> list[str]:
     manifest = read_manifest(folder)
     if manifest.get("int8"):
         raise ValueError(f"{folder} is already int8 ({MANIFEST_NAME} says so): quantize a float32 export")
-    names = [name for role, name in manifest["files"].items() if role != CANDIDATES]
-    for name in names:
-        graph = folder / name
-        quantized = graph.with_name(f"{graph.name}.int8.tmp")
-        quantize_dynamic(graph, quantized, weight_type=QuantType.QInt8)
-        quantized.replace(graph)
-    manifest["int8"] = {"method": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8"}
-    (folder / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
-    return names
+    graphs = {role: name for role, name in manifest["files"].items() if role != CANDIDATES}
+    with staging_folder(folder) as staging:
+        for role, name in graphs.items():
+            graph = confined_file(folder, f"files.{role}", name)
+            try:
+                quantize_dynamic(graph, staging / name, weight_type=QuantType.QInt8)
+            except Exception as error:  # onnx's DecodeError / ValidationError, ONNX Runtime's errors: one message
+                raise ValueError(
+                    f"{graph} ({MANIFEST_NAME} field files.{role}) could not be quantized, so {folder} was left as it "
+                    f"was: {type(error).__name__}: {error}. Re-export the model (python -m talk_hf.export)"
+                ) from error
+        manifest["int8"] = {"method": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8"}
+        (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+        publish(staging, folder, [*graphs.values(), MANIFEST_NAME])
+    return list(graphs.values())

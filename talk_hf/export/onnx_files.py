@@ -3,9 +3,10 @@
 The folder holds ``encoder.onnx`` (encoder-decoders), ``decoder_step.onnx``, ``beam_candidates.onnx``
 (beam search's log-softmax and ranking of the step's logits, `beam_graph`), ``manifest.json`` (the
 graphs' input and output names, each layer's state shape, the special tokens, the vocabulary size,
-the model type and the generation defaults the runner applies) and ``runner.py`` (a copy of
-`talk_hf.export.runner`: onnxruntime and numpy only).  Batch and source length are dynamic axes;
-every state keeps a fixed (batch, history_size, channels) shape.
+the model type, the generation defaults the runner applies, and the files the export wrote),
+``runner.py`` and ``runner_checks.py`` (copies of `talk_hf.export.runner` and of its checks:
+onnxruntime and numpy only).  Batch and source length are dynamic axes; every state keeps a fixed
+(batch, history_size, channels) shape.
 
 Each graph is one file, weights inside (ONNX's protobuf limit: 2 GB a graph).
 
@@ -48,16 +49,19 @@ from pathlib import Path
 import onnx
 import torch
 
+from ..int8_model import refuse_if_int8
 from ..version import __version__
 from . import runner
 from .beam_graph import INPUTS, OUTPUTS, candidates_graph, chunk_size
+from .folder_writes import check_replaceable, previous_export_files, publish, staging_folder
 from .graphs import export_graphs
+from .runner_checks import CANDIDATES, FORMAT, FORMAT_VERSION, GENERATION_FIELDS, MANIFEST_NAME, check_manifest
 
 OPSET = 18
-ENCODER_FILE, STEP_FILE, CANDIDATES_FILE = "encoder.onnx", "decoder_step.onnx", f"{runner.CANDIDATES}.onnx"
+ENCODER_FILE, STEP_FILE, CANDIDATES_FILE = "encoder.onnx", "decoder_step.onnx", f"{CANDIDATES}.onnx"
 EXPORTERS = ("dynamo", "torchscript")
-# Generation settings the runner applies, read from the model's generation configuration (those set).
-GENERATION_FIELDS = ("num_beams", "length_penalty", "early_stopping", "max_length")
+# Every file an export may write (an encoder-decoder's; a causal LM's has no encoder.onnx).
+EXPORT_FILES = (ENCODER_FILE, STEP_FILE, CANDIDATES_FILE, *runner.RUNNER_FILES, MANIFEST_NAME)
 # Example sizes to trace with; not 0 or 1, which torch.export would fix as constants.  The step's rows
 # are EXAMPLE_BATCH source rows x EXAMPLE_BEAMS (unequal, so that the two batch sizes stay apart).
 EXAMPLE_BATCH, EXAMPLE_BEAMS, EXAMPLE_SOURCE_LENGTH = 2, 2, 5
@@ -71,7 +75,7 @@ def _graph_names(encoder, step) -> dict:
             "inputs": ["input_ids", "positions", "token_mask", *states, *step.source_inputs],
             "outputs": ["logits", *(f"new_{name}" for name in states)],
         },
-        runner.CANDIDATES: {"inputs": list(INPUTS), "outputs": list(OUTPUTS)},
+        CANDIDATES: {"inputs": list(INPUTS), "outputs": list(OUTPUTS)},
     }
     if encoder is not None:
         graphs["encoder"] = {"inputs": ["input_ids", "attention_mask"], "outputs": list(encoder.outputs)}
@@ -128,25 +132,80 @@ def _special_tokens(model) -> dict:
     return tokens
 
 
-def export_onnx(model, folder: str | Path, exporter: str = "dynamo") -> Path:
+def written_files(is_encoder_decoder: bool) -> list[str]:
+    """The names of the files an export writes: `EXPORT_FILES`, but a causal LM's has no encoder."""
+    return [name for name in EXPORT_FILES if is_encoder_decoder or name != ENCODER_FILE]
+
+
+def export_onnx(model, folder: str | Path, exporter: str = "dynamo", overwrite: bool = False) -> Path:
     """Export ``model`` (a TaLK / DynamicConv / LightConv / SliceNet head, float32, eval mode) into ``folder``.
+
+    Every file is written into a staging folder inside ``folder`` and then renamed into place, the
+    manifest last; its ``written`` field lists them.  A previous export's files are replaced (and those
+    the new export does not write, such as a causal LM's export replacing an encoder-decoder's
+    ``encoder.onnx``, deleted); any other file of the same name as one the export writes is refused
+    (`folder_writes.check_replaceable`), before anything is exported, unless ``overwrite``.
 
     Args:
         model: a `ConvForConditionalGeneration` or `ConvForCausalLM` (see `export_graphs`).
-        folder: created if missing; its files of the same names are replaced.
+        folder: created if missing.
         exporter: ``"dynamo"`` (``torch.onnx.export(dynamo=True)``) or ``"torchscript"``.
+        overwrite: replace files of the names in ``EXPORT_FILES`` even when no export wrote them.
 
     Returns:
         The path of the manifest.
     """
+    refuse_if_int8(model, "export_onnx", "export the floating-point model, then quantize_exported (--int8)")
     if exporter not in EXPORTERS:
         raise ValueError(f"exporter must be one of {EXPORTERS}, got {exporter!r}")
     encoder, step = export_graphs(model)
     dtypes = {parameter.dtype for parameter in model.parameters()}
     if dtypes != {torch.float32}:
         raise ValueError(f"export a float32 model; {type(model).__name__} has parameters of {sorted(map(str, dtypes))}")
+    special_tokens = _special_tokens(model)
     folder = Path(folder)
+    names = written_files(model.config.is_encoder_decoder)
+    check_replaceable(folder, names, overwrite)
+    previous = previous_export_files(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    with staging_folder(folder) as staging:
+        files, graphs = _write_graphs(model, encoder, step, staging, exporter)
+        generation = model.generation_config
+        manifest = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "model_type": model.config.model_type,
+            "head": type(model).__name__,
+            "is_encoder_decoder": model.config.is_encoder_decoder,
+            "files": files,
+            "graphs": graphs,
+            "states": [
+                {"name": name, "history_size": size, "channels": channels}
+                for name, (size, channels) in zip(
+                    graphs["decoder_step"]["inputs"][3 : 3 + len(step.state_shapes)], step.state_shapes, strict=True
+                )
+            ],
+            "vocab_size": model.lm_head.out_features,
+            "special_tokens": special_tokens,
+            "generation": {
+                name: getattr(generation, name) for name in GENERATION_FIELDS if getattr(generation, name) is not None
+            },
+            "exported_with": {"talk_hf": __version__, "torch": torch.__version__, "exporter": exporter, "opset": OPSET},
+            "written": names,
+        }
+        for name in runner.RUNNER_FILES:
+            shutil.copyfile(Path(runner.__file__).with_name(name), staging / name)
+        (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+        check_manifest(manifest, staging / MANIFEST_NAME)  # the runner reads what the export writes
+        publish(staging, folder, names)
+    for stale in previous & set(EXPORT_FILES) - set(names):
+        (folder / stale).unlink(missing_ok=True)
+    return folder / MANIFEST_NAME
+
+
+def _write_graphs(model, encoder, step, folder: Path, exporter: str) -> tuple[dict, dict]:
+    """Export the ``encoder`` (None for a causal LM) and ``step`` modules of `export_graphs` and the beam
+    candidates graph into ``folder``; each graph's file name, and its input and output names, by role."""
     graphs = _graph_names(encoder, step)
     batch, rows, device = EXAMPLE_BATCH, EXAMPLE_BATCH * EXAMPLE_BEAMS, model.device
     ids = torch.full((rows, 1), model.config.bos_token_id or 0, device=device)
@@ -169,30 +228,5 @@ def export_onnx(model, folder: str | Path, exporter: str = "dynamo") -> Path:
         _export(step, step_args, folder / STEP_FILE, step_graph, "decoder_step", step.source_inputs, exporter)
     vocab_size = model.lm_head.out_features
     onnx.save(candidates_graph(vocab_size, chunk_size(vocab_size), OPSET), folder / CANDIDATES_FILE)
-    files[runner.CANDIDATES] = CANDIDATES_FILE
-    generation = model.generation_config
-    manifest = {
-        "format": runner.FORMAT,
-        "format_version": runner.FORMAT_VERSION,
-        "model_type": model.config.model_type,
-        "head": type(model).__name__,
-        "is_encoder_decoder": model.config.is_encoder_decoder,
-        "files": files,
-        "graphs": graphs,
-        "states": [
-            {"name": name, "history_size": size, "channels": channels}
-            for name, (size, channels) in zip(
-                graphs["decoder_step"]["inputs"][3 : 3 + len(step.state_shapes)], step.state_shapes, strict=True
-            )
-        ],
-        "vocab_size": vocab_size,
-        "special_tokens": _special_tokens(model),
-        "generation": {
-            name: getattr(generation, name) for name in GENERATION_FIELDS if getattr(generation, name) is not None
-        },
-        "exported_with": {"talk_hf": __version__, "torch": torch.__version__, "exporter": exporter, "opset": OPSET},
-    }
-    path = folder / runner.MANIFEST_NAME
-    path.write_text(json.dumps(manifest, indent=2) + "\n")
-    shutil.copyfile(runner.__file__, folder / "runner.py")
-    return path
+    files[CANDIDATES] = CANDIDATES_FILE
+    return files, graphs

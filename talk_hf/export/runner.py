@@ -1,7 +1,8 @@
 """Generate from an exported folder with ONNX Runtime and numpy only: greedy and beam search.
 
-This file imports nothing of ``talk_hf`` (the export copies it into the folder as ``runner.py``), so a
-serving host needs the folder, ``onnxruntime`` and ``numpy``.  ``OnnxGenerator(folder).generate(ids,
+This file imports nothing of ``talk_hf`` (the export copies it into the folder as ``runner.py``, and
+its checks of the manifest and of each request as ``runner_checks.py`` beside it), so a serving host
+needs the folder, ``onnxruntime`` and ``numpy``.  ``OnnxGenerator(folder).generate(ids,
 mask, max_new_tokens=...)`` returns what ``model.generate`` returns: for an encoder-decoder the
 decoder start token then the new tokens, for a causal LM the prompt then the new tokens, (B, length)
 int64, rows that ended padded with ``pad_token_id``.
@@ -21,37 +22,23 @@ of every layer keeps its shape from step to step; beam search reorders its rows.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
-MANIFEST_NAME = "manifest.json"
-FORMAT, FORMAT_VERSION = "talk_hf-onnx", 1
-REQUIRED_FIELDS = ("model_type", "is_encoder_decoder", "files", "graphs", "states", "vocab_size", "special_tokens")
-CANDIDATES = "beam_candidates"  # the graph role of beam search's candidates (talk_hf.export.beam_graph)
+if __package__:  # talk_hf.export.runner
+    from . import runner_checks as checks
+else:  # the copy in an exported folder, imported as the top-level module ``runner``: its checks lie beside it
+    import importlib.util
 
+    _spec = importlib.util.spec_from_file_location("runner_checks", Path(__file__).with_name("runner_checks.py"))
+    checks = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(checks)
 
-def read_manifest(folder: str | Path) -> dict:
-    """The checked manifest of an exported folder; FileNotFoundError / ValueError naming what is wrong."""
-    path = Path(folder) / MANIFEST_NAME
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: export the model first (python -m talk_hf.export)")
-    try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not valid JSON: {error}") from None
-    found = (manifest.get("format"), manifest.get("format_version")) if isinstance(manifest, dict) else None
-    if found != (FORMAT, FORMAT_VERSION):
-        raise ValueError(f"{path} is not a {FORMAT} manifest of version {FORMAT_VERSION} (format, version: {found})")
-    missing = [field for field in REQUIRED_FIELDS if field not in manifest]
-    if missing:
-        raise ValueError(f"{path} lacks the fields {missing}")
-    for role, name in manifest["files"].items():
-        if not (Path(folder) / name).is_file():
-            raise FileNotFoundError(f"the {role} graph {Path(folder) / name} named in {path} does not exist")
-    return manifest
+CANDIDATES = checks.CANDIDATES
+# The files of the runner that the export copies into the folder.
+RUNNER_FILES = ("runner.py", "runner_checks.py")
 
 
 def _session(path: Path, graph: dict, options: ort.SessionOptions) -> ort.InferenceSession:
@@ -77,7 +64,9 @@ class OnnxGenerator:
 
     def __init__(self, folder: str | Path, threads: int | None = None, optimization: str = "all", spin: bool = False):
         self.folder = Path(folder)
-        self.manifest = read_manifest(folder)
+        self.manifest = checks.read_manifest(folder)
+        if threads is not None:
+            checks.check_integer("threads", threads, 1)
         levels = {"basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
         if optimization not in levels:
             raise ValueError(f"optimization must be one of {list(levels)}, got {optimization!r}")
@@ -87,7 +76,11 @@ class OnnxGenerator:
             options.intra_op_num_threads = threads
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
         files, graphs = self.manifest["files"], self.manifest["graphs"]
-        self.sessions = {role: _session(self.folder / files[role], graphs[role], options) for role in files}
+        self.sessions = {
+            role: _session(checks.confined_file(self.folder, f"files.{role}", name), graphs[role], options)
+            for role, name in files.items()
+        }
+        checks.check_graph_shapes(self.manifest, self.sessions, self.folder)
         self.step_inputs = graphs["decoder_step"]["inputs"]
         self.source_inputs = self.step_inputs[3 + len(self.manifest["states"]) :]
         tokens = self.manifest["special_tokens"]
@@ -141,22 +134,19 @@ class OnnxGenerator:
         """Tokens of (B, S) ``input_ids`` (source or prompt) with its (B, S) mask (1 at real tokens).
 
         The defaults of ``max_new_tokens`` (``max_length`` minus the decoder prompt), ``num_beams``,
-        ``length_penalty`` and ``early_stopping`` are the model's generation configuration's.
+        ``length_penalty`` and ``early_stopping`` are the model's generation configuration's.  The inputs
+        and settings are refused as ``generate`` refuses them (`runner_checks.checked_inputs`,
+        `checked_settings`), before anything runs.
         """
-        ids = np.asarray(input_ids, dtype=np.int64)
-        if ids.ndim != 2 or ids.shape[1] == 0:
-            raise ValueError(f"input_ids must be (batch, length) with length >= 1, got shape {ids.shape}")
-        mask = np.ones_like(ids) if attention_mask is None else np.asarray(attention_mask, dtype=np.int64)
-        if mask.shape != ids.shape:
-            raise ValueError(f"attention_mask has shape {mask.shape} but input_ids {ids.shape}")
-        settings = self.manifest.get("generation", {})
-        num_beams = settings.get("num_beams", 1) if num_beams is None else num_beams
+        ids, mask = checks.checked_inputs(input_ids, attention_mask, self.manifest["vocab_size"])
         seq2seq = self.manifest["is_encoder_decoder"]
         prompt_length = 1 if seq2seq else ids.shape[1]
-        if max_new_tokens is None:
-            max_new_tokens = settings.get("max_length", 20) - prompt_length
-        if max_new_tokens < 1 or num_beams < 1:
-            raise ValueError(f"max_new_tokens and num_beams must be >= 1, got {max_new_tokens} and {num_beams}")
+        request = dict(max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, num_beams=num_beams)
+        request.update(length_penalty=length_penalty, early_stopping=early_stopping)
+        settings = checks.checked_settings(
+            request, self.manifest.get("generation", {}), self.manifest["vocab_size"], prompt_length
+        )
+        num_beams = settings["num_beams"]
         if num_beams > 1 and CANDIDATES not in self.sessions:
             raise ValueError(
                 f"{self.folder} has no {CANDIDATES}.onnx (exported by an older talk_hf): re-export the model "
@@ -176,12 +166,11 @@ class OnnxGenerator:
             for t in range(ids.shape[1]):
                 logits, states = self.step(ids[:, t : t + 1], positions[:, t : t + 1], mask[:, t : t + 1], states, [])
             seen = mask.sum(axis=1, keepdims=True)
-        decoding = _Decoding(self, logits, states, source, seen, prompt_length, max_new_tokens, min_new_tokens)
+        lengths = (prompt_length, settings["max_new_tokens"], settings["min_new_tokens"])
+        decoding = _Decoding(self, logits, states, source, seen, *lengths)
         if num_beams == 1:
             return np.concatenate([prompt, decoding.greedy()], axis=1)
-        penalty = settings.get("length_penalty", 1.0) if length_penalty is None else length_penalty
-        stopping = settings.get("early_stopping", False) if early_stopping is None else early_stopping
-        return decoding.beam_search(prompt, num_beams, penalty, stopping)
+        return decoding.beam_search(prompt, num_beams, settings["length_penalty"], settings["early_stopping"])
 
 
 class _Decoding:
@@ -242,8 +231,9 @@ class _Decoding:
         eos, start, max_length = self.generator.eos, self.prompt_length, self.prompt_length + self.max_new
         keep = max(2, 1 + len(eos)) * beams
         fill = self.generator.pad if self.generator.pad else (eos[0] if len(eos) else -1)
-        running = np.full((batch, beams, max_length), fill, np.int64)
-        running[:, :, :start] = prompt[:, None]
+        running = np.repeat(
+            prompt[:, None].astype(np.int64), beams, axis=1
+        )  # (batch, beams, length): grows a column a step
         finished = running.copy()
         running_scores = np.zeros((batch, beams), np.float32)
         running_scores[:, 1:] = -1e9
@@ -255,8 +245,9 @@ class _Decoding:
         for length in range(start, max_length):
             top_scores, order = self.candidates(running_scores, keep, length - start)
             source_beam, token = order // vocab, order % vocab
-            top_sequences = np.take_along_axis(running, source_beam[:, :, None], axis=1)
-            top_sequences[:, :, length] = token
+            top_sequences = np.concatenate(
+                [np.take_along_axis(running, source_beam[:, :, None], 1), token[:, :, None]], 2
+            )
             hits = self.generator.is_end[token] | (length + 1 >= max_length)
             # the running beams of the next step: the best candidates that did not end
             blocked = top_scores + hits.astype(np.float32) * np.float32(-1e9)
@@ -273,6 +264,7 @@ class _Decoding:
             merged = np.concatenate([scores, final], axis=1)
             best = _top_k(merged, beams)
             scores = np.take_along_axis(merged, best, axis=1)
+            finished = np.concatenate([finished, np.full((batch, beams, 1), fill, np.int64)], axis=2)
             finished = np.take_along_axis(np.concatenate([finished, top_sequences], axis=1), best[:, :, None], axis=1)
             lengths = np.take_along_axis(np.concatenate([lengths, np.full_like(token, length + 1 - start)], 1), best, 1)
             done = np.take_along_axis(np.concatenate([done, ended], axis=1), best, axis=1)

@@ -266,10 +266,18 @@ def _broken_copy(exported, tmp_path, edit) -> Path:
     "edit, error, message",
     [
         (lambda folder, m: (folder / "manifest.json").unlink(), FileNotFoundError, r"manifest.json does not exist"),
-        (lambda folder, m: (folder / "decoder_step.onnx").unlink(), FileNotFoundError, "decoder_step graph .* not"),
+        (
+            lambda folder, m: (folder / "decoder_step.onnx").unlink(),
+            FileNotFoundError,
+            "decoder_step.onnx, named by .*manifest.json field files.decoder_step, does not exist",
+        ),
         (lambda folder, m: m.update(format="other"), ValueError, "is not a talk_hf-onnx manifest of version 1"),
         (lambda folder, m: m.pop("states"), ValueError, r"lacks the fields \['states'\]"),
-        (lambda folder, m: m["graphs"]["decoder_step"]["inputs"].pop(), ValueError, "decoder_step.onnx has the inputs"),
+        (
+            lambda folder, m: m["graphs"]["decoder_step"]["outputs"].pop(),
+            ValueError,
+            "decoder_step.onnx has the outputs",
+        ),
     ],
     ids=["no-manifest", "no-graph", "wrong-format", "missing-field", "wrong-names"],
 )
@@ -300,7 +308,7 @@ def test_runner_refuses_bad_json_and_bad_requests(exported, tmp_path):
         runner.generate(np.arange(3, 8))
     with pytest.raises(ValueError, match=r"attention_mask has shape \(2, 4\) but input_ids \(2, 5\)"):
         runner.generate(np.full((2, 5), 4), np.ones((2, 4)))
-    with pytest.raises(ValueError, match="max_new_tokens and num_beams must be >= 1"):
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 1, got 0"):
         runner.generate(np.full((2, 5), 4), max_new_tokens=0)
     with pytest.raises(ValueError, match="optimization must be one of"):
         OnnxGenerator(exported("dynamic-lm").folder, optimization="max")

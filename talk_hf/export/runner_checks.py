@@ -1,0 +1,271 @@
+"""The runner's checks: of an exported folder's manifest and graphs, and of each ``generate`` request.
+
+Copied beside ``runner.py`` into every exported folder, so like it this file imports nothing but the
+standard library and numpy.  Each check raises before ONNX Runtime runs anything, with a message that
+names the manifest field or the argument, so a tampered folder or a bad request never reaches a raw
+ONNX Runtime, ``KeyError`` or ``IndexError`` failure:
+
+* `read_manifest` / `check_manifest`: the manifest's fields, their types and ranges (token ids within
+  the vocabulary, state sizes, graph names), and every ``files`` entry confined to the folder
+  (`confined_file`: a plain file name, not a symlink that leads out);
+* `check_graph_shapes`: the graphs ONNX Runtime loaded declare the manifest's state shapes and vocabulary;
+* `checked_inputs` / `checked_settings`: what transformers' ``generate`` refuses (ids outside the
+  vocabulary, a mask of other values than 0 and 1, float ids, an empty batch, a bad ``early_stopping``,
+  a non-finite ``length_penalty``, more beams than the vocabulary has tokens).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from numbers import Integral, Real
+from pathlib import Path
+
+import numpy as np
+
+MANIFEST_NAME = "manifest.json"
+FORMAT, FORMAT_VERSION = "talk_hf-onnx", 1
+REQUIRED_FIELDS = ("model_type", "is_encoder_decoder", "files", "graphs", "states", "vocab_size", "special_tokens")
+CANDIDATES = "beam_candidates"  # the graph role of beam search's candidates (talk_hf.export.beam_graph)
+ROLES = ("encoder", "decoder_step", CANDIDATES)
+STEP_LEADING_INPUTS = ("input_ids", "positions", "token_mask")
+# Generation settings the runner applies, read from the model's generation configuration (those set).
+GENERATION_FIELDS = ("num_beams", "length_penalty", "early_stopping", "max_length")
+
+
+class _Field:
+    """Where a manifest's value sits, for messages: ``<path> field special_tokens.eos_token_id``."""
+
+    def __init__(self, path: Path, name: str):
+        self.path, self.name = path, name
+
+    def error(self, expected: str, value) -> ValueError:
+        return self.refuse(f"must be {expected}, got {value!r}")
+
+    def refuse(self, detail: str) -> ValueError:
+        return ValueError(
+            f"{self.path} field {self.name} {detail}: the manifest was edited or damaged; "
+            f"re-export the model (python -m talk_hf.export MODEL_DIR {self.path.parent})"
+        )
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def check_integer(name: str, value, minimum: int, maximum: int | None = None, limit: str = "") -> int:
+    """``value`` as an int in [minimum, maximum]; TypeError / ValueError naming ``name`` (``limit``: why the maximum)."""
+    if not _is_int(value):
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]{limit}"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+    return int(value)
+
+
+def check_setting(name: str, value, vocab_size: int):
+    """One of ``GENERATION_FIELDS``, checked as ``generate`` checks it: the value as the runner uses it."""
+    if name == "early_stopping":
+        if isinstance(value, np.bool_):
+            value = bool(value)
+        if not isinstance(value, bool) and not (isinstance(value, str) and value == "never"):
+            raise ValueError(f"early_stopping must be True, False or 'never', got {value!r}")
+        return value
+    if name == "length_penalty":
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, Real) or not math.isfinite(value):
+            raise ValueError(f"length_penalty must be a finite number, got {value!r}")
+        return float(value)
+    if name == "num_beams":
+        return check_integer(name, value, 1, vocab_size, f" (no more beams than the vocabulary's {vocab_size} tokens)")
+    return check_integer(name, value, 1)  # max_length
+
+
+def confined_file(folder: Path, field: str, name) -> Path:
+    """The path of the file ``name`` in ``folder``, the manifest's ``field`` naming it.
+
+    Raises:
+        ValueError: ``name`` is not a plain file name of ``folder`` (an absolute path, a path with
+            folders or ``..``, a symlink whose target lies outside ``folder``), naming ``field``.
+        FileNotFoundError: no such file.
+    """
+    manifest = _Field(Path(folder) / MANIFEST_NAME, field)
+    if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name or "\\" in name:
+        raise manifest.error("a file name inside the exported folder (no folders, '..' or absolute paths)", name)
+    path = Path(folder) / name
+    if path.is_symlink() and Path(folder).resolve() not in path.resolve().parents:
+        raise manifest.error(f"a file inside the exported folder, not a symlink to {path.resolve()}", name)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}, named by {manifest.path} field {field}, does not exist or is not a file")
+    return path
+
+
+def read_manifest(folder: str | Path) -> dict:
+    """The checked manifest of an exported folder (`check_manifest`); FileNotFoundError / ValueError naming
+    what is wrong."""
+    path = Path(folder) / MANIFEST_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: export the model first (python -m talk_hf.export)")
+    try:
+        manifest = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON: {error}") from None
+    check_manifest(manifest, path)
+    return manifest
+
+
+def check_manifest(manifest, path: Path) -> None:
+    """Refuse a manifest (read from ``path``) that the runner could not follow, naming its field."""
+    found = (manifest.get("format"), manifest.get("format_version")) if isinstance(manifest, dict) else None
+    if found != (FORMAT, FORMAT_VERSION):
+        raise ValueError(f"{path} is not a {FORMAT} manifest of version {FORMAT_VERSION} (format, version: {found})")
+    missing = [field for field in REQUIRED_FIELDS if field not in manifest]
+    if missing:
+        raise ValueError(f"{path} lacks the fields {missing}")
+    field = lambda name: _Field(path, name)  # noqa: E731
+    if not isinstance(manifest["model_type"], str):
+        raise field("model_type").error("a string", manifest["model_type"])
+    seq2seq = manifest["is_encoder_decoder"]
+    if not isinstance(seq2seq, bool):
+        raise field("is_encoder_decoder").error("true or false", seq2seq)
+    vocab = manifest["vocab_size"]
+    if not _is_int(vocab) or vocab < 2:
+        raise field("vocab_size").error("an int >= 2", vocab)
+    _check_files(manifest["files"], path, seq2seq)
+    _check_graphs(manifest, path)
+    _check_special_tokens(manifest["special_tokens"], path, vocab, seq2seq)
+    generation = manifest.get("generation", {})
+    if not isinstance(generation, dict) or set(generation) - set(GENERATION_FIELDS):
+        raise field("generation").error(f"an object of the settings {list(GENERATION_FIELDS)}", generation)
+    for name, value in generation.items():
+        try:
+            check_setting(name, value, vocab)
+        except (TypeError, ValueError) as error:
+            raise field(f"generation.{name}").refuse(str(error).removeprefix(f"{name} ")) from None
+
+
+def _check_files(files, path: Path, seq2seq: bool) -> None:
+    """``files``: {role: file name} with the roles an export of this kind has, each a file of the folder."""
+    required = {"decoder_step", *(["encoder"] if seq2seq else [])}
+    allowed = required | {CANDIDATES}  # a folder exported before beam_candidates.onnx has none
+    if not isinstance(files, dict) or not required <= set(files) <= allowed:
+        kind = "an encoder-decoder" if seq2seq else "a causal LM"
+        raise _Field(path, "files").error(f"an object of {kind}'s graph files, with the roles {sorted(allowed)}", files)
+    for role, name in files.items():
+        confined_file(path.parent, f"files.{role}", name)
+
+
+def _string_list(value) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _check_graphs(manifest: dict, path: Path) -> None:
+    """``graphs`` (each file's input and output names) and ``states`` agree: the step's inputs are the
+    leading three, the states', then the encoder's outputs it takes (and the source mask)."""
+    graphs, states = manifest["graphs"], manifest["states"]
+    if not isinstance(graphs, dict):
+        raise _Field(path, "graphs").error("an object of each graph's input and output names", graphs)
+    for role in manifest["files"]:
+        graph = graphs.get(role)
+        if not isinstance(graph, dict) or not all(_string_list(graph.get(kind)) for kind in ("inputs", "outputs")):
+            raise _Field(path, f"graphs.{role}").error('{"inputs": [names], "outputs": [names]}', graph)
+    shape = '{"name": str, "history_size": int >= 0, "channels": int >= 1}'
+    if not isinstance(states, list):
+        raise _Field(path, "states").error(f"a list of {shape}", states)
+    for i, state in enumerate(states):
+        keys_ok = isinstance(state, dict) and set(state) == {"name", "history_size", "channels"}
+        if not keys_ok or not isinstance(state["name"], str) or not _is_int(state["history_size"]):
+            raise _Field(path, f"states[{i}]").error(shape, state)
+        if state["history_size"] < 0 or not _is_int(state["channels"]) or state["channels"] < 1:
+            raise _Field(path, f"states[{i}]").error(shape, state)
+    inputs = graphs["decoder_step"]["inputs"]
+    leading = [*STEP_LEADING_INPUTS, *(state["name"] for state in states)]
+    source = inputs[len(leading) :]
+    encoder_outputs = graphs["encoder"]["outputs"] if manifest["is_encoder_decoder"] else []
+    if inputs[: len(leading)] != leading or not set(source) <= {*encoder_outputs, "encoder_attention_mask"}:
+        takes = "the encoder's outputs" if manifest["is_encoder_decoder"] else "nothing"
+        expected = f"{leading} (the states' names) then {takes}"
+        raise _Field(path, "graphs.decoder_step.inputs").error(expected, inputs)
+
+
+def _check_special_tokens(tokens, path: Path, vocab: int, seq2seq: bool) -> None:
+    """Each special token None or an id in [0, vocab) (the end token also a non-empty list of them); an
+    encoder-decoder's ``decoder_start_token_id`` present."""
+    if not isinstance(tokens, dict):
+        raise _Field(path, "special_tokens").error("an object of token ids", tokens)
+    known = ("eos_token_id", "pad_token_id", "bos_token_id", "decoder_start_token_id")
+    unknown = set(tokens) - set(known)
+    if unknown:
+        raise _Field(path, "special_tokens").error(f"an object of the ids {list(known)}", tokens)
+    if seq2seq and tokens.get("decoder_start_token_id") is None:
+        raise _Field(path, "special_tokens.decoder_start_token_id").error(f"a token id in [0, {vocab})", None)
+    for name, value in tokens.items():
+        ids = value if name == "eos_token_id" and isinstance(value, list) and value else [value]
+        if value is not None and not all(_is_int(token) and 0 <= token < vocab for token in ids):
+            ranged = f"a token id in [0, {vocab})" + (" or a non-empty list of them" if name == "eos_token_id" else "")
+            raise _Field(path, f"special_tokens.{name}").error(f"None or {ranged}", value)
+
+
+def check_graph_shapes(manifest: dict, sessions: dict, folder: Path) -> None:
+    """The loaded step graph declares each state input as the manifest's (batch, history_size, channels)
+    and logits of the manifest's vocabulary size (``sessions``: role -> ONNX Runtime session)."""
+    path = Path(folder) / MANIFEST_NAME
+    declared = {x.name: x.shape for x in sessions["decoder_step"].get_inputs()}
+    for i, state in enumerate(manifest["states"]):
+        found = declared[state["name"]][1:]
+        if found != [state["history_size"], state["channels"]]:
+            expected = f"the step graph's shape of {state['name']}: history_size {found[0]}, channels {found[-1]}"
+            raise _Field(path, f"states[{i}]").error(expected, state)
+    logits = sessions["decoder_step"].get_outputs()[0].shape
+    if _is_int(logits[-1]) and logits[-1] != manifest["vocab_size"]:
+        raise _Field(path, "vocab_size").error(f"the step graph's logits size {logits[-1]}", manifest["vocab_size"])
+
+
+def checked_inputs(input_ids, attention_mask, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(B, S) ``input_ids`` and ``attention_mask`` (None: all ones) as int64 arrays, refused as ``generate``
+    refuses them: not (batch, length) with both >= 1, non-integer ids, ids outside [0, vocab_size), a mask
+    of another shape or of values other than 0 and 1 (bool, integer or float)."""
+    ids = _array("input_ids", input_ids)
+    if ids.ndim != 2 or 0 in ids.shape:
+        raise ValueError(f"input_ids must be (batch, length) with batch and length >= 1, got shape {ids.shape}")
+    if ids.dtype.kind not in "iu":
+        raise ValueError(f"input_ids must hold integer token ids, got dtype {ids.dtype}")
+    if ids.min() < 0 or ids.max() >= vocab_size:
+        raise ValueError(
+            f"input_ids must hold token ids in [0, {vocab_size}), got values from {ids.min()} to {ids.max()}"
+        )
+    if attention_mask is None:
+        return ids.astype(np.int64), np.ones(ids.shape, np.int64)
+    mask = _array("attention_mask", attention_mask)
+    if mask.shape != ids.shape:
+        raise ValueError(f"attention_mask has shape {mask.shape} but input_ids {ids.shape}")
+    if mask.dtype.kind not in "biuf" or not np.isin(mask, (0, 1)).all():
+        values = np.unique(mask[~np.isin(mask, (0, 1))])[:5].tolist() if mask.dtype.kind in "biuf" else mask.dtype
+        raise ValueError(f"attention_mask must hold only 0 (padding) and 1 (real token), got {values}")
+    return ids.astype(np.int64), mask.astype(np.int64)
+
+
+def _array(name: str, value) -> np.ndarray:
+    try:
+        return np.asarray(value)
+    except ValueError as error:  # ragged rows
+        raise ValueError(f"{name} must be a (batch, length) array, rows of equal length: {error}") from None
+
+
+def checked_settings(settings: dict, defaults: dict, vocab_size: int, prompt_length: int) -> dict:
+    """A request's generation ``settings`` (None: the manifest's ``defaults``, then generate's), checked.
+
+    ``max_new_tokens`` defaults to ``max_length`` (20) minus ``prompt_length``; ``min_new_tokens`` is an int >= 0.
+    """
+    values = {"num_beams": 1, "length_penalty": 1.0, "early_stopping": False, **defaults}
+    values.update({name: value for name, value in settings.items() if value is not None})
+    checked = {name: check_setting(name, values[name], vocab_size) for name in GENERATION_FIELDS if name in values}
+    if values.get("max_new_tokens") is None:
+        max_length = checked.get("max_length", 20)
+        if max_length <= prompt_length:
+            raise ValueError(
+                f"max_length {max_length} leaves no new token after the {prompt_length}-token prompt: pass max_new_tokens"
+            )
+        values["max_new_tokens"] = max_length - prompt_length
+    checked["max_new_tokens"] = check_integer("max_new_tokens", values["max_new_tokens"], 1)
+    checked["min_new_tokens"] = check_integer("min_new_tokens", values.get("min_new_tokens", 0), 0)
+    return checked

@@ -1,0 +1,299 @@
+"""Faults of exported folders and of the ONNX runner's requests (issue 57, items 0, 1 and 5), each injected:
+
+* a manifest's ``files`` entry that leads out of the folder (``..``, an absolute path, a symlink) is
+  refused by `quantize_exported` and `OnnxGenerator`, naming the field, and the file outside is untouched;
+* `quantize_exported` is all or nothing: a damaged graph is named and the folder stays byte for byte;
+* a tampered manifest is refused with its field named; a bad request is refused as ``generate`` refuses it;
+* the export never replaces a user's files without ``overwrite`` / ``--overwrite``, and re-exports into its
+  own folder.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from talk_hf.export import OnnxGenerator, export_onnx, quantize_exported
+from talk_hf.export.__main__ import main
+from talk_hf.export.folder_writes import STAGING_PREFIX
+
+from ..models.helpers import VOCAB
+from .test_export import EXPORTED, _inputs
+
+pytest.importorskip("onnxruntime")
+
+SEQ2SEQ, LM = EXPORTED["dynamic-seq2seq"], EXPORTED["dynamic-lm"]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> Path:
+    """The float32 export of the tiny DynamicConv encoder-decoder (never changed: tests tamper with copies)."""
+    folder = tmp_path_factory.mktemp("dynamic-seq2seq")
+    export_onnx(SEQ2SEQ.model(), folder, exporter="torchscript")
+    return folder
+
+
+def _copy(exported: Path, tmp_path: Path) -> Path:
+    return shutil.copytree(exported, tmp_path / "export", symlinks=True)
+
+
+def _edit_manifest(folder: Path, edit) -> Path:
+    manifest = json.loads((folder / "manifest.json").read_text())
+    edit(manifest)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def _contents(folder: Path) -> dict[str, bytes | str]:
+    """Every entry under ``folder``: a file's bytes, a symlink's target."""
+    return {
+        str(path.relative_to(folder)): str(path.readlink()) if path.is_symlink() else path.read_bytes()
+        for path in sorted(folder.rglob("*"))
+        if path.is_symlink() or path.is_file()
+    }
+
+
+def _outside_file(tmp_path: Path, folder: Path) -> Path:
+    """A user's model next to the export, in ``victim/`` (a copy of the export's encoder)."""
+    victim = tmp_path / "victim" / "users_model.onnx"
+    victim.parent.mkdir()
+    shutil.copyfile(folder / "encoder.onnx", victim)
+    return victim
+
+
+def _lead_out(how: str, folder: Path, victim: Path) -> None:
+    """Make the manifest's ``files.encoder`` lead to ``victim``: by ``..``, an absolute path or a symlink."""
+    if how == "symlink":
+        (folder / "encoder.onnx").unlink()
+        (folder / "encoder.onnx").symlink_to(victim)
+        return
+    target = "../victim/users_model.onnx" if how == "dotdot" else str(victim)
+    _edit_manifest(folder, lambda manifest: manifest["files"].update(encoder=target))
+
+
+@pytest.mark.parametrize("how", ["dotdot", "absolute", "symlink"])
+@pytest.mark.parametrize("reader", ["quantize_exported", "OnnxGenerator"])
+def test_manifest_files_stay_inside_the_folder(exported, tmp_path, how, reader):
+    folder = _copy(exported, tmp_path)
+    victim = _outside_file(tmp_path, folder)
+    _lead_out(how, folder, victim)
+    victim_bytes, before = victim.read_bytes(), _contents(folder)
+    with pytest.raises(ValueError, match=r"manifest.json field files.encoder must be .*inside the exported folder"):
+        quantize_exported(folder) if reader == "quantize_exported" else OnnxGenerator(folder)
+    assert victim.read_bytes() == victim_bytes
+    assert _contents(folder) == before
+
+
+def test_a_symlink_inside_the_folder_is_read(exported, tmp_path):
+    folder = _copy(exported, tmp_path)
+    (folder / "encoder.onnx").rename(folder / "encoder-real.onnx")
+    (folder / "encoder.onnx").symlink_to("encoder-real.onnx")
+    ids, mask = (tensor.numpy() for tensor in _inputs(SEQ2SEQ))
+    expected = OnnxGenerator(exported).generate(ids, mask, max_new_tokens=4)
+    np.testing.assert_array_equal(OnnxGenerator(folder).generate(ids, mask, max_new_tokens=4), expected)
+
+
+def test_quantizing_a_damaged_export_leaves_the_folder_as_it_was(exported, tmp_path):
+    """A garbage encoder.onnx (decoder_step.onnx, quantized first, is fine): the error names the file and
+    its field, and every file stays as it was (no int8 graph, no int8 in the manifest, no staging folder);
+    once the graph is mended, the folder quantizes once."""
+    folder = _copy(exported, tmp_path)
+    assert list(json.loads((folder / "manifest.json").read_text())["files"])[0] == "decoder_step"
+    (folder / "encoder.onnx").write_bytes(b"not an onnx graph")
+    before = _contents(folder)
+    with pytest.raises(ValueError, match=r"encoder.onnx \(manifest.json field files.encoder\) could not be quantized"):
+        quantize_exported(folder)
+    assert _contents(folder) == before
+    assert not [path for path in folder.iterdir() if path.name.startswith(STAGING_PREFIX)]
+    shutil.copyfile(exported / "encoder.onnx", folder / "encoder.onnx")
+    assert sorted(quantize_exported(folder)) == ["decoder_step.onnx", "encoder.onnx"]
+    with pytest.raises(ValueError, match="is already int8"):
+        quantize_exported(folder)
+
+
+def _set(path: str, value):
+    """An edit of the manifest: the field at the dotted ``path`` set to ``value`` (``DELETE``: removed)."""
+
+    def edit(manifest):
+        *parents, last = path.split(".")
+        for key in parents:
+            manifest = manifest[int(key) if isinstance(manifest, list) else key]
+        if value is DELETE:
+            del manifest[last]
+        else:
+            manifest[int(last) if isinstance(manifest, list) else last] = value
+
+    return edit
+
+
+DELETE = object()
+TAMPERED = {
+    "state-history": (_set("states.0.history_size", 5), r"field states\[0\] must be the step graph's shape"),
+    "state-channels": (_set("states.1.channels", 8), r"field states\[1\] must be the step graph's shape"),
+    "state-missing-key": (_set("states.0.channels", DELETE), r"field states\[0\] must be"),
+    "states-not-a-list": (_set("states", {"state_0": 2}), "field states must be a list"),
+    "vocabulary": (_set("vocab_size", VOCAB + 1), "field vocab_size must be the step graph's logits size 40"),
+    "vocabulary-string": (_set("vocab_size", "40"), "field vocab_size must be an int >= 2"),
+    "eos-too-large": (_set("special_tokens.eos_token_id", VOCAB), r"special_tokens.eos_token_id must be None or"),
+    "eos-negative": (_set("special_tokens.eos_token_id", -1), r"special_tokens.eos_token_id must be None or"),
+    "eos-list": (_set("special_tokens.eos_token_id", [2, 99]), r"special_tokens.eos_token_id must be None or"),
+    "pad-float": (_set("special_tokens.pad_token_id", 1.5), "special_tokens.pad_token_id must be None or"),
+    "no-start-token": (
+        _set("special_tokens.decoder_start_token_id", DELETE),
+        "special_tokens.decoder_start_token_id must be a token id in",
+    ),
+    "files-a-list": (_set("files", ["decoder_step.onnx", "encoder.onnx"]), "field files must be an object"),
+    "files-unknown-role": (_set("files.vocoder", "encoder.onnx"), "field files must be an object"),
+    "files-no-encoder": (_set("files.encoder", DELETE), "field files must be an object of an encoder-decoder's"),
+    "num-beams-string": (_set("generation", {"num_beams": "4"}), r"field generation.num_beams must be an int"),
+    "early-stopping": (_set("generation", {"early_stopping": "yes"}), "field generation.early_stopping must be"),
+    "length-penalty-nan": (_set("generation", {"length_penalty": float("nan")}), "generation.length_penalty must be"),
+    "generation-unknown": (_set("generation", {"top_k": 4}), "field generation must be an object of the settings"),
+    "step-inputs": (_set("graphs.decoder_step.inputs.3", "state_9"), "field graphs.decoder_step.inputs must be"),
+    "graph-names-missing": (_set("graphs.encoder", DELETE), "field graphs.encoder must be"),
+    "is-encoder-decoder": (_set("is_encoder_decoder", "yes"), "field is_encoder_decoder must be true or false"),
+}
+
+
+@pytest.mark.parametrize("name", TAMPERED)
+def test_a_tampered_manifest_is_refused_naming_its_field(exported, tmp_path, name):
+    edit, message = TAMPERED[name]
+    folder = _edit_manifest(_copy(exported, tmp_path), edit)
+    with pytest.raises(ValueError, match=message):
+        OnnxGenerator(folder)
+
+
+@pytest.fixture(scope="module")
+def runner(exported) -> OnnxGenerator:
+    return OnnxGenerator(exported, threads=1)
+
+
+IDS = np.full((2, 5), 4)
+BAD_REQUESTS = {
+    "id-negative": (
+        dict(input_ids=IDS - 5),
+        ValueError,
+        r"input_ids must hold token ids in \[0, 40\), got values from -1",
+    ),
+    "id-too-large": (dict(input_ids=IDS + 36), ValueError, r"input_ids must hold token ids in \[0, 40\), got .* to 40"),
+    "float-ids": (dict(input_ids=IDS + 0.7), ValueError, "input_ids must hold integer token ids, got dtype float64"),
+    "ragged-ids": (dict(input_ids=[[4, 5], [4]]), ValueError, "input_ids must be a .* rows of equal length"),
+    "empty-batch": (dict(input_ids=IDS[:0]), ValueError, r"batch and length >= 1, got shape \(0, 5\)"),
+    "mask-2": (dict(input_ids=IDS, attention_mask=IDS * 0 + 2), ValueError, r"only 0 \(padding\) and 1 .* got \[2\]"),
+    "mask-half": (dict(input_ids=IDS, attention_mask=IDS * 0 + 0.5), ValueError, r"1 \(real token\), got \[0.5\]"),
+    "mask-shape": (dict(input_ids=IDS, attention_mask=IDS[:, :4]), ValueError, r"attention_mask has shape \(2, 4\)"),
+    "early-stopping": (dict(input_ids=IDS, early_stopping="yes"), ValueError, "early_stopping must be True, False or"),
+    "length-penalty-nan": (dict(input_ids=IDS, length_penalty=float("nan")), ValueError, "length_penalty must be a"),
+    "length-penalty-text": (dict(input_ids=IDS, length_penalty="1"), ValueError, "length_penalty must be a finite"),
+    "beams-huge": (dict(input_ids=IDS, num_beams=10**6), ValueError, r"num_beams must be in \[1, 40\] \(no more beams"),
+    "beams-string": (dict(input_ids=IDS, num_beams="3"), TypeError, "num_beams must be an int, got '3'"),
+    "max-new-zero": (dict(input_ids=IDS, max_new_tokens=0), ValueError, "max_new_tokens must be >= 1, got 0"),
+    "max-new-float": (dict(input_ids=IDS, max_new_tokens=2.5), TypeError, "max_new_tokens must be an int"),
+    "min-new-negative": (dict(input_ids=IDS, min_new_tokens=-1), ValueError, "min_new_tokens must be >= 0"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_REQUESTS)
+def test_a_bad_request_is_refused_as_generate_refuses_it(runner, name):
+    request, error, message = BAD_REQUESTS[name]
+    with pytest.raises(error, match=message):
+        runner.generate(**request)
+
+
+def test_a_bad_thread_count_is_refused(exported):
+    with pytest.raises(ValueError, match="threads must be >= 1, got 0"):
+        OnnxGenerator(exported, threads=0)
+
+
+def test_a_huge_max_new_tokens_allocates_only_the_steps_taken(exported, tmp_path):
+    """Beam search with max_new_tokens=10**12 (a preallocated (batch, beams, length) buffer would be
+    terabytes) returns as soon as the search ends: every token but one ends a beam here."""
+    ends = [token for token in range(VOCAB) if token != 5]
+    folder = _edit_manifest(_copy(exported, tmp_path), _set("special_tokens.eos_token_id", ends))
+    ids, mask = (tensor.numpy() for tensor in _inputs(SEQ2SEQ))
+    tokens = OnnxGenerator(folder, threads=1).generate(ids, mask, max_new_tokens=10**12, num_beams=2)
+    assert tokens.shape[0] == len(ids) and tokens.shape[1] <= 4
+
+
+# The export: a user's files are never replaced without asking.
+
+USER_FILES = {"runner.py": "print('my own runner')\n", "manifest.json": '{"mine": true}\n', "encoder.onnx": "weights"}
+
+
+def _user_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "out"
+    folder.mkdir()
+    for name, text in {**USER_FILES, "notes.txt": "keep me"}.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def test_export_refuses_to_replace_a_users_files(tmp_path):
+    folder = _user_folder(tmp_path)
+    before = _contents(folder)
+    with pytest.raises(
+        FileExistsError, match=r"holds \['encoder.onnx', 'manifest.json', 'runner.py'\].*overwrite=True"
+    ):
+        export_onnx(SEQ2SEQ.model(), folder, exporter="torchscript")
+    assert _contents(folder) == before
+
+
+def test_command_line_refuses_a_users_files_unless_overwrite(tmp_path, capsys):
+    SEQ2SEQ.model().save_pretrained(tmp_path / "model")
+    folder = _user_folder(tmp_path)
+    before = _contents(folder)
+    command = [str(tmp_path / "model"), str(folder), "--exporter", "torchscript"]
+    capsys.readouterr()
+    assert main(command) == 1
+    error = capsys.readouterr().err
+    assert (
+        error.startswith("error:")
+        and "['encoder.onnx', 'manifest.json', 'runner.py']" in error
+        and "--overwrite" in error
+    )
+    assert _contents(folder) == before
+    assert main([*command, "--overwrite"]) == 0
+    assert (folder / "notes.txt").read_text() == "keep me"
+    assert all((folder / name).read_bytes() != text.encode() for name, text in USER_FILES.items())
+    assert OnnxGenerator(folder).manifest["head"] == "DynamicConvForConditionalGeneration"
+
+
+def test_overwrite_help_names_the_files_it_replaces(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--overwrite replace the files encoder.onnx, decoder_step.onnx, beam_candidates.onnx, runner.py" in help_text
+
+
+def test_a_previous_export_is_replaced_and_its_stale_files_removed(exported, tmp_path):
+    """Re-exporting into an export's folder needs no overwrite; a causal LM exported over an encoder-decoder's
+    export removes the encoder.onnx that export wrote, and a user's other files stay."""
+    folder = _copy(exported, tmp_path)
+    (folder / "notes.txt").write_text("keep me")
+    export_onnx(SEQ2SEQ.model(), folder, exporter="torchscript")
+    export_onnx(LM.model(), folder, exporter="torchscript")
+    written = ["beam_candidates.onnx", "decoder_step.onnx", "manifest.json", "runner.py", "runner_checks.py"]
+    assert sorted(path.name for path in folder.iterdir()) == sorted([*written, "notes.txt"])
+    assert sorted(OnnxGenerator(folder).manifest["written"]) == written
+
+
+def test_overwrite_replaces_a_symlink_not_the_file_it_points_to(tmp_path):
+    victim = tmp_path / "victim.py"
+    victim.write_text("precious")
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "runner.py").symlink_to(victim)
+    with pytest.raises(FileExistsError, match=r"holds \['runner.py'\]"):
+        export_onnx(LM.model(), folder, exporter="torchscript")
+    export_onnx(LM.model(), folder, exporter="torchscript", overwrite=True)
+    assert victim.read_text() == "precious" and not (folder / "runner.py").is_symlink()
+
+
+def test_export_refuses_a_file_as_its_folder(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(NotADirectoryError, match="file is a file, so .* cannot be a folder"):
+        export_onnx(LM.model(), tmp_path / "file" / "out", exporter="torchscript")
