@@ -2,10 +2,10 @@
 
 A conversion writes the files of `MODEL_FILES` (and of `FSMT_TOKENIZER_FILES` when it writes a
 tokenizer).  Files of those names already in the folder are replaced only with ``overwrite``
-(``--overwrite``): without it the conversion is refused, naming them.  A tokenizer the conversion
-does not write (``--no-tokenizer``, a language model, no BPE codes, or files of another
-tokenizer format) stays beside the new model, so it must fit it: its vocabulary sizes are compared
-with the model's, and a tokenizer of another size, or one whose size cannot be read, is refused.
+(``--overwrite``): without it the conversion is refused, naming them.  Other tokenizer files
+would stay beside the new model: beside the tokenizer the conversion writes they are refused; when
+it writes none (``--no-tokenizer``, a language model, no BPE codes) their vocabulary sizes must be
+the model's, and a tokenizer of another size, or one whose size cannot be read, is refused.
 """
 
 from __future__ import annotations
@@ -61,34 +61,38 @@ def check_nothing_replaced(output_dir: Path, writes_tokenizer: bool, overwrite: 
 
 
 def check_kept_tokenizer(output_dir: Path, writes_tokenizer: bool, source_vocab: int, target_vocab: int) -> None:
-    """Refuse a tokenizer in ``output_dir`` that the conversion does not write and that does not fit
-    the model: a vocabulary file whose size is not the model's ``source_vocab`` (``target_vocab`` for
-    vocab-tgt.json), or tokenizer files without a vocabulary file to compare.
+    """Refuse tokenizer files in ``output_dir`` that the conversion does not write and that would stay
+    beside the model: any, when it writes a tokenizer (they would mix with it); else a vocabulary file
+    whose size is not the model's ``source_vocab`` (``target_vocab`` for vocab-tgt.json), or tokenizer
+    files without a vocabulary file to compare.
 
     Raises:
-        ValueError: naming the tokenizer files and both vocabulary sizes.
+        ValueError: naming the tokenizer files (and both vocabulary sizes).
     """
     written = FSMT_TOKENIZER_FILES if writes_tokenizer else ()
     kept = [name for name in TOKENIZER_FILES if name not in written and (output_dir / name).is_file()]
     if not kept:
         return
-    remedy = f"remove them from {output_dir}, or convert into another folder" + (
-        "" if writes_tokenizer else " (with --no-tokenizer the conversion writes no tokenizer)"
-    )
+    files, remedy = ", ".join(kept), f"remove them from {output_dir}, or convert into another folder"
+    if writes_tokenizer:
+        raise ValueError(
+            f"{output_dir} holds tokenizer files ({files}) that the conversion's tokenizer "
+            f"({', '.join(FSMT_TOKENIZER_FILES)}) does not replace and that would stay mixed with it: {remedy}"
+        )
+    remedy += " (with --no-tokenizer, for a language model or without BPE codes the conversion writes no tokenizer)"
     vocabularies = [name for name in kept if name in VOCABULARY_FILES]
     if not vocabularies:
         raise ValueError(
-            f"{output_dir} holds tokenizer files ({', '.join(kept)}) that the conversion does not write and "
-            f"whose vocabulary size it cannot read, so it cannot tell whether they fit the model: {remedy}"
+            f"{output_dir} holds tokenizer files ({files}) whose vocabulary size the conversion cannot read, so "
+            f"it cannot tell whether they fit the model: {remedy}"
         )
     for name in vocabularies:
         size = vocabulary_size(output_dir / name)
         expected, side = (target_vocab, "target") if name == "vocab-tgt.json" else (source_vocab, "source")
         if size != expected:
             raise ValueError(
-                f"{output_dir} holds a tokenizer ({', '.join(kept)}) that the conversion does not write, whose "
-                f"{name} has a vocabulary of {size} tokens, but the converted model's {side} vocabulary has "
-                f"{expected}: it is another model's tokenizer; {remedy}"
+                f"{output_dir} holds another model's tokenizer ({files}): its {name} has a vocabulary of {size} "
+                f"tokens, but the converted model's {side} vocabulary has {expected}; {remedy}"
             )
 
 

@@ -84,7 +84,7 @@ def test_no_tokenizer_beside_another_models_tokenizer_is_refused_naming_files_an
         with pytest.raises(ValueError) as refused:
             convert_fairseq_checkpoint(IWSLT, out, tokenizer=False, overwrite=overwrite)
         message = str(refused.value)
-        assert "holds a tokenizer (vocab-src.json, vocab-tgt.json, tokenizer_config.json)" in message
+        assert "holds another model's tokenizer (vocab-src.json, vocab-tgt.json, tokenizer_config.json)" in message
         assert (
             "vocab-tgt.json has a vocabulary of 300 tokens, but the converted model's target vocabulary has 32"
             in message
@@ -95,6 +95,15 @@ def test_no_tokenizer_beside_another_models_tokenizer_is_refused_naming_files_an
             "vocab-src.json",
             "vocab-tgt.json",
         ]
+
+
+def test_other_tokenizer_files_beside_the_written_tokenizer_are_refused(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "tokenizer.json").write_text(json.dumps({"model": {"vocab": json.loads(_vocabulary(24))}}))
+    with pytest.raises(ValueError, match=r"tokenizer files \(tokenizer.json\) that the conversion's tokenizer"):
+        convert_fairseq_checkpoint(IWSLT, out, overwrite=True)
+    assert [path.name for path in out.iterdir()] == ["tokenizer.json"]
 
 
 def test_a_tokenizer_that_fits_the_model_stays(tmp_path):
