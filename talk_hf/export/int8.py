@@ -52,7 +52,7 @@ def quantize_exported(folder: str | Path) -> list[str]:
             except Exception as error:  # onnx's DecodeError / ValidationError, ONNX Runtime's errors: one message
                 raise ValueError(
                     f"{graph} ({MANIFEST_NAME} field files.{role}) could not be quantized, so {folder} was left as it "
-                    f"was: {type(error).__name__}: {error}. Re-export the model (python -m talk_hf.export)"
+                    f"was: {type(error).__name__}: {str(error).strip().rstrip('.')}. Re-export the model (python -m talk_hf.export)"
                 ) from error
         manifest["int8"] = {"method": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8"}
         (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")

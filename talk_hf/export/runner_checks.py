@@ -121,26 +121,25 @@ def check_manifest(manifest, path: Path) -> None:
     missing = [field for field in REQUIRED_FIELDS if field not in manifest]
     if missing:
         raise ValueError(f"{path} lacks the fields {missing}")
-    field = lambda name: _Field(path, name)  # noqa: E731
     if not isinstance(manifest["model_type"], str):
-        raise field("model_type").error("a string", manifest["model_type"])
+        raise _Field(path, "model_type").error("a string", manifest["model_type"])
     seq2seq = manifest["is_encoder_decoder"]
     if not isinstance(seq2seq, bool):
-        raise field("is_encoder_decoder").error("true or false", seq2seq)
+        raise _Field(path, "is_encoder_decoder").error("true or false", seq2seq)
     vocab = manifest["vocab_size"]
     if not _is_int(vocab) or vocab < 2:
-        raise field("vocab_size").error("an int >= 2", vocab)
+        raise _Field(path, "vocab_size").error("an int >= 2", vocab)
     _check_files(manifest["files"], path, seq2seq)
     _check_graphs(manifest, path)
     _check_special_tokens(manifest["special_tokens"], path, vocab, seq2seq)
     generation = manifest.get("generation", {})
     if not isinstance(generation, dict) or set(generation) - set(GENERATION_FIELDS):
-        raise field("generation").error(f"an object of the settings {list(GENERATION_FIELDS)}", generation)
+        raise _Field(path, "generation").error(f"an object of the settings {list(GENERATION_FIELDS)}", generation)
     for name, value in generation.items():
         try:
             check_setting(name, value, vocab)
         except (TypeError, ValueError) as error:
-            raise field(f"generation.{name}").refuse(str(error).removeprefix(f"{name} ")) from None
+            raise _Field(path, f"generation.{name}").refuse(str(error).removeprefix(f"{name} ")) from None
 
 
 def _check_files(files, path: Path, seq2seq: bool) -> None:
@@ -213,7 +212,7 @@ def check_graph_shapes(manifest: dict, sessions: dict, folder: Path) -> None:
     for i, state in enumerate(manifest["states"]):
         found = declared[state["name"]][1:]
         if found != [state["history_size"], state["channels"]]:
-            expected = f"the step graph's shape of {state['name']}: history_size {found[0]}, channels {found[-1]}"
+            expected = f"the step graph's history_size and channels of {state['name']}, {found}"
             raise _Field(path, f"states[{i}]").error(expected, state)
     logits = sessions["decoder_step"].get_outputs()[0].shape
     if _is_int(logits[-1]) and logits[-1] != manifest["vocab_size"]:
