@@ -132,8 +132,14 @@ def _set(path: str, value):
 
 DELETE = object()
 TAMPERED = {
-    "state-history": (_set("states.0.history_size", 5), r"field states\[0\] must be the step graph's shape"),
-    "state-channels": (_set("states.1.channels", 8), r"field states\[1\] must be the step graph's shape"),
+    "state-history": (
+        _set("states.0.history_size", 5),
+        r"field states\[0\] must be the step graph's history_size and channels",
+    ),
+    "state-channels": (
+        _set("states.1.channels", 8),
+        r"field states\[1\] must be the step graph's history_size and channels",
+    ),
     "state-missing-key": (_set("states.0.channels", DELETE), r"field states\[0\] must be"),
     "states-not-a-list": (_set("states", {"state_0": 2}), "field states must be a list"),
     "vocabulary": (_set("vocab_size", VOCAB + 1), "field vocab_size must be the step graph's logits size 40"),
