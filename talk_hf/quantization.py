@@ -37,32 +37,24 @@ and half precision (not measured there).  Needs torchao (the ``serving`` extra).
 The output projection ``lm_head`` is converted too (the table: it is the largest matrix of a
 decoding step); when tied, the input embedding stays in floating point and the two are untied.
 
-A converted model generates as before (greedy, beam, sampling) but is not saved: its
-``save_pretrained`` (so ``push_to_hub``) raises, since no ``from_pretrained`` would load its int8
-weights right.  Save the floating-point model and quantize after loading.
+A converted model is for inference: it is left in eval mode and generates as before (greedy, beam,
+sampling; compiled too with ``"weight_only"``).  What it cannot do raises, naming the operation
+(`talk_hf.int8_model`): training, dtype casts, tying or resizing weights, ``save_pretrained`` and
+``push_to_hub`` (no ``from_pretrained`` would load its int8 weights right), compiled decoding with
+``"dynamic"``.  Save, cast or resize the floating-point model and quantize after.
 """
 
 from __future__ import annotations
 
-import functools
 import warnings
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 
+from .int8_model import Int8Quantization, int8_record, mark_int8
+
 METHODS = ("dynamic", "weight_only")
-# Where `quantize_int8` records what it did on the model.
-RECORD_ATTRIBUTE = "int8_quantization"
-
-
-@dataclass(frozen=True)
-class Int8Quantization:
-    """What `quantize_int8` did to a model: the method and the converted layers' names."""
-
-    method: str
-    layers: tuple[str, ...]
 
 
 def quantize_int8(model: nn.Module, method: str = "dynamic") -> int:
@@ -75,7 +67,8 @@ def quantize_int8(model: nn.Module, method: str = "dynamic") -> int:
 
     Returns:
         The number of layers converted (at least 1); ``model.int8_quantization`` records the method
-        and the layers' names (`Int8Quantization`).
+        and the layers' names (`Int8Quantization`).  The model is left in eval mode, and refuses
+        training, casts and saving (`talk_hf.int8_model`).
 
     Raises:
         ValueError: ``method`` is unknown; ``model`` was quantized already or has no linear layer;
@@ -85,8 +78,8 @@ def quantize_int8(model: nn.Module, method: str = "dynamic") -> int:
     if method not in METHODS:
         raise ValueError(f"quantize_int8: method={method!r} is not one of {', '.join(map(repr, METHODS))}")
     model_name = type(model).__name__
-    previous = getattr(model, RECORD_ATTRIBUTE, None)
-    if isinstance(previous, Int8Quantization):
+    previous = int8_record(model)
+    if previous is not None:
         raise ValueError(
             f"quantize_int8: {model_name} is already int8 (method={previous.method!r}, "
             f"{len(previous.layers)} layers); quantize the floating-point model once"
@@ -117,9 +110,8 @@ def quantize_int8(model: nn.Module, method: str = "dynamic") -> int:
         # torchao default does not change the format; set_inductor_config: torch._inductor's settings stay.
         config = Int8WeightOnlyConfig(version=2, set_inductor_config=False)
         quantize_(model, config, filter_fn=lambda module, name: isinstance(module, nn.Linear))
-    setattr(model, RECORD_ATTRIBUTE, Int8Quantization(method, tuple(linears)))
-    if hasattr(model, "save_pretrained"):
-        model.save_pretrained = functools.partial(_refuse_to_save, model_name, method)
+    model.eval()
+    mark_int8(model, Int8Quantization(method, tuple(linears)))
     return len(linears)
 
 
@@ -155,7 +147,19 @@ class DynamicInt8Linear(DynamicQuantizedLinear):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         """(..., in_features) float32 -> (..., out_features) float32."""
+        if torch.compiler.is_compiling():
+            return _untraceable_int8_linear(input, self._packed_params._packed_params, self.reduce_range)
         return torch.ops.quantized.linear_dynamic(input, self._packed_params._packed_params, self.reduce_range)
+
+
+@torch.compiler.disable(
+    reason="talk_hf.quantize_int8(method='dynamic'): torch.compile cannot trace fbgemm's packed int8 weights; "
+    "decode eagerly, or quantize with method='weight_only', which compiles"
+)
+def _untraceable_int8_linear(input: torch.Tensor, packed_weight, reduce_range: bool) -> torch.Tensor:
+    """`DynamicInt8Linear.forward` where torch.compile traces it: a graph break, whose reason
+    ``fullgraph=True`` reports (``generate(compile_config=...)`` refuses such a model first)."""
+    return torch.ops.quantized.linear_dynamic(input, packed_weight, reduce_range)
 
 
 def full_range_activations() -> bool:
@@ -180,12 +184,3 @@ def _dynamic_int8_linear(module: nn.Linear) -> DynamicInt8Linear:
         converted = DynamicInt8Linear(module.in_features, module.out_features, bias is not None)
         converted.set_weight_bias(quantized_weight, bias)
     return converted
-
-
-def _refuse_to_save(model_name: str, method: str, *args, **kwargs) -> None:
-    """``save_pretrained`` of a model `quantize_int8` converted."""
-    raise RuntimeError(
-        f"save_pretrained: this {model_name} was converted to int8 by talk_hf.quantize_int8(method={method!r}) "
-        "and its packed int8 weights would not load back with from_pretrained; save the floating-point "
-        "model and call quantize_int8 after loading it"
-    )

@@ -75,6 +75,7 @@ def _traced_as_custom_op(input: torch.Tensor, weight: torch.Tensor, bias: torch.
         and input.dtype.is_floating_point
         and weight.dtype == input.dtype
         and weight.dim() == 2
+        and type(weight) in _compiled_op._PLAIN  # a tensor subclass (torchao int8) traces F.linear
         and not torch.is_autocast_enabled("cpu")
         and not _compiled_op.needs_autograd(input, weight, bias)
         and resolve_backend(None, input.device) == "cpu"  # traced once: the extension loads
