@@ -260,6 +260,16 @@ class ConvSeq2SeqConfigBase(ConvLMConfigBase):
     presets = _FamilyPresets("seq2seq_presets")
     stacks: ClassVar[tuple[str, ...]] = ("encoder", "decoder")
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """With shared embeddings there is one vocabulary: setting ``vocab_size`` after construction (as
+        transformers' resizing and tests do) sets ``decoder_vocab_size`` along with it."""
+        one_vocabulary = getattr(self, "share_encoder_decoder_embeddings", False) is True and getattr(
+            self, "decoder_vocab_size", None
+        ) == getattr(self, "vocab_size", None)
+        if name == "vocab_size" and one_vocabulary:
+            super().__setattr__("decoder_vocab_size", value)
+        super().__setattr__(name, value)
+
     def fill_defaults(self) -> None:
         super().fill_defaults()
         if self.decoder_vocab_size is None:

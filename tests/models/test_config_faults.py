@@ -297,3 +297,16 @@ def test_a_field_set_right_after_construction_builds_the_model():
 def test_a_model_built_from_another_kind_of_configuration_fails_naming_both():
     with pytest.raises(TypeError, match="TaLKModel is built from a TaLKConfig, got BertConfig"):
         talk_hf.TaLKModel(transformers.BertConfig())
+
+
+def test_vocab_size_set_after_construction_sets_the_one_shared_vocabulary():
+    """transformers' common tests (and its resizing) set `vocab_size` alone: with shared embeddings the
+    decoder's vocabulary follows it; separate vocabularies stay apart."""
+    case = next(case for case in ALL_CASES if case.name == "talk-seq2seq")
+    config = case.config()
+    config.vocab_size, config.pad_token_id = 4, 3
+    model = case.head(config)
+    assert model.get_input_embeddings().num_embeddings == config.decoder_vocab_size == 4
+    separate = case.config(share_encoder_decoder_embeddings=False, decoder_vocab_size=50)
+    separate.vocab_size = 30
+    assert (separate.vocab_size, separate.decoder_vocab_size) == (30, 50)
