@@ -55,7 +55,15 @@ from . import runner
 from .beam_graph import INPUTS, OUTPUTS, candidates_graph, chunk_size
 from .folder_writes import check_replaceable, previous_export_files, publish, staging_folder
 from .graphs import export_graphs
-from .runner_checks import CANDIDATES, FORMAT, FORMAT_VERSION, GENERATION_FIELDS, MANIFEST_NAME, check_manifest
+from .runner_checks import (
+    CANDIDATES,
+    FORMAT,
+    FORMAT_VERSION,
+    GENERATION_FIELDS,
+    MANIFEST_NAME,
+    check_manifest,
+    check_setting,
+)
 
 OPSET = 18
 ENCODER_FILE, STEP_FILE, CANDIDATES_FILE = "encoder.onnx", "decoder_step.onnx", f"{CANDIDATES}.onnx"
@@ -132,6 +140,21 @@ def _special_tokens(model) -> dict:
     return tokens
 
 
+def _generation_defaults(model) -> dict:
+    """The settings of ``GENERATION_FIELDS`` that the model's generation configuration sets, checked as
+    the runner checks them (a ValueError naming the field before anything is exported)."""
+    generation = model.generation_config
+    defaults = {name: getattr(generation, name) for name in GENERATION_FIELDS if getattr(generation, name) is not None}
+    for name, value in defaults.items():
+        try:
+            check_setting(name, value, model.lm_head.out_features)
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                f"{type(model).__name__}'s generation_config.{error}: the runner cannot apply it"
+            ) from None
+    return defaults
+
+
 def written_files(is_encoder_decoder: bool) -> list[str]:
     """The names of the files an export writes: `EXPORT_FILES`, but a causal LM's has no encoder."""
     return [name for name in EXPORT_FILES if is_encoder_decoder or name != ENCODER_FILE]
@@ -162,7 +185,7 @@ def export_onnx(model, folder: str | Path, exporter: str = "dynamo", overwrite: 
     dtypes = {parameter.dtype for parameter in model.parameters()}
     if dtypes != {torch.float32}:
         raise ValueError(f"export a float32 model; {type(model).__name__} has parameters of {sorted(map(str, dtypes))}")
-    special_tokens = _special_tokens(model)
+    special_tokens, generation = _special_tokens(model), _generation_defaults(model)
     folder = Path(folder)
     names = written_files(model.config.is_encoder_decoder)
     check_replaceable(folder, names, overwrite)
@@ -170,7 +193,6 @@ def export_onnx(model, folder: str | Path, exporter: str = "dynamo", overwrite: 
     folder.mkdir(parents=True, exist_ok=True)
     with staging_folder(folder) as staging:
         files, graphs = _write_graphs(model, encoder, step, staging, exporter)
-        generation = model.generation_config
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -187,9 +209,7 @@ def export_onnx(model, folder: str | Path, exporter: str = "dynamo", overwrite: 
             ],
             "vocab_size": model.lm_head.out_features,
             "special_tokens": special_tokens,
-            "generation": {
-                name: getattr(generation, name) for name in GENERATION_FIELDS if getattr(generation, name) is not None
-            },
+            "generation": generation,
             "exported_with": {"talk_hf": __version__, "torch": torch.__version__, "exporter": exporter, "opset": OPSET},
             "written": names,
         }

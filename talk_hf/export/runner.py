@@ -65,15 +65,15 @@ class OnnxGenerator:
     def __init__(self, folder: str | Path, threads: int | None = None, optimization: str = "all", spin: bool = False):
         self.folder = Path(folder)
         self.manifest = checks.read_manifest(folder)
-        if threads is not None:
-            checks.check_integer("threads", threads, 1)
+        if not isinstance(spin, bool):
+            raise TypeError(f"spin must be True or False, got {spin!r}")
         levels = {"basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
         if optimization not in levels:
             raise ValueError(f"optimization must be one of {list(levels)}, got {optimization!r}")
         options = ort.SessionOptions()
         options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, levels[optimization])
         if threads is not None:
-            options.intra_op_num_threads = threads
+            options.intra_op_num_threads = checks.check_integer("threads", threads, 1)
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
         files, graphs = self.manifest["files"], self.manifest["graphs"]
         self.sessions = {

@@ -210,9 +210,14 @@ def test_a_bad_request_is_refused_as_generate_refuses_it(runner, name):
         runner.generate(**request)
 
 
-def test_a_bad_thread_count_is_refused(exported):
+def test_bad_session_options_are_refused(exported):
     with pytest.raises(ValueError, match="threads must be >= 1, got 0"):
         OnnxGenerator(exported, threads=0)
+    with pytest.raises(TypeError, match="spin must be True or False, got 'no'"):
+        OnnxGenerator(exported, spin="no")
+    assert (
+        OnnxGenerator(exported, threads=np.int64(1)).sessions["encoder"].get_session_options().intra_op_num_threads == 1
+    )
 
 
 def test_a_huge_max_new_tokens_allocates_only_the_steps_taken(exported, tmp_path):
@@ -297,6 +302,15 @@ def test_overwrite_replaces_a_symlink_not_the_file_it_points_to(tmp_path):
         export_onnx(LM.model(), folder, exporter="torchscript")
     export_onnx(LM.model(), folder, exporter="torchscript", overwrite=True)
     assert victim.read_text() == "precious" and not (folder / "runner.py").is_symlink()
+
+
+def test_export_refuses_generation_defaults_the_runner_cannot_apply(tmp_path):
+    """Checked before anything is exported: the folder is not even created."""
+    model = LM.model()
+    model.generation_config.num_beams = VOCAB + 1
+    with pytest.raises(ValueError, match=r"DynamicConvForCausalLM's generation_config.num_beams must be in \[1, 40\]"):
+        export_onnx(model, tmp_path / "out", exporter="torchscript")
+    assert not (tmp_path / "out").exists()
 
 
 def test_export_refuses_a_file_as_its_folder(tmp_path):
