@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m talk_hf.export",
         description=(
             "Export a saved TaLK / DynamicConv / LightConv / SliceNet model (a save_pretrained folder) to ONNX: the encoder "
-            "and one decoding step with the fixed-size state as inputs and outputs, a manifest.json and runner.py, "
+            "and one decoding step with the fixed-size state as inputs and outputs, a manifest.json and runner.py (with runner_checks.py), "
             "which generates with onnxruntime and numpy only."
         ),
     )
