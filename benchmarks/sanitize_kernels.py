@@ -15,7 +15,7 @@ csrc/dynamic_conv/dynamic_conv_cuda_stream.cu; depthwise_conv's one kernel), plu
 kernels' own edges: T = 1, a head of 6 channels (one channel a thread), x and the output gradient
 one element past a 16-byte boundary (misaligned: one channel a thread), offsets up to 3 (windows
 past max_left and max_right).  Each case runs a second time on packed rows (documents of 1 and 2
-tokens, about half the window and longer than it, through the ops' ``position_ids``).  The tiled
+tokens, about half the window and longer than it, through the ops' ``document_edges``).  The tiled
 kernels that the streaming ones fall back to (shapes past 32-bit indices or the grid, too large to
 reach here; conv kernels too wide for shared memory) are called directly too, on the talk_conv and
 conv shapes, whole and packed: the CUDA extension's talk_backward_tiled, conv_forward_tiled and
@@ -28,8 +28,7 @@ import random
 
 import torch
 
-from talk_hf.ops import _extension, depthwise_conv, dynamic_conv, light_conv, talk_conv
-from talk_hf.ops.documents import document_edges
+from talk_hf.ops import DocumentEdges, _extension, depthwise_conv, dynamic_conv, light_conv, talk_conv
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 # (T, C, H, max_left, max_right, offset scale): scale 1e4 clamps every edge, -1 reverses windows
@@ -53,8 +52,8 @@ DEPTHWISE_SHAPES = (
 )
 
 
-def packed_position_ids(x, window):
-    """(B, T) positions of x's rows cut at random into documents of 1 and 2 tokens, about half the
+def packed_edges(x, window):
+    """The `DocumentEdges` of x's rows cut at random into documents of 1 and 2 tokens, about half the
     window and longer than it (the last one cut at T)."""
     rng = random.Random(x.shape[1])
     rows = []
@@ -64,7 +63,7 @@ def packed_position_ids(x, window):
             lengths.append(rng.choice([1, 2, max(1, window // 2), window + rng.randint(1, 2 * window)]))
         lengths[-1] -= sum(lengths) - x.shape[1]
         rows.append(torch.cat([torch.arange(n) for n in lengths if n > 0]))
-    return torch.stack(rows).to(x.device)
+    return DocumentEdges(torch.stack(rows).to(x.device))
 
 
 def misaligned(tensor):
@@ -101,10 +100,10 @@ def run_talk_kernels(dtype, extension):
         out.backward(torch.randn_like(out))
         out = talk_conv(leaf(misaligned(x)), leaf(left), right, max_left, max_right, backend="cuda")
         out.backward(misaligned(torch.randn_like(out)))
-        position_ids = packed_position_ids(x, max_left + max_right + 1)
-        talk_conv(x, leaf(left), right, max_left, max_right, position_ids=position_ids, backend="cuda").sum().backward()
+        packed = packed_edges(x, max_left + max_right + 1)
+        talk_conv(x, leaf(left), right, max_left, max_right, document_edges=packed, backend="cuda").sum().backward()
         with torch.no_grad():
-            for edges in (None, document_edges(position_ids, x)):
+            for edges in (None, packed.tensor):
                 extension.talk_backward_tiled(torch.randn_like(x), x, left, right, max_left, max_right, edges)
 
 
@@ -115,17 +114,17 @@ def run_conv_kernels(dtype, extension):
     for kernel_size, padding_l, length in CONV_SHAPES:
         for channels, heads in ((33, 3), (64, 4)):
             x = leaf(torch.randn(2, length, channels, device="cuda", dtype=dtype))
-            position_ids = packed_position_ids(x, kernel_size)
+            packed = packed_edges(x, kernel_size)
             weight = leaf(torch.softmax(torch.randn(2, length, heads, kernel_size, device="cuda"), -1).to(dtype))
             dynamic_conv(x, weight, padding_l, backend="cuda").sum().backward()
             out = dynamic_conv(leaf(misaligned(x)), weight, padding_l, backend="cuda")
             out.backward(misaligned(torch.randn_like(out)))
-            dynamic_conv(x, weight, padding_l, position_ids=position_ids, backend="cuda").sum().backward()
+            dynamic_conv(x, weight, padding_l, document_edges=packed, backend="cuda").sum().backward()
             shared = leaf(torch.softmax(torch.randn(heads, kernel_size, device="cuda"), -1).to(dtype))
             light_conv(x, shared, padding_l, backend="cuda").sum().backward()
-            light_conv(x, shared, padding_l, position_ids=position_ids, backend="cuda").sum().backward()
+            light_conv(x, shared, padding_l, document_edges=packed, backend="cuda").sum().backward()
             with torch.no_grad():
-                for edges in (None, document_edges(position_ids, x)):
+                for edges in (None, packed.tensor):
                     for per_token, summed in ((weight, False), (shared.expand(2, length, heads, kernel_size), True)):
                         extension.conv_forward_tiled(x, per_token, padding_l, edges)
                         extension.conv_backward_tiled(torch.randn_like(x), x, per_token, padding_l, summed, edges)
@@ -141,8 +140,8 @@ def run_depthwise_kernel(dtype):
         depthwise_conv(x, weight, **gate).sum().backward()
         out = depthwise_conv(leaf(misaligned(x)), weight, **gate)
         out.backward(misaligned(torch.randn_like(out)))
-        position_ids = packed_position_ids(x, kernel_size * dilation)
-        depthwise_conv(x, weight, position_ids=position_ids, **gate).sum().backward()
+        packed = packed_edges(x, kernel_size * dilation)
+        depthwise_conv(x, weight, document_edges=packed, **gate).sum().backward()
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from ..ops.documents import DocumentEdges
 from ..transformers_internals import GradientCheckpointingLayer, split_cache
 from .cross_attention import CrossAttentionBlock
 from .feed_forward import FeedForwardBlock
@@ -52,7 +53,7 @@ class ConvDecoderLayer(GradientCheckpointingLayer):
         encoder_mask: torch.Tensor | None = None,
         past_key_values=None,
         output_attentions: bool = False,
-        document_positions: torch.Tensor | None = None,
+        document_edges: DocumentEdges | None = None,
         **kwargs,
     ):
         """
@@ -64,15 +65,15 @@ class ConvDecoderLayer(GradientCheckpointingLayer):
             past_key_values: the generation cache (`ConvCache`, or `EncoderDecoderCache` around
                 one), or None.
             output_attentions: also return the cross-attention weights.
-            document_positions: (B, T) each token's position within its document (packed rows; the
-                mixer's windows stop at the documents' edges), or None.
+            document_edges: the `DocumentEdges` of packed rows (the mixer's windows stop at the
+                documents' edges), or None.
 
         Returns:
             ``(hidden, cross_attention_weights or None)``.
         """
         conv_cache, cross_cache = split_cache(past_key_values)
         state = conv_cache.layers[self.layer_idx] if conv_cache is not None else None
-        hidden = self.mixer(hidden, real_tokens, state, document_positions)
+        hidden = self.mixer(hidden, real_tokens, state, document_edges)
         weights = None
         if self.cross_attention is not None:
             hidden, weights = self.cross_attention(

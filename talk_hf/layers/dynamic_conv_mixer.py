@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..ops import dynamic_conv, light_conv
+from ..ops import DocumentEdges, dynamic_conv, light_conv
 from ..transformers_internals import init
 from .dropout import dropout
 from .initialization import InitializesItself
@@ -64,15 +64,15 @@ class DynamicConvCore(_ConvCore):
         self.weight_proj = Linear(conv_dim, heads * kernel_size, bias=False)
 
     def forward(
-        self, u: torch.Tensor, context: torch.Tensor | None = None, document_positions: torch.Tensor | None = None
+        self, u: torch.Tensor, context: torch.Tensor | None = None, document_edges: DocumentEdges | None = None
     ) -> torch.Tensor:
         """u: (B, T, C) zeroed mixer input; context: (B, K - 1 + T, C) previous inputs then u, or None;
-        document_positions: (B, T) positions within packed documents (taps outside a token's document
-        read zero), only without a context, or None."""
+        document_edges: the `DocumentEdges` of packed rows (taps outside a token's document read
+        zero), only without a context, or None."""
         batch, length, _ = u.shape
         weight = self.normalize(self.weight_proj(u).view(batch, length, self.heads, self.kernel_size))
         if context is None:
-            return dynamic_conv(u, weight, self.padding_l, position_ids=document_positions)
+            return dynamic_conv(u, weight, self.padding_l, document_edges=document_edges)
         if length == 1:
             return self.decoding_step(context, weight[:, 0])
         return dynamic_conv(context, pad_to_context(weight, context), self.padding_l)[:, -length:]
@@ -90,14 +90,14 @@ class LightConvCore(_ConvCore, InitializesItself):
         init.xavier_uniform_(self.weight)
 
     def forward(
-        self, u: torch.Tensor, context: torch.Tensor | None = None, document_positions: torch.Tensor | None = None
+        self, u: torch.Tensor, context: torch.Tensor | None = None, document_edges: DocumentEdges | None = None
     ) -> torch.Tensor:
         """u: (B, T, C) zeroed mixer input; context: (B, K - 1 + T, C) previous inputs then u, or None;
-        document_positions: as `DynamicConvCore`'s."""
+        document_edges: as `DynamicConvCore`'s."""
         # The kernel parameter stays float32 under autocast while u is bf16/fp16: the op wants one dtype.
         weight = self.normalize(self.weight).to(u.dtype)
         if context is None:
-            return light_conv(u, weight, self.padding_l, position_ids=document_positions)
+            return light_conv(u, weight, self.padding_l, document_edges=document_edges)
         if u.shape[1] == 1:
             return self.decoding_step(context, weight.expand(u.shape[0], -1, -1))
         return light_conv(context, weight, self.padding_l)[:, -u.shape[1] :]

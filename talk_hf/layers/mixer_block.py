@@ -10,13 +10,13 @@ then u itself (B, S + T, C), so a decoding step only sees a bounded history.
 
 from __future__ import annotations
 
-import functools
 import inspect
 from typing import Protocol
 
 import torch
 from torch import nn
 
+from ..ops.documents import DocumentEdges
 from .dropout import dropout
 from .linear_layer import Linear
 from .residual import NormedResidual
@@ -55,10 +55,9 @@ def token_multiplier(attention_mask: torch.Tensor | None, length: int, dtype: to
     return attention_mask[:, attention_mask.shape[1] - length :, None].bool().to(dtype)
 
 
-@functools.cache
-def takes_document_positions(core_class: type) -> bool:
-    """Whether a core's forward takes ``document_positions`` (packed rows; see `MixerCore`)."""
-    return "document_positions" in inspect.signature(core_class.forward).parameters
+def takes_document_edges(core_class: type) -> bool:
+    """Whether a core's forward takes ``document_edges`` (packed rows; see `MixerCore`)."""
+    return "document_edges" in inspect.signature(core_class.forward).parameters
 
 
 class MixerCore(Protocol):
@@ -69,14 +68,14 @@ class MixerCore(Protocol):
         """Past mixer inputs S that a causal step needs (the generation cache keeps that many)."""
 
     def __call__(
-        self, u: torch.Tensor, context: torch.Tensor | None = None, document_positions: torch.Tensor | None = None
+        self, u: torch.Tensor, context: torch.Tensor | None = None, document_edges: DocumentEdges | None = None
     ) -> torch.Tensor:
         """u: (B, T, C) mixer input, zero at padding; context: (B, history_size + T, C), the cached history
         then u (causal decoding with a cache), or None (no cache, or no token before u: the causal
-        step then reads zeros before the start); document_positions: (B, T) each token's position in
-        its document, 0 where one starts (packed rows: a window never reaches past its document's
+        step then reads zeros before the start); document_edges: the `talk_hf.ops.DocumentEdges` of
+        packed rows (B, T), handed to the ops as they are (a window never reaches past its document's
         edges), only without a context, or None.  Returns (B, T, C).  A core that cannot honour
-        ``document_positions`` leaves the parameter out, and packed rows are refused for it."""
+        ``document_edges`` leaves the parameter out, and packed rows are refused for it."""
 
 
 class MixerBlock(nn.Module):
@@ -97,6 +96,8 @@ class MixerBlock(nn.Module):
         self.input_dropout = input_dropout
         self.in_proj = Linear(d_model, 2 * conv_dim if use_glu else conv_dim)
         self.core = core
+        # Read at construction: torch.compile traces no signature inspection in the forward.
+        self.core_takes_document_edges = takes_document_edges(type(core))
         self.out_proj = Linear(conv_dim, d_model)
         self.residual = NormedResidual(d_model, normalize_before, dropout)
 
@@ -105,7 +106,7 @@ class MixerBlock(nn.Module):
         hidden: torch.Tensor,
         real_tokens: torch.Tensor | None,
         state=None,
-        document_positions: torch.Tensor | None = None,
+        document_edges: DocumentEdges | None = None,
     ) -> torch.Tensor:
         """
         Args:
@@ -113,7 +114,7 @@ class MixerBlock(nn.Module):
             real_tokens: (B, T, 1) of hidden's dtype, 1 at real tokens and 0 at padding (see
                 `token_multiplier`), or None.
             state: the layer's `ConvHistoryLayer` of the generation cache, or None.
-            document_positions: (B, T) positions within packed documents (see `MixerCore`), or None.
+            document_edges: the `DocumentEdges` of packed rows (see `MixerCore`), or None.
 
         Returns:
             (B, T, d) block output.
@@ -126,11 +127,11 @@ class MixerBlock(nn.Module):
         if real_tokens is not None:  # under autocast u may be in another dtype than the hidden states
             u = u * (real_tokens if real_tokens.dtype == u.dtype else real_tokens.to(u.dtype))
         context = state.extend(u) if state is not None else None
-        if document_positions is None or not takes_document_positions(type(self.core)):
+        if document_edges is None or not self.core_takes_document_edges:
             # A core without document edges gets only rows of one document each (a model refuses packed
-            # rows for it, `refuse_cores_without_documents`): positions that restart only at a row's
-            # first real token change nothing there.
+            # rows for it, `refuse_cores_without_documents`): edges of documents that start only at a
+            # row's first real token change nothing there.
             mixed = self.core(u, context)
         else:
-            mixed = self.core(u, context, document_positions=document_positions)
+            mixed = self.core(u, context, document_edges=document_edges)
         return self.residual.post(self.out_proj(mixed), hidden)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..ops import talk_conv
+from ..ops import DocumentEdges, talk_conv
 from .dropout import dropout
 from .linear_layer import Linear
 from .mixer_block import pad_to_context
@@ -42,15 +42,15 @@ class TaLKCore(nn.Module):
         return self.max_left
 
     def forward(
-        self, u: torch.Tensor, context: torch.Tensor | None = None, document_positions: torch.Tensor | None = None
+        self, u: torch.Tensor, context: torch.Tensor | None = None, document_edges: DocumentEdges | None = None
     ) -> torch.Tensor:
         """
         Args:
             u: (B, T, C) mixer input, zero at padded positions.
             context: (B, S + T, C) the previous S mixer inputs, then u (causal decoding with a
                 cache), or None.
-            document_positions: (B, T) each token's position within its document (packed rows: the
-                windows are clamped at their document's edges), only without a context; or None.
+            document_edges: the `DocumentEdges` of packed rows (the windows are clamped at their
+                document's edges), only without a context; or None.
 
         Returns:
             (B, T, C).
@@ -59,17 +59,17 @@ class TaLKCore(nn.Module):
         offsets = dropout(offsets, self.offset_dropout, self.training)
         if self.causal:
             if context is None:
-                return talk_conv(u, offsets, None, self.max_left, 0, position_ids=document_positions)
+                return talk_conv(u, offsets, None, self.max_left, 0, document_edges=document_edges)
             out = talk_conv(context, pad_to_context(offsets, context), None, self.max_left, 0)
             return out[:, -u.shape[1] :]
         offset_left, offset_right = offsets.split(self.heads, dim=-1)
         if self.max_right == 0:
-            return talk_conv(u, offset_left, None, self.max_left, 0, position_ids=document_positions)
+            return talk_conv(u, offset_left, None, self.max_left, 0, document_edges=document_edges)
         return talk_conv(
             u,
             offset_left.contiguous(),
             offset_right.contiguous(),
             self.max_left,
             self.max_right,
-            position_ids=document_positions,
+            document_edges=document_edges,
         )

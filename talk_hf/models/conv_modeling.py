@@ -38,6 +38,7 @@ from ..layers.linear_layer import Linear
 from ..layers.mixer_block import MixerBlock, MixerCore, token_multiplier
 from ..layers.sinusoidal_positions import SinusoidalPositions
 from ..ops._backend import reads_backend_once
+from ..ops.documents import DocumentEdges
 from ..transformers_internals import (
     CACHE_NAME,
     FixedStateGenerationMixin,
@@ -54,6 +55,8 @@ from .input_checks import InputNames, check_mask_values, embedding_positions
 from .non_finite_weights import warn_about_non_finite_weights
 from .packing import (
     PACKED_WITH_A_CACHE,
+    PackedDocuments,
+    check_handed_documents,
     document_positions,
     mask_document_starts,
     refuse_cores_without_documents,
@@ -277,6 +280,7 @@ class ConvDecoder(_ConvStack):
         output_attentions=False,
         output_hidden_states=False,
         document_positions=None,
+        document_edges=None,
     ) -> BaseModelOutputWithCrossAttentions:
         """
         Args:
@@ -286,8 +290,9 @@ class ConvDecoder(_ConvStack):
             encoder_hidden_states / encoder_attention_mask: (B, S, d) and (B, S) for seq2seq, else None.
             past_key_values: `ConvCache` / `EncoderDecoderCache` updated in place, or None.
             document_positions: (B, T) each token's position within its document (packed rows,
-                `packing.document_positions`), or None: embedded as they are, and without a past every
-                mixer's window stops at its document's edges.
+                `packing.document_positions`), or None: embedded as they are.
+            document_edges: their `DocumentEdges`, or None: without a past every mixer's window
+                stops at its document's edges.
 
         Returns:
             ``last_hidden_state`` (B, T, d); ``hidden_states`` (each layer's input, then the output)
@@ -312,7 +317,7 @@ class ConvDecoder(_ConvStack):
                 encoder_attention_mask,
                 past_key_values=past_key_values,
                 output_attentions=output_attentions,
-                document_positions=None if windows_continue else document_positions,
+                document_edges=None if windows_continue else document_edges,
             )
             all_weights.append(weights)
         hidden = self.finish(hidden)
@@ -621,23 +626,29 @@ class ConvLMModel(ConvPreTrainedModel):
     def new_cache(self) -> ConvCache:
         return self.decoder.new_cache()
 
-    def _documents(self, input_ids, inputs_embeds, attention_mask, kwargs: dict) -> tuple[torch.Tensor | None, bool]:
-        """``(positions, packed)``: (B, T) each token's position within its document from ``position_ids``
-        and the packing keywords of ``kwargs`` (or None: none given, or no tokens to check them against,
-        which the decoder then refuses), and whether a row holds several documents (any packing keyword,
-        or ``position_ids`` restarting after a row's first real token; not read inside a compiled graph)."""
+    def _documents(self, input_ids, inputs_embeds, attention_mask, kwargs: dict) -> PackedDocuments | None:
+        """The `PackedDocuments` of this forward: those a causal-LM head derived and handed over as
+        ``packed_documents`` (checked), else derived here, once, from ``position_ids`` and the packing
+        keywords of ``kwargs``; or None (none given, or no tokens to check them against, which the
+        decoder then refuses).  ``packed``: a packing keyword, or ``position_ids`` restarting after a
+        row's first real token (not read inside a compiled graph)."""
         tokens = input_ids if input_ids is not None else inputs_embeds
         packing = {name: kwargs[name] for name in PACKING_ARGUMENTS if kwargs.get(name) is not None}
-        if tokens is None or tokens.dim() < 2 or (kwargs.get("position_ids") is None and not packing):
-            return None, False
+        handed = kwargs.get("packed_documents")
+        described = kwargs.get("position_ids") is not None or packing or handed is not None
+        if tokens is None or tokens.dim() < 2 or not described:
+            return None
         batch, length = tokens.shape[:2]
+        if handed is not None:
+            return check_handed_documents(handed, kwargs, batch, length)
         positions = document_positions(kwargs.get("position_ids"), packing, batch, length, tokens.device)
+        edges = DocumentEdges(positions)
         packed = bool(packing) or (
             not torch.compiler.is_compiling() and restarts_inside_rows(positions, attention_mask)
         )
         if packed:
             refuse_cores_without_documents(self.decoder.layers)
-        return positions, packed
+        return PackedDocuments(positions, edges, packed)
 
     @can_return_tuple
     def forward(
@@ -660,13 +671,15 @@ class ConvLMModel(ConvPreTrainedModel):
         Through ``kwargs`` it takes ``position_ids`` (B, T) (each token's position within its document:
         embedded as given, and a 0 after a row's first real token starts a new document there) and the
         other descriptions of packed rows that transformers' ``DataCollatorWithFlattening`` gives:
-        ``cu_seq_lens_q/k``, ``max_length_q/k``, ``seq_idx`` (`packing.document_positions`).  Packed
-        rows are computed as if each document were alone, without a generation cache (none is made
-        unless ``use_cache=True`` asks, which is refused).  Any other keyword is refused
+        ``cu_seq_lens_q/k``, ``max_length_q/k``, ``seq_idx`` (`packing.document_positions`), or instead
+        ``packed_documents``, the `packing.PackedDocuments` a causal-LM head already derived from them.
+        Packed rows are computed as if each document were alone, without a generation cache (none is
+        made unless ``use_cache=True`` asks, which is refused).  Any other keyword is refused
         (`refuse_unknown_arguments`).
         """
-        refuse_unknown_arguments(self, kwargs, taken=("position_ids", *PACKING_ARGUMENTS))
-        documents, packed = self._documents(input_ids, inputs_embeds, attention_mask, kwargs)
+        refuse_unknown_arguments(self, kwargs, taken=("position_ids", *PACKING_ARGUMENTS, "packed_documents"))
+        documents = self._documents(input_ids, inputs_embeds, attention_mask, kwargs)
+        packed = documents is not None and documents.packed
         if packed and use_cache is None and resolve_cache_argument(cache, past_key_values) is None:
             use_cache = False
         cache = self._cache_for_forward(use_cache, cache, past_key_values, self.new_cache)
@@ -678,7 +691,8 @@ class ConvLMModel(ConvPreTrainedModel):
             inputs_embeds=inputs_embeds,
             past_key_values=cache,
             output_hidden_states=self._switch("output_hidden_states", output_hidden_states),
-            document_positions=documents,
+            document_positions=None if documents is None else documents.positions,
+            document_edges=None if documents is None else documents.edges,
         )
         return BaseModelOutputWithPast(
             last_hidden_state=decoder_outputs.last_hidden_state,
@@ -715,13 +729,15 @@ class ConvForCausalLM(ConvHeadBase):
         under sequence or context parallelism: used instead of shifting ``labels``) and
         ``num_items_in_batch`` (the loss is summed and divided by it, as ``Trainer`` passes it under
         gradient accumulation).  In packed rows the loss never asks a document's last token for the
-        next document's first one."""
+        next document's first one.  The documents are derived once, here, and handed to the base model."""
         document_keywords = ("position_ids", *PACKING_ARGUMENTS)
         refuse_unknown_arguments(self, kwargs, taken=("num_items_in_batch", "shift_labels", *document_keywords))
         shift_labels = kwargs.get("shift_labels")
         if labels is not None or shift_labels is not None:
             use_cache = False
         cache = resolve_cache_argument(cache, past_key_values)
+        documents = self.model._documents(input_ids, inputs_embeds, attention_mask, kwargs)
+        described = {name: kwargs[name] for name in document_keywords if name in kwargs}
         outputs = self.model(
             input_ids,
             attention_mask=attention_mask,
@@ -729,15 +745,14 @@ class ConvForCausalLM(ConvHeadBase):
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
             output_hidden_states=output_hidden_states,
-            **{name: kwargs[name] for name in document_keywords if name in kwargs},
+            **(described if documents is None else {"packed_documents": documents}),
         )
         logits = self.lm_head(outputs.last_hidden_state[:, -logits_to_keep:])
         loss = None
-        documents, _ = self.model._documents(input_ids, inputs_embeds, attention_mask, kwargs)
         if documents is not None and labels is not None:
-            labels = mask_document_starts(labels, documents, shifted=False)
+            labels = mask_document_starts(labels, documents.positions, shifted=False)
         if documents is not None and shift_labels is not None:
-            shift_labels = mask_document_starts(shift_labels, documents, shifted=True)
+            shift_labels = mask_document_starts(shift_labels, documents.positions, shifted=True)
         if labels is not None or shift_labels is not None:
             loss = self.loss_function(
                 logits,

@@ -4,25 +4,75 @@ transformers' ``DataCollatorWithFlattening`` and padding-free training.
 The collator gives ``position_ids`` restarting at 0 at each document and, when asked,
 flash-attention's ``cu_seq_lens_q/k`` and ``max_length_q/k`` or mamba's ``seq_idx``.  All of them say
 the same thing: where each document starts.  `document_positions` turns whichever are given into one
-(B, T) tensor, each token's position within its document, after checking that they agree; the model
-embeds those positions and hands them to every mixer, whose windows then stop at the documents'
-edges (`talk_hf.ops`' ``position_ids``): a packed document computes what it computes alone.
+(B, T) tensor, each token's position within its document, after checking that they agree.  Once per
+forward the model derives `PackedDocuments` from them: it embeds the positions and hands their edges
+(`talk_hf.ops.DocumentEdges`) to every mixer, whose windows then stop at the documents' edges, so a
+packed document computes what it computes alone.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import nn
 
-from ..layers.mixer_block import takes_document_positions
-from ..ops._validation import runs_value_checks
-from ..ops.documents import position_ids_from_cu_seqlens, position_ids_from_seq_idx
+from ..ops.documents import DocumentEdges, position_ids_from_cu_seqlens, position_ids_from_seq_idx
+from .forward_arguments import PACKING_ARGUMENTS
 from .input_checks import check_position_ids_shape
 
 PACKED_WITH_A_CACHE = (
     "packed rows (documents restarting inside a row) are computed without a generation cache, whose fixed-size "
     "history would carry one document into the next: pass use_cache=False (training does)"
 )
+
+
+class PackedDocuments(NamedTuple):
+    """What a causal LM derives from its packing inputs, once per forward.
+
+    Attributes:
+        positions: (B, T) int64, each token's position within its document (`document_positions`):
+            embedded as they are, and read by the loss's masking (`mask_document_starts`).
+        edges: their `DocumentEdges`, handed to every layer's mixer (the value check of the
+            positions runs as they are derived).
+        packed: whether a row holds several documents (a packing keyword, or positions restarting
+            after a row's first real token).
+    """
+
+    positions: torch.Tensor
+    edges: DocumentEdges
+    packed: bool
+
+
+def check_handed_documents(documents, kwargs: dict, batch: int, length: int) -> PackedDocuments:
+    """Return the ``packed_documents`` a causal-LM head handed its base model, checked.
+
+    Args:
+        documents: what was passed as ``packed_documents``.
+        kwargs: the base model's other keywords (none may describe the documents again).
+        batch, length: B and T of the tokens.
+
+    Raises:
+        TypeError: not a `PackedDocuments`.
+        ValueError: given with ``position_ids`` or a packing keyword, or derived for another shape.
+    """
+    if not isinstance(documents, PackedDocuments):
+        raise TypeError(
+            "packed_documents must be the talk_hf.models.packing.PackedDocuments a causal-LM head derived, got "
+            f"{type(documents).__name__}: pass position_ids or the packing keywords instead"
+        )
+    described = [name for name in ("position_ids", *PACKING_ARGUMENTS) if kwargs.get(name) is not None]
+    if described:
+        raise ValueError(
+            f"packed_documents were given with {', '.join(described)}: pass either the documents already derived "
+            "or the inputs that describe them"
+        )
+    if documents.positions.shape != (batch, length):
+        raise ValueError(
+            f"packed_documents were derived for (B, T) = {tuple(documents.positions.shape)} but the tokens have "
+            f"({batch}, {length})"
+        )
+    return documents
 
 
 def document_positions(
@@ -45,11 +95,12 @@ def document_positions(
         name: what the caller calls ``position_ids`` (error messages).
 
     Returns:
-        (B, T) int64 positions, or None when nothing describes the documents.
+        (B, T) int64 positions, or None when nothing describes the documents.  Their values are
+        checked (>= 0) as their `DocumentEdges` are derived.
 
     Raises:
-        ValueError: a malformed input (shape, dtype, negative position), forms that disagree, a
-            ``max_length_*`` without ``cu_seq_lens_*`` or that is not the longest document.
+        ValueError: a malformed input (shape, dtype), forms that disagree, a ``max_length_*`` without
+            ``cu_seq_lens_*`` or that is not the longest document.
     """
     described = []
     if position_ids is not None:
@@ -86,12 +137,10 @@ def document_positions(
 
 
 def _checked_position_ids(name: str, position_ids: torch.Tensor, batch: int, length: int, device) -> torch.Tensor:
-    """(B, T) int64 from (B, T), (1, T) or (T,) ``position_ids``, checked."""
+    """(B, T) int64 from (B, T), (1, T) or (T,) ``position_ids``, their shape and device checked."""
     check_position_ids_shape(name, position_ids, batch, batch, length, "token")
     if position_ids.device != device:
         raise ValueError(f"{name} is on {position_ids.device} but the tokens are on {device}")
-    if runs_value_checks(position_ids) and bool((position_ids < 0).any()):
-        raise ValueError(f"{name} must be >= 0 (each token's position within its document), got {position_ids}")
     return position_ids.long().expand(batch, length)
 
 
@@ -149,12 +198,11 @@ def mask_document_starts(labels: torch.Tensor, positions: torch.Tensor, shifted:
 
 def refuse_cores_without_documents(layers: nn.ModuleList) -> None:
     """Raise a ValueError when a layer's mixer core cannot honour document edges (a family whose
-    core's forward takes no ``document_positions``, see `talk_hf.layers.mixer_block.MixerCore`)."""
+    core's forward takes no ``document_edges``, see `talk_hf.layers.mixer_block.MixerCore`)."""
     for layer in layers:
-        core_class = type(layer.mixer.core)
-        if not takes_document_positions(core_class):
+        if not layer.mixer.core_takes_document_edges:
             raise ValueError(
                 f"packed rows (documents restarting inside a row) need mixers whose windows stop at the documents' "
-                f"edges, and {core_class.__name__}.forward takes no document_positions: pad the batch instead "
+                f"edges, and {type(layer.mixer.core).__name__}.forward takes no document_edges: pad the batch instead "
                 "(DataCollatorWithPadding)"
             )

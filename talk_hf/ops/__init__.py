@@ -6,10 +6,11 @@
 * :func:`depthwise_conv` — one static kernel per channel, causal or centred, with dilation.
 * :func:`prepare_backend` — build and load the compiled kernels for a device now, not inside the
   first timed step.
-* :func:`position_ids_from_cu_seqlens`, :func:`position_ids_from_seq_idx` — packed rows
-  (padding-free training) as the ``position_ids`` every op above takes, from flash-attention's
-  cumulative lengths or mamba's document index (:mod:`.documents`: a window or tap never crosses a
-  document's edge).
+* :class:`DocumentEdges` — the document edges of packed rows (padding-free training), derived from
+  their ``position_ids`` once per batch and taken by every op above as ``document_edges=``
+  (:mod:`.documents`: a window or tap never crosses a document's edge);
+  :func:`position_ids_from_cu_seqlens`, :func:`position_ids_from_seq_idx` turn flash-attention's
+  cumulative lengths and mamba's document index into those ``position_ids``.
 
 Each op with compiled kernels is one folder (``talk_conv/``, ``dynamic_conv/`` for DynamicConv and
 LightConv, ``depthwise_conv/``): its public function with its checks (the folder's ``__init__``),
@@ -25,7 +26,7 @@ talk_hf: :func:`talk_hf.export_for_remote_code` copies the modules into one flat
 
 from ._backend import prepare_backend
 from .depthwise_conv import depthwise_conv
-from .documents import position_ids_from_cu_seqlens, position_ids_from_seq_idx
+from .documents import DocumentEdges, position_ids_from_cu_seqlens, position_ids_from_seq_idx
 from .dynamic_conv import dynamic_conv, light_conv
 from .talk_conv import talk_conv
 
@@ -35,6 +36,7 @@ __all__ = [
     "light_conv",
     "depthwise_conv",
     "prepare_backend",
+    "DocumentEdges",
     "position_ids_from_cu_seqlens",
     "position_ids_from_seq_idx",
 ]

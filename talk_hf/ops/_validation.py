@@ -18,8 +18,9 @@ MAX_REACH = 2**31 - 1
 
 def runs_value_checks(tensor: torch.Tensor) -> bool:
     """Whether checks of ``tensor``'s values (one host sync each) run: not while ``torch.compile``
-    traces, nor while a CUDA graph captures ``tensor``'s stream (a sync would break the capture)."""
-    if torch.compiler.is_compiling():
+    traces, nor while a CUDA graph captures ``tensor``'s stream (a sync would break the capture), nor
+    for a meta tensor (it has no values)."""
+    if torch.compiler.is_compiling() or tensor.is_meta:
         return False
     return not (tensor.is_cuda and torch.cuda.is_current_stream_capturing())
 

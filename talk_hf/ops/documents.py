@@ -1,16 +1,16 @@
 """Packed sequences: where each token's document starts and ends.
 
 transformers' ``DataCollatorWithFlattening`` packs several documents into one row, with
-``position_ids`` restarting at 0 at each.  The ops take those ``position_ids`` (B, T): a document
-starts at every token whose position is 0, and at the row's first token; the other values are not
-read (transformers' left padding fills the pads' positions with 1, which is then harmless).  A
-window or tap never reaches past its token's document, so a packed document computes what it
-computes alone.
+``position_ids`` restarting at 0 at each.  A document starts at every token whose position is 0, and
+at the row's first token; the other values are not read (transformers' left padding fills the pads'
+positions with 1, which is then harmless).  A window or tap never reaches past its token's document,
+so a packed document computes what it computes alone.
 
-* :func:`document_edges` — the per-token edges the ops run on, derived with cumulative max/min (no
-  Python loop, no host sync: it traces under ``torch.compile(fullgraph=True)``), once per
-  ``position_ids`` tensor: a model passes the same tensor to every layer's op, and eager calls
-  reuse the last tensor's edges (and its value check) while it is alive and unchanged;
+* :class:`DocumentEdges` — what every op's ``document_edges=`` takes: the per-token edges derived
+  from ``position_ids`` (checked) with cumulative max/min (no Python loop, no host sync: it traces
+  under ``torch.compile(fullgraph=True)``).  A model derives them once per forward and hands them to
+  every layer; they hold their own tensor, so a later change to ``position_ids`` does not reach
+  them (derive them again from the changed positions);
 * :func:`taps_inside_documents` — which convolution taps read inside their token's document;
 * :func:`position_ids_from_cu_seqlens`, :func:`position_ids_from_seq_idx` — the other two forms of
   packing (flash-attention's cumulative lengths, mamba's document index) as ``position_ids``.
@@ -22,75 +22,79 @@ Loop-form definition of the edges, for the tests' references: :mod:`.documents_n
 
 from __future__ import annotations
 
-import threading
-import weakref
-
 import torch
 import torch.nn.functional as F
 
 from ._validation import check_int, runs_value_checks
 
 INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
-_NEGATIVE_POSITIONS = "position_ids must be >= 0 (each token's position in its document)"
 
 
-def document_edges(position_ids: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """The first and last token of each token's document, from checked ``position_ids``.
+class DocumentEdges:
+    """The first and last token of each token's document in a batch of packed rows.
+
+    ``DocumentEdges(position_ids)`` derives them from (B, T) integer ``position_ids``, each token's
+    position in its document (>= 0; a document starts at every 0 and at the row's first token), and
+    checks them: a TypeError or ValueError names what is wrong (the values' check, a host sync, runs
+    in eager calls: `runs_value_checks`).  The ops take nothing else as ``document_edges=``, so their
+    kernels only ever read edges that lie inside their rows.
+
+    Attributes:
+        tensor: (B, T, 2) int32 on position_ids' device, derived once: ``[..., 0]`` the last u <= t
+            with position 0 (else 0), ``[..., 1]`` the first u > t with position 0, minus 1 (else
+            T - 1).  The ops read it as it is: do not write into it.
+    """
+
+    __slots__ = ("_tensor",)
+
+    def __init__(self, position_ids: torch.Tensor):
+        _check_position_ids(position_ids)
+        _require(position_ids >= 0, "position_ids must be >= 0 (each token's position in its document)")
+        self._tensor = _derive_edges(position_ids)
+
+    @property
+    def tensor(self) -> torch.Tensor:
+        return self._tensor
+
+    def __repr__(self) -> str:
+        return f"DocumentEdges(shape={tuple(self._tensor.shape)}, device={self._tensor.device})"
+
+
+def checked_edges(document_edges: DocumentEdges | None, x: torch.Tensor) -> torch.Tensor | None:
+    """The (B, T, 2) int32 edges of an op's ``document_edges=`` argument, or None without them.
 
     Args:
-        position_ids: (B, T) integer tensor on x's device, each token's position in its document.
-        x: the op's (B, T, C) input (for the shape and device the check expects).
-
-    Returns:
-        (B, T, 2) int32: ``[..., 0]`` the last u <= t with position 0 (else 0), ``[..., 1]`` the first
-        u > t with position 0, minus 1 (else T - 1).
+        document_edges: a `DocumentEdges` of x's batch and length, on x's device, or None.
+        x: the op's (B, T, C) input.
 
     Raises:
-        TypeError, ValueError: position_ids is not such a tensor (see `check_position_ids`), or holds a
-            negative position (eager calls: `runs_value_checks`).
+        TypeError: ``document_edges`` is not a `DocumentEdges` (a tensor of edges included: only
+            derived edges are taken, which lie inside their rows).
+        ValueError: they were derived for another batch, length or device.
     """
-    check_position_ids(position_ids, x)
-    reusable = _reusable(position_ids)
-    if reusable and _last.remembers(position_ids):
-        return _last.edges
-    _require(position_ids >= 0, _NEGATIVE_POSITIONS)
-    edges = _derive_edges(position_ids)
-    if reusable:
-        _last.remember(position_ids, edges)
+    if document_edges is None:
+        return None
+    if not isinstance(document_edges, DocumentEdges):
+        raise TypeError(
+            "document_edges must be a talk_hf.ops.DocumentEdges or None, got "
+            f"{type(document_edges).__name__}: derive it from the (B, T) position_ids once per batch, "
+            "document_edges=DocumentEdges(position_ids), and pass it to every op of the batch"
+        )
+    edges = document_edges.tensor
+    if edges.shape[:2] != x.shape[:2]:
+        raise ValueError(
+            f"document_edges were derived for (B, T) = {tuple(edges.shape[:2])} but x has (B, T) = "
+            f"{tuple(x.shape[:2])} (its first two dims): derive them from this batch's position_ids"
+        )
+    if edges.device != x.device:
+        raise ValueError(
+            f"document_edges are on {edges.device} but x is on {x.device}: derive them from position_ids on x's device"
+        )
     return edges
 
 
-class _LastEdges(threading.local):
-    """The edges of the last ``position_ids`` tensor this thread derived them for, held while that
-    tensor lives (a weak reference) and is not changed in place (its version counter)."""
-
-    position_ids: weakref.ref | None = None
-    version = -1
-    edges: torch.Tensor | None = None
-
-    def remembers(self, position_ids: torch.Tensor) -> bool:
-        return (
-            self.position_ids is not None
-            and self.position_ids() is position_ids
-            and self.version == position_ids._version
-        )
-
-    def remember(self, position_ids: torch.Tensor, edges: torch.Tensor) -> None:
-        self.position_ids, self.version, self.edges = weakref.ref(position_ids), position_ids._version, edges
-
-
-_last = _LastEdges()
-
-
-def _reusable(position_ids: torch.Tensor) -> bool:
-    """Whether edges may be remembered for (and reused from) ``position_ids``: in eager calls (a
-    traced graph computes its own), outside CUDA-graph capture (whose memory the graph owns), and
-    not for an inference tensor (it has no version counter to notice a change)."""
-    return runs_value_checks(position_ids) and not position_ids.is_inference()
-
-
 def _derive_edges(position_ids: torch.Tensor) -> torch.Tensor:
-    """`document_edges` of checked (B, T) ``position_ids``."""
+    """`DocumentEdges.tensor` of checked (B, T) ``position_ids``."""
     length = position_ids.shape[1]
     time = torch.arange(length, device=position_ids.device)
     starts_here = (position_ids == 0) | (time == 0)
@@ -106,7 +110,7 @@ def taps_inside_documents(edges: torch.Tensor, taps: int, left: int, dilation: i
     """Whether tap k of token t, reading token ``t + k * dilation - left``, reads inside t's document.
 
     Args:
-        edges: (B, T, 2) document edges (`document_edges`).
+        edges: (B, T, 2) document edges (`DocumentEdges.tensor`).
 
     Returns:
         (B, T, K) bool.
@@ -117,22 +121,13 @@ def taps_inside_documents(edges: torch.Tensor, taps: int, left: int, dilation: i
     return (source >= edges[..., :1]) & (source <= edges[..., 1:])
 
 
-def check_position_ids(position_ids, x: torch.Tensor) -> None:
-    """Require a (B, T) integer tensor on x's device (its values are checked by `document_edges`)."""
+def _check_position_ids(position_ids) -> None:
+    """Require a (B, T) integer tensor (its values are checked by `DocumentEdges`)."""
     if not isinstance(position_ids, torch.Tensor):
-        raise TypeError(
-            f"position_ids must be a torch.Tensor of shape (B, T) or None, got {type(position_ids).__name__}"
-        )
-    if position_ids.shape != x.shape[:2]:
-        raise ValueError(
-            f"position_ids must have shape (B, T) = {tuple(x.shape[:2])} (x's first two dims), "
-            f"got shape {tuple(position_ids.shape)}"
-        )
+        raise TypeError(f"position_ids must be a torch.Tensor of shape (B, T), got {type(position_ids).__name__}")
+    if position_ids.dim() != 2:
+        raise ValueError(f"position_ids must have shape (B, T) (2 dims), got shape {tuple(position_ids.shape)}")
     _check_integer("position_ids", position_ids)
-    if position_ids.device != x.device:
-        raise ValueError(
-            f"position_ids is on {position_ids.device} but x is on {x.device}; move them to the same device"
-        )
 
 
 def position_ids_from_cu_seqlens(cu_seqlens: torch.Tensor, total_length: int) -> torch.Tensor:

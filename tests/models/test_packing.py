@@ -3,10 +3,12 @@ for padding-free training): a causal LM computes each document exactly as if it 
 ``position_ids``, ``cu_seq_lens_q/k`` or ``seq_idx`` alike; whatever cannot honour them refuses them.
 """
 
+import numpy as np
 import pytest
 import torch
 from transformers import DataCollatorWithFlattening
 
+from talk_hf.models import conv_modeling
 from talk_hf.models.packing import document_positions
 from talk_hf.ops import documents as ops_documents
 
@@ -65,19 +67,70 @@ def test_a_packed_document_computes_what_it_computes_alone(case, device):
 
 
 @pytest.mark.parametrize("case", LM_CASES, ids=LM_IDS)
-def test_a_packed_forward_derives_the_document_edges_once(case, monkeypatch):
-    """Every layer's op gets the same positions: their edges (and the value check, a host sync on a
-    GPU) are derived once per forward, not once per layer."""
-    derived = []
-    derive = ops_documents._derive_edges
-    monkeypatch.setattr(ops_documents, "_derive_edges", lambda positions: derived.append(1) or derive(positions))
+def test_a_packed_forward_derives_the_documents_once(case, monkeypatch):
+    """The causal LM's head and its base model share one derivation per forward: the documents'
+    positions (and their checks) and their edges (and the value check, a host sync on a GPU), which
+    every layer's op is handed; each forward derives them again from its own positions."""
+    calls = {"positions": 0, "edges": 0}
+
+    def counted(name, function):
+        def count(*args, **kwargs):
+            calls[name] += 1
+            return function(*args, **kwargs)
+
+        return count
+
+    monkeypatch.setattr(conv_modeling, "document_positions", counted("positions", conv_modeling.document_positions))
+    monkeypatch.setattr(ops_documents, "_derive_edges", counted("edges", ops_documents._derive_edges))
     model = case.model()
     batch = _packed(_documents())
     assert sum(1 for name, _ in model.named_modules() if name.endswith("mixer")) >= 2
-    model(input_ids=batch["input_ids"], position_ids=batch["position_ids"])
-    assert len(derived) == 1
-    model(input_ids=batch["input_ids"], position_ids=batch["position_ids"])
-    assert len(derived) == 2  # the next forward's positions are a new tensor
+    model(input_ids=batch["input_ids"], labels=batch["labels"], position_ids=batch["position_ids"])
+    assert calls == {"positions": 1, "edges": 1}
+    model(input_ids=batch["input_ids"], labels=batch["labels"], position_ids=batch["position_ids"])
+    assert calls == {"positions": 2, "edges": 2}
+
+
+@pytest.mark.parametrize("edit", ["numpy", "data"])
+@pytest.mark.parametrize("case", LM_CASES, ids=LM_IDS)
+def test_positions_changed_in_place_reach_the_next_forward(case, edit):
+    """position_ids changed in place where the tensor's version counter does not see it (through the
+    numpy array it shares, or through ``.data``) to split one document in two: the next forward
+    computes the two documents, as a new tensor of the same positions does."""
+    model = case.model().eval()
+    ids = random_tokens(1, 12, seed=5)
+    array = np.arange(12)[None].copy()
+    position_ids = torch.from_numpy(array)
+    one_document = model(input_ids=ids, position_ids=position_ids).logits
+    if edit == "numpy":
+        array[0, 6:] = np.arange(6)
+    else:
+        position_ids.data[0, 6:] = torch.arange(6)
+    two_documents = model(input_ids=ids, position_ids=position_ids).logits
+    expected = model(input_ids=ids, position_ids=torch.cat([torch.arange(6), torch.arange(6)])[None]).logits
+    torch.testing.assert_close(two_documents, expected, rtol=0, atol=0)
+    assert not torch.allclose(two_documents[:, 6:], one_document[:, 6:])
+
+
+@pytest.mark.parametrize("case", LM_CASES[:1], ids=LM_IDS[:1])
+def test_documents_handed_to_the_base_model_are_checked(case):
+    """``packed_documents`` (what a causal-LM head hands its base model) must be derived documents of
+    the tokens' shape, given without the inputs that describe them again."""
+    model = case.model().eval()
+    batch = _packed(_documents([2, 3]))
+    ids, positions = batch["input_ids"], batch["position_ids"]
+    base = model.model
+    derived = base._documents(ids, None, None, {"position_ids": positions})
+    torch.testing.assert_close(
+        base(input_ids=ids, packed_documents=derived).last_hidden_state,
+        base(input_ids=ids, position_ids=positions).last_hidden_state,
+    )
+    with pytest.raises(TypeError, match="packed_documents must be the talk_hf.models.packing.PackedDocuments"):
+        base(input_ids=ids, packed_documents=positions)
+    with pytest.raises(ValueError, match="packed_documents were given with position_ids: pass either"):
+        base(input_ids=ids, packed_documents=derived, position_ids=positions)
+    with pytest.raises(ValueError, match=r"derived for \(B, T\) = \(1, 5\) but the tokens have \(1, 4\)"):
+        base(input_ids=ids[:, :4], packed_documents=derived)
 
 
 @pytest.mark.parametrize(
@@ -206,7 +259,7 @@ def test_bad_packing_inputs_are_refused_naming_them(case):
 
 def test_a_family_whose_core_takes_no_document_edges_refuses_packed_rows():
     toy = next(case for case in CASES if case.name == "toy-lm")
-    with pytest.raises(ValueError, match=r"DepthwiseConvCore.forward takes no document_positions: pad the batch"):
+    with pytest.raises(ValueError, match=r"DepthwiseConvCore.forward takes no document_edges: pad the batch"):
         toy.model()(**_packed(_documents([2, 3])))
 
 
@@ -282,3 +335,16 @@ def test_trainer_with_data_collator_with_flattening_trains_and_evaluates_the_pad
     assert before == pytest.approx(padded.evaluate()["eval_loss"], rel=1e-5)
     packed.train()
     assert packed.evaluate()["eval_loss"] < before
+
+
+@pytest.mark.parametrize("case", LM_CASES[:1], ids=LM_IDS[:1])
+def test_a_compiled_packed_training_step_is_one_graph(case):
+    """torch.compile(fullgraph=True) traces the documents' one derivation (its value checks skipped):
+    the packed loss and logits equal eager's."""
+    torch._dynamo.reset()
+    model = case.model()
+    batch = _packed(_documents())
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    expected, actual = model(**batch), compiled(**batch)
+    torch.testing.assert_close(actual.logits, expected.logits)
+    torch.testing.assert_close(actual.loss, expected.loss)

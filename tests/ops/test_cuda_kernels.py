@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import talk_hf
-from talk_hf.ops import _extension, depthwise_conv, dynamic_conv, light_conv, talk_conv
+from talk_hf.ops import DocumentEdges, _extension, depthwise_conv, dynamic_conv, light_conv, talk_conv
 from talk_hf.ops.depthwise_conv.depthwise_compiled import compiled_depthwise_conv
 from talk_hf.ops.dynamic_conv.dynamic_compiled import compiled_dynamic_conv, compiled_light_conv
 from talk_hf.ops.talk_conv.talk_compiled import compiled_talk_conv
@@ -140,25 +140,29 @@ GRAPH_CASES = ("talk_bidirectional", "talk_causal", "dynamic_conv", "light_conv"
 
 def graph_case(name: str, position_ids: torch.Tensor | None = None, backend: str = "cuda"):
     """(inputs needing gradients, op) of one of `GRAPH_CASES`, small but over several chunks and
-    weight tiles, on ``backend``; with ``position_ids`` (2, 300), on packed rows."""
+    weight tiles, on ``backend``; with ``position_ids`` (2, 300), on packed rows, their edges derived
+    in each call (inside a captured graph too)."""
     x = torch.randn(2, 300, 64, device="cuda")
     left, right = torch.rand(2, 300, 4, device="cuda"), torch.rand(2, 300, 4, device="cuda")
-    packed = dict(position_ids=position_ids, backend=backend)
+
+    def packed():
+        return dict(document_edges=None if position_ids is None else DocumentEdges(position_ids), backend=backend)
+
     if name == "talk_bidirectional":
-        return [x, left, right], lambda x, left, right: talk_conv(x, left, right, 7, 9, **packed)
+        return [x, left, right], lambda x, left, right: talk_conv(x, left, right, 7, 9, **packed())
     if name == "talk_causal":
-        return [x, left], lambda x, left: talk_conv(x, left, None, 15, 0, **packed)
+        return [x, left], lambda x, left: talk_conv(x, left, None, 15, 0, **packed())
     if name == "dynamic_conv":
         weight = torch.softmax(torch.randn(2, 300, 4, 7, device="cuda"), -1)
-        return [x, weight], lambda x, weight: dynamic_conv(x, weight, 3, **packed)
+        return [x, weight], lambda x, weight: dynamic_conv(x, weight, 3, **packed())
     if name == "light_conv":
         weight = torch.softmax(torch.randn(4, 7, device="cuda"), -1)
-        return [x, weight], lambda x, weight: light_conv(x, weight, 6, **packed)
+        return [x, weight], lambda x, weight: light_conv(x, weight, 6, **packed())
     assert name == "depthwise_conv", name
     weight = torch.randn(64, 7, device="cuda") / 7**0.5
     mask = torch.rand(2, 300, device="cuda") > 0.2
     return [x, weight], lambda x, weight: depthwise_conv(
-        x, weight, dilation=2, padding="centred", relu_input=True, input_mask=mask, **packed
+        x, weight, dilation=2, padding="centred", relu_input=True, input_mask=mask, **packed()
     )
 
 

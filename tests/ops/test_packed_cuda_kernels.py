@@ -1,4 +1,4 @@
-"""Packed rows (``position_ids``) on the CUDA kernels: every op's packed calls run its compiled CUDA
+"""Packed rows (``document_edges``) on the CUDA kernels: every op's packed calls run its compiled CUDA
 kernels, which take document edges, under backend ``"auto"`` and ``"cuda"`` alike.
 
 Tests marked ``gpu`` run every op's packed form on rows cut at random into documents of 1 and 2
@@ -15,8 +15,7 @@ import random
 import pytest
 import torch
 
-from talk_hf.ops import _extension, depthwise_conv, dynamic_conv, light_conv, talk_conv
-from talk_hf.ops.documents import document_edges
+from talk_hf.ops import DocumentEdges, _extension, depthwise_conv, dynamic_conv, light_conv, talk_conv
 
 from .helpers import assert_close_to_reference, compare_with_reference, offsets_off_the_grid, record_kernel_calls
 from .test_cuda_kernels import (
@@ -29,6 +28,11 @@ from .test_cuda_kernels import (
 from .test_depthwise_conv import assert_matches, make_inputs, outputs_and_gradients
 from .test_kernels import on_cuda
 from .test_packed_documents import FORMS, packed_position_ids
+
+
+def fuzzed_edges(batch: int, length: int, window: int, seed: int) -> DocumentEdges:
+    """The CUDA `DocumentEdges` of `fuzzed_position_ids`."""
+    return DocumentEdges(fuzzed_position_ids(batch, length, window, seed).cuda())
 
 
 def fuzzed_position_ids(batch: int, length: int, window: int, seed: int) -> torch.Tensor:
@@ -61,14 +65,14 @@ PACKED_TALK_SHAPES = [
 @pytest.mark.parametrize("dtype", STREAM_DTYPES)
 @pytest.mark.parametrize("batch,length,heads,head_size,max_left,max_right,top", PACKED_TALK_SHAPES)
 def test_cuda_packed_talk_conv_matches_reference(dtype, batch, length, heads, head_size, max_left, max_right, top):
-    position_ids = fuzzed_position_ids(batch, length, max_left + max_right + 1, seed=length).cuda()
+    edges = fuzzed_edges(batch, length, max_left + max_right + 1, seed=length)
     inputs = [on_cuda((batch, length, heads * head_size), dtype), offsets_up_to((batch, length, heads), top, dtype)]
     if max_right:
         inputs.append(offsets_up_to((batch, length, heads), top, dtype))
 
     def run(backend):
         return lambda x, left, right=None: talk_conv(
-            x, left, right, max_left, max_right, position_ids=position_ids, backend=backend
+            x, left, right, max_left, max_right, document_edges=edges, backend=backend
         )
 
     window = min(top * (max_left + max_right) + 1, length)
@@ -91,14 +95,14 @@ PACKED_CONV_SHAPES = [
 @pytest.mark.parametrize("dtype", STREAM_DTYPES)
 @pytest.mark.parametrize("kind,batch,length,heads,head_size,kernel_size,padding_l", PACKED_CONV_SHAPES)
 def test_cuda_packed_conv_matches_reference(dtype, kind, batch, length, heads, head_size, kernel_size, padding_l):
-    position_ids = fuzzed_position_ids(batch, length, kernel_size, seed=length).cuda()
+    edges = fuzzed_edges(batch, length, kernel_size, seed=length)
     x = on_cuda((batch, length, heads * head_size), dtype)
     weight_shape = (batch, length, heads, kernel_size) if kind == "dynamic" else (heads, kernel_size)
     weight = torch.softmax(torch.randn(weight_shape, dtype=torch.float64), -1).to("cuda", dtype)
     op = dynamic_conv if kind == "dynamic" else light_conv
 
     def run(backend):
-        return lambda x, weight: op(x, weight, padding_l, position_ids=position_ids, backend=backend)
+        return lambda x, weight: op(x, weight, padding_l, document_edges=edges, backend=backend)
 
     weight_scale = head_size if kind == "dynamic" else head_size * batch * length
     compare_with_reference(run("cuda"), run("torch"), [x, weight], dtype, [1.0, weight_scale], False)
@@ -115,7 +119,7 @@ def test_cuda_packed_conv_matches_reference(dtype, kind, batch, length, heads, h
     ],
 )
 def test_cuda_packed_depthwise_conv_matches_reference(dtype, length, channels, kernel_size, dilation, padding, gated):
-    position_ids = fuzzed_position_ids(2, length, kernel_size * dilation, seed=length).cuda()
+    edges = fuzzed_edges(2, length, kernel_size * dilation, seed=length)
     x, weight = make_inputs(2, length, channels, kernel_size, dtype, "cuda")
     mask = (torch.rand(2, length) > 0.2).cuda() if gated else None
 
@@ -127,7 +131,7 @@ def test_cuda_packed_depthwise_conv_matches_reference(dtype, length, channels, k
             padding=padding,
             relu_input=gated,
             input_mask=mask,
-            position_ids=position_ids,
+            document_edges=edges,
             backend=backend,
         )
 
@@ -205,18 +209,18 @@ def test_talk_backward_tiled_matches_reference(
     left = off_the_grid_on_cuda((batch, length, heads), max_left, top, dtype)
     right = off_the_grid_on_cuda((batch, length, heads), max_right, top, dtype) if max_right else None
     grad_out = on_cuda(x.shape, dtype)
-    position_ids = fuzzed_position_ids(batch, length, max_left + max_right + 1, seed=length).cuda() if packed else None
-    edges = None if position_ids is None else document_edges(position_ids, x)
+    edges = fuzzed_edges(batch, length, max_left + max_right + 1, seed=length) if packed else None
+    edge_tensor = None if edges is None else edges.tensor
 
     leaves = [tensor.double().requires_grad_() for tensor in (x, left, right) if tensor is not None]
     out = talk_conv(
-        *leaves[:2], leaves[2] if max_right else None, max_left, max_right, position_ids=position_ids, backend="torch"
+        *leaves[:2], leaves[2] if max_right else None, max_left, max_right, document_edges=edges, backend="torch"
     )
     out.backward(grad_out.double())
     window = min(top * (max_left + max_right) + 1, length)
     scales = [window / 4 + 1] + [head_size] * (len(leaves) - 1)
     for backward in (extension.talk_backward_tiled, extension.talk_backward):
-        grad_x, grad_left, grad_right = backward(grad_out, x, left, right, max_left, max_right, edges)
+        grad_x, grad_left, grad_right = backward(grad_out, x, left, right, max_left, max_right, edge_tensor)
         gradients = [grad_x, grad_left] + ([grad_right] if max_right else [])  # causal: none for offset_right
         for gradient, leaf, scale in zip(gradients, leaves, scales, strict=True):
             assert gradient.shape == leaf.shape and gradient.device.type == "cuda"
@@ -250,12 +254,12 @@ def test_conv_tiled_kernels_match_reference(
     per_token = weight if kind == "dynamic" else weight.expand(batch, length, heads, kernel_size)
     assert extension.conv_stream_fallback(x, per_token, padding_l) == ""
     grad_out = on_cuda(x.shape, dtype)
-    position_ids = fuzzed_position_ids(batch, length, kernel_size, seed=length).cuda() if packed else None
-    edges = None if position_ids is None else document_edges(position_ids, x)
+    edges = fuzzed_edges(batch, length, kernel_size, seed=length) if packed else None
+    edge_tensor = None if edges is None else edges.tensor
 
     leaves = [x.double().requires_grad_(), weight.double().requires_grad_()]
     op = dynamic_conv if kind == "dynamic" else light_conv
-    expected = op(*leaves, padding_l, position_ids=position_ids, backend="torch")
+    expected = op(*leaves, padding_l, document_edges=edges, backend="torch")
     expected.backward(grad_out.double())
     weight_scale = head_size if kind == "dynamic" else head_size * batch * length
     sum_weight_gradient = kind == "light"
@@ -263,10 +267,10 @@ def test_conv_tiled_kernels_match_reference(
         (extension.conv_forward_tiled, extension.conv_backward_tiled),
         (extension.conv_forward, extension.conv_backward),
     ):
-        out = forward(x, per_token, padding_l, edges)
+        out = forward(x, per_token, padding_l, edge_tensor)
         assert out.dtype == dtype
         assert_close_to_reference(out, expected, dtype)
-        grad_x, grad_weight = backward(grad_out, x, per_token, padding_l, sum_weight_gradient, edges)
+        grad_x, grad_weight = backward(grad_out, x, per_token, padding_l, sum_weight_gradient, edge_tensor)
         assert grad_weight.shape == weight.shape
         assert_close_to_reference(grad_x, leaves[0].grad, dtype)
         assert_close_to_reference(grad_weight, leaves[1].grad, dtype, scale=weight_scale)
@@ -284,11 +288,11 @@ def test_conv_shapes_the_streaming_kernels_do_not_take_run_the_tiled_kernels(kin
     weight = torch.softmax(torch.randn(weight_shape, dtype=torch.float64, device="cuda"), -1)
     per_token = weight if kind == "dynamic" else weight.expand(batch, length, heads, kernel_size)
     assert _extension.load("cuda").conv_stream_fallback(x, per_token, padding_l) != ""
-    position_ids = fuzzed_position_ids(batch, length, 40, seed=1).cuda() if packed else None
+    edges = fuzzed_edges(batch, length, 40, seed=1) if packed else None
     op = dynamic_conv if kind == "dynamic" else light_conv
     compare_with_reference(
-        lambda x, weight: op(x, weight, padding_l, position_ids=position_ids, backend="cuda"),
-        lambda x, weight: op(x, weight, padding_l, position_ids=position_ids, backend="torch"),
+        lambda x, weight: op(x, weight, padding_l, document_edges=edges, backend="cuda"),
+        lambda x, weight: op(x, weight, padding_l, document_edges=edges, backend="torch"),
         [x, weight],
         torch.float64,
         [1.0, 1.0],
@@ -299,6 +303,6 @@ def test_conv_shapes_the_streaming_kernels_do_not_take_run_the_tiled_kernels(kin
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", GRAPH_CASES)
 def test_packed_forward_and_backward_capture_in_a_cuda_graph(name):
-    """Packed calls skip their host-syncing value check while a CUDA graph captures them."""
+    """Packed calls derive their edges inside the capture, skipping the host-syncing value check."""
     torch.manual_seed(0)
     assert_cuda_graph_replays_eager(*graph_case(name, fuzzed_position_ids(2, 300, 17, seed=3).cuda()))

@@ -1,29 +1,25 @@
-"""Packed rows (``position_ids``): each document computes what it computes alone, on every backend.
+"""Packed rows (``document_edges``): each document computes what it computes alone, on every backend.
 
 Every op form below runs on a packed row of documents of 1 and 2 tokens, shorter and longer than its
 window, and must give each document's outputs and gradients as when the document runs alone; the
 float64 packed form passes gradcheck and matches the loop-form definitions; the three forms of
-packing give the same edges; bad arguments raise; the compiled forms (torch.compile, the custom ops)
-take the edges.
+packing give the same edges; edges hold their own values (positions changed in place, through
+numpy or ``.data``, reach only edges derived again); bad arguments raise; the compiled forms
+(torch.compile, the custom ops) take the edges.
 """
 
-import importlib
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 import torch
 
-from talk_hf.ops import depthwise_conv, documents, dynamic_conv, light_conv, talk_conv
+from talk_hf.ops import DocumentEdges, depthwise_conv, dynamic_conv, light_conv, talk_conv
 from talk_hf.ops.depthwise_conv.depthwise_compiled import compiled_depthwise_conv
 from talk_hf.ops.depthwise_conv.depthwise_naive import naive_depthwise_conv
-from talk_hf.ops.documents import (
-    _derive_edges,
-    document_edges,
-    position_ids_from_cu_seqlens,
-    position_ids_from_seq_idx,
-)
+from talk_hf.ops.documents import position_ids_from_cu_seqlens, position_ids_from_seq_idx
 from talk_hf.ops.documents_naive import naive_document_span
 from talk_hf.ops.dynamic_conv.dynamic_compiled import compiled_dynamic_conv, compiled_light_conv
 from talk_hf.ops.dynamic_conv.dynamic_naive import naive_dynamic_conv
@@ -38,12 +34,17 @@ CHANNELS, HEADS = 4, 2
 ROW_LENGTHS = ([2, 1, 4, 16, 3], [16, 3, 1, 2, 4])
 
 
+def edges_of(position_ids):
+    """The ops' ``document_edges`` for (B, T) ``position_ids``, or None (an unpacked call)."""
+    return None if position_ids is None else DocumentEdges(position_ids)
+
+
 @dataclass(frozen=True)
 class OpForm:
-    """An op with fixed hyperparameters: ``call(position_ids, *inputs)``, and its loop-form
-    definition ``naive(position_ids, *inputs)``; ``inputs(batch, length)`` makes float64 inputs, x
-    first, non-float ones last; ``per_token[i]``: input i has time on dim 1 (else every token shares
-    it, like LightConv's weight)."""
+    """An op with fixed hyperparameters: ``call(position_ids, *inputs)``, which derives the edges of
+    ``position_ids`` and runs the op on them, and its loop-form definition ``naive(position_ids,
+    *inputs)``; ``inputs(batch, length)`` makes float64 inputs, x first, non-float ones last;
+    ``per_token[i]``: input i has time on dim 1 (else every token shares it, like LightConv's weight)."""
 
     call: Callable
     naive: Callable
@@ -64,7 +65,7 @@ def talk_form(max_left, max_right):
         return [unit_normal(batch, length, CHANNELS), *offsets]
 
     def call(position_ids, x, offset_left, offset_right=None):
-        return talk_conv(x, offset_left, offset_right, max_left, max_right, position_ids=position_ids)
+        return talk_conv(x, offset_left, offset_right, max_left, max_right, document_edges=edges_of(position_ids))
 
     def naive(position_ids, x, offset_left, offset_right=None):
         return naive_talk_conv(x, offset_left, offset_right, max_left, max_right, position_ids)
@@ -78,7 +79,7 @@ def dynamic_form(taps, padding_l, shared=False):
 
     op = light_conv if shared else dynamic_conv
     return OpForm(
-        lambda position_ids, x, weight: op(x, weight, padding_l, position_ids=position_ids),
+        lambda position_ids, x, weight: op(x, weight, padding_l, document_edges=edges_of(position_ids)),
         lambda position_ids, x, weight: naive_dynamic_conv(x, weight, padding_l, position_ids),
         inputs,
         (True, not shared),
@@ -100,7 +101,7 @@ def depthwise_form(taps, dilation, padding, gated=False):
             padding=padding,
             relu_input=gated,
             input_mask=input_mask,
-            position_ids=position_ids,
+            document_edges=edges_of(position_ids),
         )
 
     def naive(position_ids, x, weight, input_mask=None):
@@ -215,16 +216,14 @@ def test_random_packings_match_the_definitions(seed):
 
 @pytest.mark.usefixtures("each_backend")
 @pytest.mark.parametrize("name", sorted(FORMS))
-def test_without_position_ids_the_op_is_unpacked(name, monkeypatch):
-    """position_ids=None derives no edges (the unpacked code runs, as before packing existed), and a
-    row that is one document computes the same within rounding (the packed forms may sum in another
-    order: the PyTorch path's LightConv and depthwise forms, the compiler's choices in the kernels)."""
+def test_without_document_edges_the_op_is_unpacked(name):
+    """document_edges=None runs the unpacked code, and a row that is one document computes the same
+    within rounding (the packed forms may sum in another order: the PyTorch path's LightConv and
+    depthwise forms, the compiler's choices in the kernels)."""
     form = FORMS[name]
     inputs = [tensor.float() if tensor.is_floating_point() else tensor for tensor in form.inputs(2, 13)]
     grad_out = torch.randn(2, 13, CHANNELS)
     packed = outputs_and_gradients(form, torch.arange(13).expand(2, 13), inputs, grad_out)
-    for package in ("talk_conv", "dynamic_conv", "depthwise_conv"):  # the op folders, not their functions
-        monkeypatch.setattr(importlib.import_module(f"talk_hf.ops.{package}"), "document_edges", None)
     unpacked = outputs_and_gradients(form, None, inputs, grad_out)
     for actual, expected in zip([packed[0], *packed[1]], [unpacked[0], *unpacked[1]], strict=True):
         torch.testing.assert_close(actual, expected, atol=1e-6, rtol=1e-6)
@@ -232,11 +231,10 @@ def test_without_position_ids_the_op_is_unpacked(name, monkeypatch):
 
 def test_the_three_forms_of_packing_give_the_same_edges():
     lengths = [3, 1, 6, 2]
-    x = torch.zeros(1, 12, 1)
     position_ids = packed_position_ids(lengths)
     cu_seqlens = torch.tensor([0, 3, 4, 4, 10, 12], dtype=torch.int32)  # with an empty document
     seq_idx = torch.repeat_interleave(torch.arange(4), torch.tensor(lengths)).unsqueeze(0)
-    edges = document_edges(position_ids, x)
+    edges = DocumentEdges(position_ids).tensor
     assert edges.dtype == torch.int32 and edges.shape == (1, 12, 2)
     torch.testing.assert_close(position_ids_from_cu_seqlens(cu_seqlens, 12), position_ids)
     torch.testing.assert_close(position_ids_from_seq_idx(seq_idx), position_ids)
@@ -246,64 +244,93 @@ def test_the_three_forms_of_packing_give_the_same_edges():
     # Batches of rows; only the zeros are read: left padding's positions of 1 join the pads into one
     # document before the row's first, and positions that do not count up change nothing.
     rows = torch.tensor([[1, 1, 1, 0, 1, 2, 0, 1], [0, 5, 9, 0, 0, 3, 3, 7]])
-    edges = document_edges(rows, torch.zeros(2, 8, 1))
+    edges = DocumentEdges(rows).tensor
     assert edges[0].tolist() == [[0, 2]] * 3 + [[3, 5]] * 3 + [[6, 7]] * 2
     assert edges[1].tolist() == [[0, 2]] * 3 + [[3, 3]] + [[4, 7]] * 4
     seq_idx = torch.tensor([[0, 0, 0, 1, 1, 1, 2, 2], [4, 4, 4, 5, 6, 6, 6, 6]])
-    assert document_edges(position_ids_from_seq_idx(seq_idx), torch.zeros(2, 8, 1)).tolist() == edges.tolist()
+    assert DocumentEdges(position_ids_from_seq_idx(seq_idx)).tensor.tolist() == edges.tolist()
 
 
-def test_edges_are_derived_once_per_position_ids_tensor_while_it_is_unchanged(monkeypatch):
-    """A model passes one position_ids tensor to every layer's op: its edges, and their host-syncing
-    value check, are derived once; a change in place, another tensor or an inference tensor derives
-    them again."""
-    derived = []
-    monkeypatch.setattr(documents, "_derive_edges", lambda p: derived.append(p) or _derive_edges(p))
-    x = torch.zeros(1, 12, 1)
-    position_ids = packed_position_ids([3, 1, 6, 2])
-    first = document_edges(position_ids, x)
-    assert document_edges(position_ids, x) is first and len(derived) == 1
-    assert talk_conv(x, torch.zeros(1, 12, 1), None, 3, 0, position_ids=position_ids).shape == x.shape
-    assert len(derived) == 1
-    position_ids[0, 7] = 0  # splits the third document: the version counter moves
-    split = document_edges(position_ids, x)
-    assert len(derived) == 2 and split[0, 7].tolist() == [7, 9] and first[0, 7].tolist() == [4, 9]
-    position_ids[0, 3] = -1
-    with pytest.raises(ValueError, match="position_ids must be >= 0"):
-        document_edges(position_ids, x)
-    equal_copy = packed_position_ids([3, 1, 6, 2])
-    assert document_edges(equal_copy, x) is not first and len(derived) == 3  # the negative one: refused first
-    with torch.inference_mode():
-        inference = packed_position_ids([3, 1, 6, 2])
-        assert document_edges(inference, x) is not document_edges(inference, x)
-    with pytest.raises(ValueError, match=r"position_ids must have shape \(B, T\) = \(1, 11\)"):
-        document_edges(equal_copy, torch.zeros(1, 11, 1))  # a remembered tensor is still checked against x
+# Forms whose loop-form definition takes the op's inputs as they are (no input gate).
+UNGATED_FORMS = ["talk_wide", "talk_causal_narrow", "dynamic_causal_8", "light_centred_7", "depthwise_causal_dilated"]
+
+
+@pytest.mark.usefixtures("each_backend")
+@pytest.mark.parametrize("edit", ["numpy", "data"])
+@pytest.mark.parametrize("name", UNGATED_FORMS)
+def test_positions_changed_in_place_reach_the_next_call(name, edit):
+    """position_ids changed in place where the tensor's version counter does not see it (through the
+    numpy array it shares, or through ``.data``) to start a second document at token 6: the next
+    call's edges see two documents, and edges derived before the change keep their one document."""
+    form = FORMS[name]
+    array = np.arange(12)[None].copy()
+    position_ids = torch.from_numpy(array)
+    inputs = form.inputs(1, 12)
+    before = DocumentEdges(position_ids)
+    one_document = form.call(position_ids, *inputs)
+    assert_close_to_reference(one_document, form.naive(torch.arange(12)[None], *inputs), torch.float64)
+    if edit == "numpy":
+        array[0, 6:] = np.arange(6)
+    else:
+        position_ids.data[0, 6:] = torch.arange(6)
+    two_documents = form.call(position_ids, *inputs)
+    assert_close_to_reference(two_documents, form.naive(packed_position_ids([6, 6]), *inputs), torch.float64)
+    assert not torch.allclose(two_documents, one_document)
+    assert before.tensor.tolist() == [[[0, 11]] * 12]
 
 
 X = torch.zeros(2, 5, 4)
+OP_CALLS = {
+    "talk": lambda **edges: talk_conv(X, torch.zeros(2, 5, 2), None, 3, 0, **edges),
+    "dynamic": lambda **edges: dynamic_conv(X, torch.zeros(2, 5, 2, 3), 1, **edges),
+    "light": lambda **edges: light_conv(X, torch.zeros(2, 3), 1, **edges),
+    "depthwise": lambda **edges: depthwise_conv(X, torch.zeros(4, 3), **edges),
+}
 
 
 @pytest.mark.parametrize(
     "position_ids,error,match",
     [
-        ([[0, 1, 2, 3, 4]] * 2, TypeError, "position_ids must be a torch.Tensor"),
-        (torch.zeros(2, 4, dtype=torch.long), ValueError, r"position_ids must have shape \(B, T\) = \(2, 5\)"),
+        ([[0, 1, 2, 3, 4]] * 2, TypeError, r"position_ids must be a torch.Tensor of shape \(B, T\), got list"),
+        (torch.arange(5), ValueError, r"position_ids must have shape \(B, T\) \(2 dims\), got shape \(5,\)"),
         (torch.zeros(2, 5), ValueError, "position_ids must have an integer dtype, got torch.float32"),
         (torch.zeros(2, 5, dtype=torch.bool), ValueError, "position_ids must have an integer dtype"),
-        (torch.zeros(2, 5, dtype=torch.long, device="meta"), ValueError, "position_ids is on meta but x is on cpu"),
         (torch.tensor([[0, 1, 2, -1, 0]] * 2), ValueError, "position_ids must be >= 0"),
     ],
 )
-@pytest.mark.parametrize("op", ["talk", "dynamic", "light", "depthwise"])
-def test_bad_position_ids_raise(op, position_ids, error, match):
-    calls = {
-        "talk": lambda p: talk_conv(X, torch.zeros(2, 5, 2), None, 3, 0, position_ids=p),
-        "dynamic": lambda p: dynamic_conv(X, torch.zeros(2, 5, 2, 3), 1, position_ids=p),
-        "light": lambda p: light_conv(X, torch.zeros(2, 3), 1, position_ids=p),
-        "depthwise": lambda p: depthwise_conv(X, torch.zeros(4, 3), position_ids=p),
-    }
+def test_bad_position_ids_raise(position_ids, error, match):
     with pytest.raises(error, match=match):
-        calls[op](position_ids)
+        DocumentEdges(position_ids)
+
+
+@pytest.mark.parametrize(
+    "document_edges,error,match",
+    [
+        (DocumentEdges(torch.zeros(2, 5, dtype=torch.long)).tensor, TypeError, "got Tensor: derive it from the"),
+        (torch.zeros(2, 5, dtype=torch.long), TypeError, "must be a talk_hf.ops.DocumentEdges or None, got Tensor"),
+        (
+            DocumentEdges(torch.zeros(2, 4, dtype=torch.long)),
+            ValueError,
+            r"document_edges were derived for \(B, T\) = \(2, 4\) but x has \(B, T\) = \(2, 5\)",
+        ),
+        (
+            DocumentEdges(torch.zeros(2, 5, dtype=torch.long, device="meta")),
+            ValueError,
+            "document_edges are on meta but x is on cpu",
+        ),
+    ],
+)
+@pytest.mark.parametrize("op", sorted(OP_CALLS))
+def test_bad_document_edges_raise(op, document_edges, error, match):
+    with pytest.raises(error, match=match):
+        OP_CALLS[op](document_edges=document_edges)
+
+
+@pytest.mark.parametrize("op", sorted(OP_CALLS))
+def test_the_ops_take_no_position_ids(op):
+    """The edges are derived by the caller, once per batch: positions given to an op are refused."""
+    with pytest.raises(TypeError, match="position_ids"):
+        OP_CALLS[op](position_ids=torch.zeros(2, 5, dtype=torch.long))
 
 
 @pytest.mark.parametrize(
@@ -332,7 +359,7 @@ def test_bad_seq_idx_raise(seq_idx, match):
 COMPILED_FORMS = ["talk_wide", "talk_causal_narrow", "dynamic_causal_8", "light_centred_7", "depthwise_centred_5_gated"]
 
 
-def test_torch_compile_fullgraph_takes_position_ids(each_backend):
+def test_torch_compile_fullgraph_derives_and_takes_document_edges(each_backend):
     """The edges' derivation traces into one graph, and so do the ops with them, every form on both
     paths: the C++ kernels (each one custom op) and the PyTorch path (no host read: TaLK's offset
     check does not run while tracing)."""
@@ -364,7 +391,7 @@ def test_custom_ops_with_document_edges_pass_opcheck():
     """Schema, fake kernels and autograd of the custom ops hold with document edges."""
     position_ids = packed_position_ids([2, 1, 6], [6, 3])
     x = torch.randn(2, 9, 4, dtype=torch.float64, requires_grad=True)
-    edges = document_edges(position_ids, x)
+    edges = DocumentEdges(position_ids).tensor
     offsets = torch.rand(2, 9, 2, dtype=torch.float64, requires_grad=True)
     weight = torch.randn(2, 9, 2, 4, dtype=torch.float64, requires_grad=True)
     shared = torch.randn(2, 4, dtype=torch.float64, requires_grad=True)

@@ -2,7 +2,7 @@
 
     out[b, t, c] = sum_k weight[c, k] * u[b, t + k * dilation - left, c]
 
-with u taken as zero outside ``[0, T)`` (in a packed row, ``position_ids``, see :mod:`..documents`:
+with u taken as zero outside ``[0, T)`` (in a packed row, ``document_edges``, see :mod:`..documents`:
 outside the document of t, so a packed document computes what it computes alone) and ``left`` set
 by the padding:
 
@@ -29,7 +29,7 @@ import torch
 
 from .._backend import resolve_backend
 from .._validation import check_int, check_same_device_and_dtype, check_tensor
-from ..documents import document_edges
+from ..documents import DocumentEdges, checked_edges
 from .depthwise_compiled import compiled_depthwise_conv
 from .depthwise_torch import depthwise_conv_torch, gate_input
 
@@ -45,7 +45,7 @@ def depthwise_conv(
     padding: str = "causal",
     relu_input: bool = False,
     input_mask: torch.Tensor | None = None,
-    position_ids: torch.Tensor | None = None,
+    document_edges: DocumentEdges | None = None,
     backend: str | None = None,
 ) -> torch.Tensor:
     """Depthwise (one kernel per channel) convolution along time, zero-padded to length T.
@@ -60,8 +60,8 @@ def depthwise_conv(
         relu_input: convolve ``relu(x)`` instead of x.
         input_mask: (B, T) bool, or None: the rows of x where it is False (padding) count as zero,
             after the ReLU.
-        position_ids: None, or (B, T) integer positions of a packed row (on x's device, >= 0): a
-            document starts at every 0 (and at the row's first token); taps outside it read zero.
+        document_edges: None, or the `DocumentEdges` of a packed row (B, T) on x's device, derived
+            from its position_ids: taps outside a token's document read zero.
         backend: ``"auto"``, ``"torch"``, ``"cpu"`` or ``"cuda"``; ``None`` reads ``$TALK_HF_BACKEND``.
 
     Returns:
@@ -73,7 +73,7 @@ def depthwise_conv(
     check_tensor("weight", weight, 2, "(C, K)")
     dilation, left = _check_depthwise(x, weight, dilation, padding)
     _check_input_gate(x, relu_input, input_mask)
-    edges = None if position_ids is None else document_edges(position_ids, x)
+    edges = checked_edges(document_edges, x)
     if resolve_backend(backend, x.device) == "torch":
         return depthwise_conv_torch(gate_input(x, relu_input, input_mask), weight, dilation, left, edges)
     return compiled_depthwise_conv(x, weight, input_mask, dilation, left, relu_input, edges)

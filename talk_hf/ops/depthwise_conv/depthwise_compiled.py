@@ -2,7 +2,7 @@
 ``talk_hf::depthwise_conv(x (B,T,C), weight (C,K), input_mask (B,T) bool | None, dilation, left,
 relu, document_edges (B,T,2) int32 | None = None) -> (B,T,C)``, the input gated by the ReLU and the
 mask inside the kernel, the taps stopped at the documents' edges in a packed row
-(`documents.document_edges`), and
+(`documents.DocumentEdges`), and
 ``talk_hf::depthwise_conv_backward``, the gradients for x (through the gate) and the weight (C, K),
 summed over batch and time.
 """

@@ -22,7 +22,7 @@ def depthwise_conv_torch(
 ) -> torch.Tensor:
     """PyTorch path of :func:`depthwise_conv`: a grouped ``conv1d`` over x padded with ``left`` zeros
     before and ``(K - 1) * dilation - left`` after; ``left`` as in the module docstring.  In a packed
-    row (``edges``: (B, T, 2) document edges, `documents.document_edges`) `_packed_tap_sum` instead."""
+    row (``edges``: (B, T, 2) document edges, `documents.DocumentEdges`) `_packed_tap_sum` instead."""
     if x.numel() == 0:  # conv1d rejects zero channels and inputs shorter than the kernel; the result is empty
         return x.clone()
     compute_dtype = accumulation_dtype(x.dtype)

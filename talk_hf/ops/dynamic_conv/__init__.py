@@ -4,7 +4,7 @@
     out[b, t, c] = sum_k weight[h(c), k]       * x[b, t + k - padding_l, c]      (light_conv)
 
 with ``h(c) = c // (C / H)`` and x taken as zero outside ``[0, T)``, and in a packed row
-(``position_ids``, see :mod:`..documents`) outside the document of t: a packed document computes
+(``document_edges``, see :mod:`..documents`) outside the document of t: a packed document computes
 what it computes alone (the weights are not renormalised).  The caller normalises the
 kernel (softmax over K, then optional DropConnect).  ``padding_l = K - 1`` gives the causal
 decoder form, ``K // 2`` the centred encoder form; any K >= 1 works, even K included.
@@ -26,7 +26,7 @@ from .._validation import (
     check_same_device_and_dtype,
     check_tensor,
 )
-from ..documents import document_edges
+from ..documents import DocumentEdges, checked_edges
 from .dynamic_compiled import compiled_dynamic_conv, compiled_light_conv
 from .dynamic_torch import dynamic_conv_torch, light_conv_torch
 
@@ -36,7 +36,7 @@ def dynamic_conv(
     weight: torch.Tensor,
     padding_l: int,
     *,
-    position_ids: torch.Tensor | None = None,
+    document_edges: DocumentEdges | None = None,
     backend: str | None = None,
 ) -> torch.Tensor:
     """Convolution whose kernel is predicted per token.
@@ -45,8 +45,8 @@ def dynamic_conv(
         x: (B, T, C) input.
         weight: (B, T, H, K) kernels, already normalised; H must divide C.
         padding_l: how many of the K taps look into the past, in [0, K - 1].
-        position_ids: None, or (B, T) integer positions of a packed row (on x's device, >= 0): a
-            document starts at every 0 (and at the row's first token); taps outside it read zero.
+        document_edges: None, or the `DocumentEdges` of a packed row (B, T) on x's device, derived
+            from its position_ids: taps outside a token's document read zero.
         backend: ``"auto"``, ``"torch"``, ``"cpu"`` or ``"cuda"``; ``None`` reads ``$TALK_HF_BACKEND``.
 
     Returns:
@@ -56,7 +56,7 @@ def dynamic_conv(
     check_tensor("weight", weight, 4, "(B, T, H, K)")
     check_leading_dims("weight", weight, x, 2)
     _check_kernel(x, weight, padding_l)
-    edges = None if position_ids is None else document_edges(position_ids, x)
+    edges = checked_edges(document_edges, x)
     if resolve_backend(backend, x.device) == "torch":
         return dynamic_conv_torch(x, weight, padding_l, edges)
     return compiled_dynamic_conv(x, weight, padding_l, edges)
@@ -67,7 +67,7 @@ def light_conv(
     weight: torch.Tensor,
     padding_l: int,
     *,
-    position_ids: torch.Tensor | None = None,
+    document_edges: DocumentEdges | None = None,
     backend: str | None = None,
 ) -> torch.Tensor:
     """Convolution with one kernel per head, shared by every token.
@@ -76,8 +76,8 @@ def light_conv(
         x: (B, T, C) input.
         weight: (H, K) kernels, already normalised; H must divide C.
         padding_l: how many of the K taps look into the past, in [0, K - 1].
-        position_ids: None, or (B, T) integer positions of a packed row (on x's device, >= 0): a
-            document starts at every 0 (and at the row's first token); taps outside it read zero.
+        document_edges: None, or the `DocumentEdges` of a packed row (B, T) on x's device, derived
+            from its position_ids: taps outside a token's document read zero.
         backend: ``"auto"``, ``"torch"``, ``"cpu"`` or ``"cuda"``; ``None`` reads ``$TALK_HF_BACKEND``.
 
     Returns:
@@ -86,7 +86,7 @@ def light_conv(
     check_tensor("x", x, 3, "(B, T, C)")
     check_tensor("weight", weight, 2, "(H, K)")
     _check_kernel(x, weight, padding_l)
-    edges = None if position_ids is None else document_edges(position_ids, x)
+    edges = checked_edges(document_edges, x)
     if resolve_backend(backend, x.device) == "torch":
         return light_conv_torch(x, weight, padding_l, edges)
     return compiled_light_conv(x, weight, padding_l, edges)

@@ -2,7 +2,7 @@
 ``talk_hf::dynamic_conv(x (B,T,C), weight (B,T,H,K), padding_l, document_edges (B,T,2) int32 | None
 = None) -> (B,T,C)``, ``talk_hf::light_conv(x, weight (H,K), padding_l, document_edges)`` and their
 backward ops, the gradients for x and the weight.  The document edges of a packed row
-(`documents.document_edges`) are taken by every kernel.
+(`documents.DocumentEdges`) are taken by every kernel.
 
 Both run the same kernels: LightConv's (H, K) kernel is passed as a per-token (B, T, H, K) view with
 zero batch and time strides, and its gradient summed over batch and time.  On CUDA the streaming

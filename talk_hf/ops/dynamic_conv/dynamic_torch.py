@@ -1,5 +1,5 @@
 """The PyTorch paths of :func:`talk_hf.ops.dynamic_conv` and :func:`talk_hf.ops.light_conv` (their
-definitions: the package docstring).  In a packed row (``edges``, `documents.document_edges`) the
+definitions: the package docstring).  In a packed row (``edges``, `documents.DocumentEdges`) the
 taps that read outside their token's document get weight zero."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ For token ``t`` and head ``h`` the window is ``[a, b + 1)`` with
     a = clamp(t - offset_left[t, h]  * max_left,  start[t], end[t])
     b = clamp(t + offset_right[t, h] * max_right, start[t], end[t])      (b = t when causal)
 
-where ``[start[t], end[t]]`` is the row ``[0, T - 1]``, or in a packed row (``position_ids``, see
+where ``[start[t], end[t]]`` is the row ``[0, T - 1]``, or in a packed row (``document_edges``, see
 :mod:`..documents`) the document of t: a packed document computes what it computes alone.  The
 offsets get no gradient where their edge is clamped, and the normaliser stays the constant K.
 
@@ -34,7 +34,7 @@ from .._validation import (
     check_same_device_and_dtype,
     check_tensor,
 )
-from ..documents import document_edges
+from ..documents import DocumentEdges, checked_edges
 from .talk_compiled import compiled_talk_conv
 from .talk_torch import talk_conv_torch
 
@@ -46,7 +46,7 @@ def talk_conv(
     max_left: int,
     max_right: int,
     *,
-    position_ids: torch.Tensor | None = None,
+    document_edges: DocumentEdges | None = None,
     backend: str | None = None,
 ) -> torch.Tensor:
     """Time-aware large-kernel convolution.
@@ -60,8 +60,8 @@ def talk_conv(
             (required exactly when ``max_right > 0``).
         max_left: maximum left reach in tokens (int in [0, 2**31 - 1]).
         max_right: maximum right reach in tokens (int in [0, 2**31 - 1]; 0 means causal).
-        position_ids: None, or (B, T) integer positions of a packed row (on x's device, >= 0): a
-            document starts at every 0 (and at the row's first token); windows stop at its edges.
+        document_edges: None, or the `DocumentEdges` of a packed row (B, T) on x's device, derived
+            from its position_ids: windows stop at each token's document's edges.
         backend: ``"auto"``, ``"torch"``, ``"cpu"`` or ``"cuda"`` (see :mod:`._backend`); ``None``
             reads ``$TALK_HF_BACKEND``.  Only the ``"torch"`` path rejects negative or NaN offsets;
             the compiled kernels read any value safely (see ``csrc/talk_math.h``).
@@ -70,7 +70,7 @@ def talk_conv(
         (B, T, C) tensor of x's dtype.  Gradients flow to x and both offsets.
     """
     _check_talk_args(x, offset_left, offset_right, max_left, max_right)
-    edges = None if position_ids is None else document_edges(position_ids, x)
+    edges = checked_edges(document_edges, x)
     if resolve_backend(backend, x.device) == "torch":
         return talk_conv_torch(x, offset_left, offset_right, max_left, max_right, edges)
     return compiled_talk_conv(x, offset_left, offset_right, max_left, max_right, edges)

@@ -2,7 +2,7 @@
 ``talk_hf::talk_conv(x (B,T,C), offset_left (B,T,H), offset_right (B,T,H) | None, max_left,
 max_right, document_edges (B,T,2) int32 | None = None) -> (B,T,C)`` and
 ``talk_hf::talk_conv_backward``, the gradients for x and both offsets.  The document edges of a
-packed row (`documents.document_edges`) are taken by every kernel.
+packed row (`documents.DocumentEdges`) are taken by every kernel.
 
 On CUDA the forward is the tiled kernel (csrc/talk_conv/talk_conv_cuda.cu) and the backward the
 streaming kernels (talk_conv_cuda_stream.cu, which hand the shapes they do not take to the tiled

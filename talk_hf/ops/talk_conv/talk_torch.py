@@ -56,7 +56,7 @@ def talk_conv_torch(
     edges: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The PyTorch reference of :func:`talk_conv` (arguments as there, already checked; ``edges``:
-    None, or the (B, T, 2) document edges of a packed row, `documents.document_edges`).
+    None, or the (B, T, 2) document edges of a packed row, `documents.DocumentEdges`).
 
     Shapes inside: the input padded to Tp = nb * L rows (one zero row before it, zeros after), seen as
     nb blocks of L rows; heads split C into H x R.
