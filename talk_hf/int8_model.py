@@ -31,11 +31,10 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from .transformers_internals import is_save_pretrained
+
 # Where `quantize_int8` records what it did on the model.
 RECORD_ATTRIBUTE = "int8_quantization"
-# transformers' save_pretrained reads ``model.hf_quantizer`` (its check for quantized models that
-# cannot be saved) before it creates the folder or writes anything, however it is called.
-_SAVE_PRETRAINED_CODE = PreTrainedModel.save_pretrained.__code__
 
 
 @dataclass(frozen=True)
@@ -79,7 +78,13 @@ def _int8_class(model_class: type[nn.Module]) -> type[nn.Module]:
     """``model_class`` with the int8 refusals: same name, so messages and registries read as before."""
     refusals = Int8PreTrainedModel if issubclass(model_class, PreTrainedModel) else Int8Module
     names = {"__module__": model_class.__module__, "__qualname__": model_class.__qualname__}
-    return type(model_class.__name__, (refusals, model_class), names)
+    return type(model_class.__name__, (refusals, model_class), {**names, "_model_class": model_class})
+
+
+def _new_int8_instance(model_class: type[nn.Module]) -> nn.Module:
+    """An empty instance of ``model_class`` with the int8 refusals, for unpickling (its state follows)."""
+    int8_class = _int8_class(model_class)
+    return model_class.__new__(int8_class)
 
 
 class Int8Module(nn.Module):
@@ -117,6 +122,12 @@ class Int8Module(nn.Module):
     def _refuse(self, operation: str, instead: str) -> None:
         raise RuntimeError(_refusal(self, int8_record(self), operation, instead))
 
+    def __reduce_ex__(self, protocol: int):
+        """``torch.save(model)``, ``copy.deepcopy``: the int8 class has no importable name, so the copy
+        is built from the model's own class (`_new_int8_instance`), then given the model's state."""
+        _, _, *state = super().__reduce_ex__(max(protocol, 2))  # (copyreg.__newobj__, (cls,), state, ...)
+        return (_new_int8_instance, (self._model_class,), *state)
+
 
 class Int8PreTrainedModel(Int8Module):
     """The refusals of an int8 transformers model: also weight tying, resizing, saving, uploading
@@ -145,8 +156,8 @@ class Int8PreTrainedModel(Int8Module):
     @property
     def hf_quantizer(self):
         """None, as for any model transformers did not quantize itself, except to transformers'
-        ``save_pretrained``, whose first read of it refuses the save before anything is written."""
-        if sys._getframe(1).f_code is _SAVE_PRETRAINED_CODE:
+        ``save_pretrained``, which reads it before writing anything: the save is refused there."""
+        if is_save_pretrained(sys._getframe(1)):
             self._refuse_to_save("save_pretrained")
         return None
 

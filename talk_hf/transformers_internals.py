@@ -13,8 +13,10 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import fields
+from types import FrameType
 
 import torch
+from transformers import PreTrainedModel
 
 # Guarded weight initialisers (``init.normal_``, ``init.copy_`` ...) that skip weights loaded from a
 # checkpoint; ``PreTrainedModel._init_weights`` overrides must use them (transformers 5.x).
@@ -54,6 +56,7 @@ __all__ = [
     "ModuleTiedWeightsMixin",
     "activation_checkpointing_enabled",
     "is_loaded_from_checkpoint",
+    "is_save_pretrained",
     "can_return_tuple",
     "cross_attention_keys_values",
     "init",
@@ -263,3 +266,15 @@ def is_loaded_from_checkpoint(tensor: torch.Tensor) -> bool:
     """Whether ``from_pretrained`` filled ``tensor`` from a checkpoint, so that initialisation must
     leave it alone (transformers marks such tensors with ``_is_hf_initialized``)."""
     return getattr(tensor, "_is_hf_initialized", False)
+
+
+def is_save_pretrained(frame: FrameType) -> bool:
+    """Whether ``frame`` runs transformers' ``PreTrainedModel.save_pretrained``, however it was called
+    (bound, through ``push_to_hub``, or unbound: ``PreTrainedModel.save_pretrained(model, folder)``).
+
+    ``save_pretrained`` reads ``getattr(model, "hf_quantizer", None)`` (its refusal of models that
+    transformers quantized and cannot save) before it creates the folder or writes anything; a model
+    that must not be saved refuses there, when that read comes from this frame (`talk_hf.int8_model`).
+    Checked against 5.24; the read has opened the method since the 4.x releases.
+    """
+    return frame.f_code is PreTrainedModel.save_pretrained.__code__

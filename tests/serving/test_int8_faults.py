@@ -3,6 +3,9 @@ anything changes (`talk_hf.int8_model`); compiled decoding works with ``method="
 
 from __future__ import annotations
 
+import copy
+import io
+
 import huggingface_hub
 import pytest
 import torch
@@ -212,3 +215,17 @@ def test_the_int8_class_keeps_the_name_and_is_shared():
     assert type(first) is type(second)
     assert type(first).__name__ == "TaLKForCausalLM" and isinstance(first, talk_hf.TaLKForCausalLM)
     assert type(LM.model()) is talk_hf.TaLKForCausalLM  # the model class itself is untouched
+
+
+def test_copies_and_pickles_keep_the_refusals():
+    """``copy.deepcopy`` and ``torch.save(model)`` rebuild the int8 class from the model's own class."""
+    model = _int8_model()
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    for copied in (copy.deepcopy(model), torch.load(buffer, weights_only=False)):
+        assert type(copied) is type(model) and copied.int8_quantization == model.int8_quantization
+        with torch.no_grad():
+            assert torch.equal(copied(**model_inputs(LM)).logits, model(**model_inputs(LM)).logits)
+        with pytest.raises(RuntimeError, match=rf"TaLKForCausalLM.train\(\): this TaLKForCausalLM {REFUSED}"):
+            copied.train()
