@@ -102,21 +102,21 @@ class Int8Module(nn.Module):
     def _apply(self, fn, recurse=True):
         """Every cast and move (``to``, ``half``, ``cuda`` ...) applies ``fn`` to each tensor; applied
         first to an empty tensor of the model's floating dtype and device, it shows what it does."""
-        reference = next((p for p in self.parameters() if type(p) is nn.Parameter and p.is_floating_point()), None)
-        if reference is not None:
-            converted = fn(torch.empty(0, dtype=reference.dtype, device=reference.device))
-            if converted.dtype != reference.dtype:
-                self._refuse(
-                    f"casting {type(self).__name__} to {converted.dtype} (half(), bfloat16(), double(), to(dtype))",
-                    "its int8 layers cannot be cast: cast the floating-point model, then quantize it "
-                    "(method='weight_only' takes any floating dtype, 'dynamic' float32)",
-                )
-            if converted.device.type != "cpu" and int8_record(self).method == "dynamic":
-                self._refuse(
-                    f"moving {type(self).__name__} to {converted.device}",
-                    "its fbgemm int8 layers run on the CPU only: move the floating-point model, then quantize it "
-                    "with method='weight_only'",
-                )
+        # A model of dynamic int8 layers only has no parameter: those run in float32 on the CPU.
+        reference = next((p for p in self.parameters() if p.dtype.is_floating_point), torch.empty(0))
+        converted = fn(torch.empty(0, dtype=reference.dtype, device=reference.device))
+        if converted.dtype != reference.dtype:
+            self._refuse(
+                f"casting {type(self).__name__} to {converted.dtype} (half(), bfloat16(), double(), to(dtype))",
+                "its int8 layers cannot be cast: cast the floating-point model, then quantize it "
+                "(method='weight_only' takes any floating dtype, 'dynamic' float32)",
+            )
+        if converted.device.type != "cpu" and int8_record(self).method == "dynamic":
+            self._refuse(
+                f"moving {type(self).__name__} to {converted.device}",
+                "its fbgemm int8 layers run on the CPU only: move the floating-point model, then quantize it "
+                "with method='weight_only'",
+            )
         return super()._apply(fn, recurse)
 
     def _refuse(self, operation: str, instead: str) -> None:

@@ -105,9 +105,13 @@ def test_a_model_in_training_mode_is_left_in_eval_mode():
     assert not model.training and not any(module.training for module in model.modules())
 
 
-def test_a_plain_module_refuses_training_and_casts():
-    model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))
-    talk_hf.quantize_int8(model)
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("with_norm", [True, False], ids=["with-float-parameters", "int8-layers-only"])
+def test_a_plain_module_refuses_training_and_casts(method, with_norm):
+    if method == "weight_only":
+        pytest.importorskip("torchao")
+    model = nn.Sequential(nn.Linear(4, 4), *([nn.LayerNorm(4)] if with_norm else []))
+    talk_hf.quantize_int8(model, method=method)
     with pytest.raises(RuntimeError, match=rf"Sequential.train\(\): this Sequential {REFUSED}"):
         model.train()
     with pytest.raises(RuntimeError, match="casting Sequential to torch.float16"):
@@ -217,6 +221,7 @@ def test_the_int8_class_keeps_the_name_and_is_shared():
     assert type(LM.model()) is talk_hf.TaLKForCausalLM  # the model class itself is untouched
 
 
+@pytest.mark.filterwarnings("ignore:TypedStorage is deprecated")  # torch's, unpickling the packed int8 weights
 def test_copies_and_pickles_keep_the_refusals():
     """``copy.deepcopy`` and ``torch.save(model)`` rebuild the int8 class from the model's own class."""
     model = _int8_model()
