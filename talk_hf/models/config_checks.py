@@ -39,7 +39,7 @@ from typing import Any, Union, get_args, get_origin
 
 from transformers import PretrainedConfig
 
-from .._checks import check_int
+from ..ops._validation import check_int
 
 # Tokens of a vocabulary (vocab_size, decoder_vocab_size): 16,777,216, 64x the largest vocabularies
 # of released models (~256k).

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from .._checks import check_int
+from ..ops._validation import check_int
 from .config_checks import (
     MAX_LAYERS,
     MAX_POSITION_OFFSET,

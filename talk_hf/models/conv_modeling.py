@@ -50,8 +50,13 @@ from ..transformers_internals import (
     split_cache,
 )
 from .config_checks import check_config_of_model
-from .forward_arguments import PACKING_ARGUMENTS, refuse_unknown_arguments
-from .input_checks import InputNames, check_mask_values, embedding_positions
+from .input_checks import (
+    PACKING_ARGUMENTS,
+    InputNames,
+    check_mask_values,
+    embedding_positions,
+    refuse_unknown_arguments,
+)
 from .non_finite_weights import warn_about_non_finite_weights
 from .packing import (
     PACKED_WITH_A_CACHE,

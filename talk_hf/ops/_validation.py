@@ -1,4 +1,5 @@
-"""Argument checks shared by the mixing operators.
+"""Argument checks shared by the mixing operators, and the integer check (`check_int`) that the
+configurations' fields share with them (``talk_hf.models`` imports it from here).
 
 Every check raises a ``ValueError`` (``TypeError`` for wrong Python types) whose message names
 the argument and says what was expected, so that a bad call fails before any kernel runs.
@@ -6,14 +7,28 @@ the argument and says what was expected, so that a bad call fails before any ker
 
 from __future__ import annotations
 
-import torch
+from typing import Any
 
-# The one definition, shared with the configurations; the ops import it from here.
-from .._checks import check_int as check_int
+import torch
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # The largest reach (TaLK's max_left / max_right) the kernels take: their 32-bit index range.
 MAX_REACH = 2**31 - 1
+
+
+def check_int(name: str, value: Any, minimum: int, maximum: int | None = None) -> None:
+    """Require a Python int (not a bool) in ``[minimum, maximum]`` (no upper bound when ``maximum`` is None).
+
+    Raises:
+        TypeError: ``value`` is not an int; the message names ``name`` and shows the value.
+        ValueError: ``value`` is out of bounds; the message names ``name`` and the bound it crosses.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
 
 
 def runs_value_checks(tensor: torch.Tensor) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from ..._checks import check_int
+from ...ops._validation import check_int
 from ...ops.depthwise_conv import MAX_KERNEL_SIZE
 from ..config_checks import (
     MAX_LAYERS,
