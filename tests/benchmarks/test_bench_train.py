@@ -1,7 +1,10 @@
 """bench_train.py: a training step of every model at tiny sizes, the memory figures, the ratios,
 and out-of-memory children recorded as results."""
 
+import contextlib
+import io
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import bench_train  # noqa: E402
-from _models import causal_lm_models, seq2seq_models  # noqa: E402
+from _models import baseline_of, causal_lm_models, seq2seq_models  # noqa: E402
 
 TINY = [
     "--d-model",
@@ -42,17 +45,79 @@ TINY = [
 ]
 
 
+MEASURED_FIELDS = {
+    "status": str,
+    "step_s": float,
+    "step_times_s": list,
+    "memory_before_bytes": int,
+    "peak_memory_bytes": int,
+    "training_memory_bytes": int,
+    "parameters": int,
+    "final_loss": float,
+    "rows": int,
+    "tokens_per_step": int,
+    "tokens_per_s": float,
+}
+RATIOS = {"tokens_per_s_over_baseline", "peak_memory_over_baseline", "training_memory_over_baseline"}
+
+
+def children_in_this_process(monkeypatch):
+    """Run each child command line of `run_in_subprocess` through `main` in this process (its JSON
+    line captured as the child's stdout); returns the list the commands are recorded in."""
+    commands = []
+
+    def run(command, **kwargs):
+        commands.append(command)
+        assert command[:3] == [sys.executable, bench_train.__file__, "--one"]
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            bench_train.main(command[2:])
+        return subprocess.CompletedProcess(command, 0, stdout=printed.getvalue(), stderr="")
+
+    monkeypatch.setattr(bench_train.subprocess, "run", run)
+    return commands
+
+
 @pytest.mark.parametrize("mixed_precision", ["no", "bf16"])
-@pytest.mark.parametrize("name", causal_lm_models() + seq2seq_models())
-def test_one_training_step_of_every_model_reports_time_and_memory(name, mixed_precision):
-    args = bench_train.parse_args([*TINY, "--mixed-precision", mixed_precision])
-    child = bench_train.child_arguments(args)
-    assert child[child.index("--mixed-precision") + 1] == mixed_precision
-    measured = bench_train.measure_one(name, 16, 2, args)
-    assert measured["status"] == "ok"
-    assert len(measured["step_times_s"]) == 2 and measured["step_s"] > 0
-    assert measured["peak_memory_bytes"] >= measured["memory_before_bytes"] > 0
-    assert measured["training_memory_bytes"] == measured["peak_memory_bytes"] - measured["memory_before_bytes"]
+def test_the_report_holds_a_row_of_every_model_at_each_length_and_its_ratios(tmp_path, monkeypatch, mixed_precision):
+    """A training step of every model (each child's command line parsed and run here), and the JSON
+    the benchmark writes: a row per (model, length) with its fields and their types, the step's
+    rows and tokens, and a ratio to the baseline for each row."""
+    commands = children_in_this_process(monkeypatch)
+    out = tmp_path / "train.json"
+    bench_train.main([*TINY, "--mixed-precision", mixed_precision, "--out", str(out)])
+    report = json.loads(out.read_text())
+
+    lm, seq2seq = causal_lm_models(), seq2seq_models()
+    assert report["benchmark"] == "bench_train" and report["mixed_precision"] == mixed_precision
+    assert report["steps"] == {"warmup": 1, "timed": 2} and report["shapes"]["blocks"] == [8, 16]
+    assert all(command[command.index("--mixed-precision") + 1] == mixed_precision for command in commands)
+    assert len(commands) == 2 * len(lm) + len(seq2seq)  # every LM at both blocks, every seq2seq once
+    expected_rows = {
+        **{name: {"8": (4, 32), "16": (2, 32)} for name in lm},
+        **{name: {"12": (2, 36)} for name in seq2seq},
+    }
+    assert {name: set(rows) for name, rows in report["results"].items()} == {
+        name: set(rows) for name, rows in expected_rows.items()
+    }
+    for name, per_length in expected_rows.items():
+        for length, (rows, tokens) in per_length.items():
+            measured = report["results"][name][length]
+            assert {key: type(measured.get(key)) for key in MEASURED_FIELDS} == MEASURED_FIELDS, (name, length)
+            assert measured["status"] == "ok" and (measured["rows"], measured["tokens_per_step"]) == (rows, tokens)
+            assert len(measured["step_times_s"]) == 2  # the median of the timed steps:
+            assert min(measured["step_times_s"]) <= measured["step_s"] <= max(measured["step_times_s"])
+            assert measured["tokens_per_s"] == pytest.approx(tokens / measured["step_s"])
+            assert measured["peak_memory_bytes"] >= measured["memory_before_bytes"] > 0
+            assert measured["training_memory_bytes"] == measured["peak_memory_bytes"] - measured["memory_before_bytes"]
+            assert math.isfinite(measured["final_loss"]) and measured["parameters"] > 0
+
+            ratios = report["summary"][name][length]
+            assert set(ratios) == RATIOS | {"baseline_status"} and ratios["baseline_status"] == "ok"
+            assert all(isinstance(ratios[key], float) for key in RATIOS), (name, length, ratios)
+            if name == baseline_of(name):
+                assert all(ratios[key] == 1.0 for key in RATIOS)
+    assert set(report["summary"]) == set(report["results"])
 
 
 def test_bf16_runs_the_forward_under_autocast():
