@@ -41,8 +41,9 @@
 #
 # For a device lease shorter than the suite (one call of at most 10 minutes):
 #   DEADLINE  seconds from the suite's start by which every stage must end: a stage gets the time
-#             left (minus 15 s for the archive) and is stopped when it runs out (reported as failed,
-#             what it wrote kept); a stage with under 10 s left is skipped
+#             left (minus DEADLINE_RESERVE, 15 s, for the archive) and is stopped when it runs out
+#             (reported as failed, what it wrote kept); a stage with under DEADLINE_MIN_STAGE (10 s)
+#             left is skipped.  Both have their defaults for a lease; the tests shrink them.
 #   PACK      an archive refreshed after every stage (like stage pack), so that a call cut short
 #             still brings back every finished stage: e.g. PACK=$OUT/gpu.tgz
 set -uo pipefail
@@ -200,8 +201,8 @@ for stage in "${STAGES[@]}"; do
     fi
     limit=()
     if [ -n "${DEADLINE:-}" ]; then
-        left=$((DEADLINE - SECONDS - 15))
-        if [ "$left" -lt 10 ]; then
+        left=$((DEADLINE - SECONDS - ${DEADLINE_RESERVE:-15}))
+        if [ "$left" -lt "${DEADLINE_MIN_STAGE:-10}" ]; then
             echo "=== $stage skipped: ${left} s left before DEADLINE=$DEADLINE"
             failed+=("$stage")
             continue
