@@ -6,18 +6,24 @@ shapes (those with a `talk_hf.MixerFamily`: TaLK, DynamicConv, and any family re
 width d, depth L, heads H, FFN size f and vocabulary V.  Our layers' reach grows like the papers'
 schedules (3, 7, 15, 31, 31, ...), each family's per-layer sizes set to that reach
 (`MixerFamily.size_of_reach`: DynamicConv's kernels have K - 1 = reach).  The baselines use SDPA and
-transformers' own caches.
+transformers' own caches; their sizes map onto Marian's and GPT-2's fields as the example scripts'
+baselines do (`examples/common/models.transformer_config`).
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, MarianConfig, MarianMTModel
+from transformers import GPT2LMHeadModel, MarianMTModel
 
 from talk_hf.models.conv_configuration import doubling_schedule
 from talk_hf.models.families import MODEL_FAMILIES, ModelType
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))  # the example scripts' `common`
+from common.models import transformer_config  # noqa: E402  (the baselines' sizes, as the scripts build them)
 
 LM_BASELINE, SEQ2SEQ_BASELINE = "GPT2 (baseline)", "Marian (baseline)"
 
@@ -108,39 +114,31 @@ def build_model(
     ours = {**_ours(encoder_decoder=False), **_ours(encoder_decoder=True)}
     if name in ours:
         return build_ours(ours[name], shape, dropout, **config_fields)
-    if name == LM_BASELINE:
-        gpt2_dropout = {} if dropout is None else dict.fromkeys(("resid_pdrop", "embd_pdrop", "attn_pdrop"), dropout)
-        fields = dict(
-            vocab_size=shape.vocab,
-            n_embd=shape.d_model,
-            n_layer=shape.layers,
-            n_head=shape.heads,
-            n_inner=shape.ffn,
-            n_positions=max_positions,
-            bos_token_id=0,
-            eos_token_id=2,
-            attn_implementation="sdpa",
-            **gpt2_dropout,
+    if name in (LM_BASELINE, SEQ2SEQ_BASELINE):
+        encoder_decoder = name == SEQ2SEQ_BASELINE
+        dropout_fields = (
+            ("dropout", "attention_dropout", "activation_dropout")
+            if encoder_decoder
+            else ("resid_pdrop", "embd_pdrop", "attn_pdrop")
         )
-        return GPT2LMHeadModel(GPT2Config(**{**fields, **config_fields}))
-    if name == SEQ2SEQ_BASELINE:
-        marian_dropout = (
-            {} if dropout is None else dict.fromkeys(("dropout", "attention_dropout", "activation_dropout"), dropout)
+        token_ids = (
+            dict(pad_token_id=1, decoder_start_token_id=2) if encoder_decoder else dict(bos_token_id=0, eos_token_id=2)
         )
-        fields = dict(
+        fields = {
+            "attn_implementation": "sdpa",
+            **token_ids,
+            **({} if dropout is None else dict.fromkeys(dropout_fields, dropout)),
+            **config_fields,
+        }
+        config = transformer_config(
+            encoder_decoder,
             vocab_size=shape.vocab,
             d_model=shape.d_model,
-            encoder_layers=shape.layers,
-            decoder_layers=shape.layers,
-            encoder_attention_heads=shape.heads,
-            decoder_attention_heads=shape.heads,
-            encoder_ffn_dim=shape.ffn,
-            decoder_ffn_dim=shape.ffn,
-            pad_token_id=1,
-            decoder_start_token_id=2,
-            max_position_embeddings=max_positions,
-            attn_implementation="sdpa",
-            **marian_dropout,
+            heads=shape.heads,
+            layers=shape.layers,
+            ffn_dim=shape.ffn,
+            max_positions=max_positions,
+            **fields,
         )
-        return MarianMTModel(MarianConfig(**{**fields, **config_fields}))
+        return (MarianMTModel if encoder_decoder else GPT2LMHeadModel)(config)
     raise ValueError(f"unknown model {name!r}; expected one of {causal_lm_models() + seq2seq_models()}")

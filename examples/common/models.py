@@ -103,23 +103,67 @@ def our_config(model_type, tokenizer, encoder_decoder, preset="small", **sizes):
     return config_class.from_preset(preset, **fields)
 
 
+def transformer_config(
+    encoder_decoder,
+    *,
+    vocab_size,
+    d_model,
+    heads,
+    layers,
+    ffn_dim,
+    max_positions,
+    encoder_layers=None,
+    encoder_ffn_dim=None,
+    **fields,
+):
+    """A Marian (``encoder_decoder``) or GPT-2 configuration of the given sizes: the one place that
+    maps sizes onto transformers' field names (the example scripts' and the benchmarks' baselines).
+
+    layers, ffn_dim: the decoder's depth and FFN size (GPT-2's); encoder_layers, encoder_ffn_dim:
+    Marian's encoder's (None: the decoder's). heads: every attention's; max_positions: the length of
+    the position table.
+    fields: further configuration fields (token ids, dropout), set last.
+    """
+    if encoder_decoder:
+        sizes = dict(
+            vocab_size=vocab_size,
+            decoder_vocab_size=vocab_size,
+            d_model=d_model,
+            encoder_layers=layers if encoder_layers is None else encoder_layers,
+            decoder_layers=layers,
+            encoder_attention_heads=heads,
+            decoder_attention_heads=heads,
+            encoder_ffn_dim=ffn_dim if encoder_ffn_dim is None else encoder_ffn_dim,
+            decoder_ffn_dim=ffn_dim,
+            max_position_embeddings=max_positions,
+        )
+        return MarianConfig(**{**sizes, **fields})
+    if encoder_layers is not None or encoder_ffn_dim is not None:
+        raise ValueError(
+            f"encoder_layers={encoder_layers}, encoder_ffn_dim={encoder_ffn_dim} given for GPT-2, which has no "
+            "encoder: leave them None"
+        )
+    sizes = dict(
+        vocab_size=vocab_size, n_positions=max_positions, n_embd=d_model, n_layer=layers, n_head=heads, n_inner=ffn_dim
+    )
+    return GPT2Config(**{**sizes, **fields})
+
+
 def baseline_config(tokenizer, encoder_decoder, preset="small", max_positions=1024, **sizes):
     """A Marian (translation) or GPT-2 (LM) configuration as large as our TaLK model would be."""
     size = our_config("talk", tokenizer, encoder_decoder, preset, **sizes)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    shared = dict(vocab_size=len(tokenizer), d_model=size.d_model, max_positions=max_positions)
     if encoder_decoder:
-        return MarianConfig(
-            vocab_size=len(tokenizer),
-            decoder_vocab_size=len(tokenizer),
-            d_model=size.d_model,
+        return transformer_config(
+            True,
+            **shared,
+            heads=size.decoder_attention_heads,
+            layers=size.decoder_layers,
             encoder_layers=size.encoder_layers,
-            decoder_layers=size.decoder_layers,
-            encoder_attention_heads=size.decoder_attention_heads,
-            decoder_attention_heads=size.decoder_attention_heads,
+            ffn_dim=size.decoder_ffn_dim,
             encoder_ffn_dim=size.encoder_ffn_dim,
-            decoder_ffn_dim=size.decoder_ffn_dim,
             dropout=size.dropout,
-            max_position_embeddings=max_positions,
             scale_embedding=True,
             share_encoder_decoder_embeddings=True,
             tie_word_embeddings=True,
@@ -129,13 +173,12 @@ def baseline_config(tokenizer, encoder_decoder, preset="small", max_positions=10
             decoder_start_token_id=eos,
             forced_eos_token_id=eos,
         )
-    return GPT2Config(
-        vocab_size=len(tokenizer),
-        n_positions=max_positions,
-        n_embd=size.d_model,
-        n_layer=size.decoder_layers,
-        n_head=size.decoder_conv_heads,
-        n_inner=size.decoder_ffn_dim,
+    return transformer_config(
+        False,
+        **shared,
+        heads=size.decoder_conv_heads,
+        layers=size.decoder_layers,
+        ffn_dim=size.decoder_ffn_dim,
         resid_pdrop=size.dropout,
         embd_pdrop=size.dropout,
         attn_pdrop=size.dropout,
