@@ -1,5 +1,5 @@
-"""depthwise_conv's compiled CPU kernels against ``F.conv1d(groups=C)`` (its PyTorch path, the way
-SliceNet ran before) at SliceNet's training shapes and at long T.
+"""depthwise_conv's compiled CPU kernels against ``F.conv1d(groups=C)`` (its PyTorch path, the
+``torch`` backend) at SliceNet's training shapes and at long T.
 
 For each case (B, T, C, k, dilation, padding) it times, in one run and interleaved: the forward
 (no autograd) and forward+backward (grad x and grad weight) of the ``cpu`` backend and of the

@@ -3,7 +3,7 @@
 // (LightConv passes its (H, K) kernel expanded with zero batch and time strides).
 // document_edges: absent, or in a packed row the (B, T, 2) int32 first and last token of each token's
 // document (talk_hf/ops/documents.py): windows and taps stop at the document's edges, as they stop at
-// the row's without it.  Kernels that do not take them yet (CUDA) raise where they are given.
+// the row's without it.  Every kernel declared here, CPU and CUDA, takes them.
 // Inputs are checked by talk_hf.ops._validation and talk_hf.ops.documents before they get here.
 #pragma once
 

@@ -8,25 +8,10 @@ raises.
 ``"dynamic"`` (the default): PyTorch's dynamic int8 quantization (fbgemm, x86 engine).  Weights
 int8 with one scale per output row, activations quantized per tensor at each call (8 bits with
 AVX-512 VNNI, else 7: `full_range_activations`), int8 products summed in int32.  Each layer
-becomes a `DynamicInt8Linear`.  CPU and float32 only.  Chosen by measurement: ``generate()``
-tokens/s, ratio to float32, of the ``small`` TaLK shape (d 256, 3 + 3 layers, FFN 1024, vocabulary
-8000, random weights, 20-token prompts, 32 new tokens), one thread, AMD EPYC with AVX-512 VNNI
-(repeated runs vary by about 0.1):
-
-=========================  ===========  ===========  ===========  ===========
-method                      seq2seq b1   seq2seq b32  LM b1        LM b32
-                            greedy       beam 5       greedy       beam 5
-=========================  ===========  ===========  ===========  ===========
-dynamic (this one)          1.15         1.63         1.24         1.68
-dynamic, float32 lm_head    1.03         1.26         1.09         1.50
-torchao weight-only         0.49         0.92         0.60         0.98
-torchao dynamic activation  0.22         0.99         0.27         1.12
-=========================  ===========  ===========  ===========  ===========
-
-torchao's int8 kernels are not tuned for the CPU; ``torch._weight_int8pack_mm`` was slower still.
-A batch-1 step of this small model is mostly Python and small-op overhead, so int8 gains little
-there; batches gain the most.  On a TaLK ``small`` trained on Multi30k, int8 translated
-test_2016_flickr within 0.2 BLEU of float32, greedy and beam 5 (docs/serving.md,
+becomes a `DynamicInt8Linear`.  CPU and float32 only.  It is the default because it alone decoded
+faster than float32 in every measured setting, where torchao's CPU kernels were slower
+(benchmarks/README.md, "int8 methods and ONNX exporters"); batches gain the most.  On a TaLK
+``small`` trained on Multi30k, int8 translates within 0.2 BLEU of float32 (docs/serving.md,
 ``benchmarks/bleu_serving.py``).
 
 ``"weight_only"``: torchao's ``Int8WeightOnlyConfig`` (int8 weights, one scale per output row,
@@ -34,12 +19,12 @@ products in the model's dtype); the weight becomes a torchao tensor subclass, wh
 ``talk_hf.ops.linear`` hands to ``F.linear``.  Any device and floating dtype: the method for GPUs
 and half precision (not measured there).  Needs torchao (the ``serving`` extra).
 
-The output projection ``lm_head`` is converted too (the table: it is the largest matrix of a
-decoding step); when tied, the input embedding stays in floating point and the two are untied.
+The output projection ``lm_head`` is converted too (the largest matrix of a decoding step); when
+tied, the input embedding stays in floating point and the two are untied.
 
-A converted model is for inference: it is left in eval mode and generates as before (greedy, beam,
-sampling; compiled too with ``"weight_only"``).  What it cannot do raises, naming the operation
-(`talk_hf.int8_model`): training, dtype casts, tying or resizing weights, ``save_pretrained`` and
+A converted model is for inference: it is left in eval mode and generates as the float model does
+(greedy, beam, sampling; compiled too with ``"weight_only"``).  What it cannot do raises, naming the
+operation (`talk_hf.int8_model`): training, dtype casts, tying or resizing weights, ``save_pretrained`` and
 ``push_to_hub`` (no ``from_pretrained`` would load its int8 weights right), compiled decoding with
 ``"dynamic"``.  Save, cast or resize the floating-point model and quantize after.
 """

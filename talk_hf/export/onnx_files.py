@@ -13,30 +13,9 @@ Each graph is one file, weights inside (ONNX's protobuf limit: 2 GB a graph).
 The graphs come from ``torch.onnx.export(..., dynamo=True)`` (``torch.export``, then onnxscript's
 optimiser), opset 18: PyTorch's supported exporter, whose graphs store a tied embedding once.  The
 TorchScript exporter (``exporter="torchscript"``, deprecated by PyTorch) exports the same wrappers
-in a twentieth of the time (1 s against 24 s for the ``small`` model) into graphs of the same speed.
-
-Speed on the ``small`` TaLK translation model (d 256, 3 + 3 layers, FFN 1,024, 4 heads, vocabulary
-8,000, random weights), 20-token sources, 30 new tokens (min = max), float32, one thread
-(``torch.set_num_threads(1)``, ORT ``intra_op_num_threads=1``), a shared 2-core AMD EPYC, best of
-5-9 runs in each of 2-3 sessions (they vary by 10-20%): target tokens/s, and the mean ratio to
-``model.generate`` in the same session:
-
-================================  ==================  ===================
-                                  batch 1, greedy     batch 32, beam 5
-================================  ==================  ===================
-``model.generate``                360-440             770-820
-runner, dynamo graphs             1,030-1,440 (3.1x)  1,130-1,210 (1.46x)
-runner, TorchScript graphs        1,030-1,180 (2.8x)  1,200-1,280 (1.55x)
-runner, ORT int8 (dynamic)        1,230-1,330 (3.2x)  1,450-1,500 (1.85x)
-================================  ==================  ===================
-
-One step: 0.55 ms in ORT against 1.7 ms eager at batch 1 (about the time to read the decoder's
-18 MB of weights once), 21 ms against 24 ms at batch 160 (matrix products, the LM head's half).
-ORT's optimisation levels ``all`` and ``basic`` decode at the same speed.  (The table predates
-``beam_candidates.onnx``, the source taken once per beam group and the logits row selected before the
-output layer, which made batch 32 x beam 5 1.2x (float32) and 1.39x (int8) as fast again: docs/serving.md.)  The tokens equal
-``generate``'s in float32; ``onnxruntime.quantization.quantize_dynamic`` (int8 weights, applied to
-the exported files) changes some beams.
+faster into graphs of the same speed (benchmarks/README.md, "int8 methods and ONNX exporters").  The
+tokens equal ``generate``'s in float32; ``onnxruntime.quantization.quantize_dynamic`` (int8 weights,
+applied to the exported files) changes some beams.
 """
 
 from __future__ import annotations

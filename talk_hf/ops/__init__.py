@@ -16,12 +16,13 @@ Each op with compiled kernels is one folder (``talk_conv/``, ``dynamic_conv/`` f
 LightConv, ``depthwise_conv/``): its public function with its checks (the folder's ``__init__``),
 its PyTorch path (``*_torch``), the registration of its kernels by the shared `CompiledOp`
 (``*_compiled``, from :mod:`._compiled_op`) and its loop-form definition, the reference of the tests
-(``*_naive``); its C++ and CUDA sources sit in ``csrc/<op>/``.  The two linear maps the layers run,
-``linear`` (the few-row product of a decoding step) and ``grouped_linear`` (SliceNet's grouped 1x1
-convolution), are one module each: each holds its public function and its PyTorch definition,
-with no registration (nothing of them is opaque to ``torch.compile``).  Backend choice:
-:mod:`._backend`.  Module file names are unique across
-talk_hf: :func:`talk_hf.export_for_remote_code` copies the modules into one flat folder.
+(``*_naive``); its C++ and CUDA sources sit in ``csrc/<op>/``.  The two linear maps the layers run
+are one module each.  ``linear`` (the few-row product of a decoding step) holds its public function,
+the choice between its CPU kernel (``csrc/linear/``) and ``F.linear``, and its own custom op
+``talk_hf::linear`` (registered without `CompiledOp`; it is opaque to ``torch.compile`` in a CPU
+inference step only).  ``grouped_linear`` (SliceNet's grouped 1x1 convolution) is PyTorch only, with
+no registration.  Backend choice: :mod:`._backend`.  Module file names are unique across talk_hf:
+:func:`talk_hf.export_for_remote_code` copies the modules into one flat folder.
 """
 
 from ._backend import prepare_backend
