@@ -75,7 +75,7 @@ def mark_int8(model: nn.Module, record: Int8Quantization) -> None:
 
 @functools.cache
 def _int8_class(model_class: type[nn.Module]) -> type[nn.Module]:
-    """``model_class`` with the int8 refusals: same name, so messages and registries read as before."""
+    """``model_class`` with the int8 refusals: same name, so messages and registries read as for ``model_class``."""
     refusals = Int8PreTrainedModel if issubclass(model_class, PreTrainedModel) else Int8Module
     names = {"__module__": model_class.__module__, "__qualname__": model_class.__qualname__}
     return type(model_class.__name__, (refusals, model_class), {**names, "_model_class": model_class})

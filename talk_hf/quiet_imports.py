@@ -10,10 +10,10 @@ logs, on a CPU-only torch or a GPU it has no kernels for:
 * one ``torch.utils._pytree`` warning per torchao enum it registers with ``register_constant``,
   which torch 2.13 deprecates for enums.
 
-Neither says anything a user of this package can act on, and ``import talk_hf`` printed all four
-lines.  `import_transformers_quietly` imports ``transformers.modeling_utils`` with exactly those
+Neither says anything a user of this package can act on, and ``import talk_hf`` would print all
+four lines.  `import_transformers_quietly` imports ``transformers.modeling_utils`` with exactly those
 records dropped, from those two loggers, for the duration of that import only: any other message,
-or the same ones from a torchao imported elsewhere first, is printed as before.
+or the same ones from a torchao imported elsewhere first, is printed as usual.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ The package otherwise imports only transformers' documented top-level names (``P
 ``PretrainedConfig``, ``GenerationMixin``, the ``modeling_outputs`` dataclasses).  What follows is
 public enough to rely on but not promised stable across 5.x minor releases: a release that moves
 or renames one of these breaks this file only.  Each item says what it is, why the package needs
-it, and which releases it was checked against (5.17, 5.23 and 5.24 at the time of writing; the CI
-runs the oldest and the newest).
+it, and which releases it is checked against (5.17, 5.23 and 5.24; the CI runs the oldest and the
+newest).
 """
 
 from __future__ import annotations

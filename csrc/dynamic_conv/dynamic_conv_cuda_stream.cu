@@ -33,8 +33,8 @@
 //   Instructions per element: K fused multiply-adds, K shared loads of x, K / kGradTapsPerThread of
 //   grad_out, plus the staging (~4 per staged value, 2 + (kGradTaps - 1) / kGradRows staged values
 //   per element and tap block): ~2.1 K + 8, ~73 at K = 31.  The shared loads bound it (one warp
-//   load per clock and SM against four fused multiply-adds): on an H100 ~0.27e12 elements/s at
-//   K = 31, ~65% of copy bandwidth in float32; register-blocking steps too is the next step.
+//   load per clock and SM against four fused multiply-adds), below copy bandwidth in float32 at
+//   K = 31 (measured: benchmarks/README.md, "On an H200").
 //
 // Packed rows (`spans`: talk_math.h's RowSpans, the row, or DocumentSpans, a token's document): a
 // tap of token t that reads outside t's document gets weight zero as the block stages the weights

@@ -3,13 +3,12 @@
 ``onnxruntime.quantization.quantize_dynamic`` stores every MatMul/Gemm weight in int8 (one scale per
 tensor) and quantizes the activations at each call (``DynamicQuantizeLinear`` + ``MatMulInteger``);
 the embeddings and the window sums stay float32 (and ``beam_candidates.onnx``, which has no weights, is
-left as it is).  In bench_serving (2-core AMD EPYC, one thread) it
-decoded 2.1x the float32 export's tokens/s at batch 1 and 1.7x at batch 32 x beam 5.  The manifest
-records it (``"int8"``), and a folder already quantized is refused: quantize a float32 export.
+left as it is).  The manifest records it (``"int8"``), and a folder already quantized is refused:
+quantize a float32 export.
 
-One scale per tensor: on the small TaLK (random weights, one thread, AVX-512 VNNI) ``per_channel=True``
-cut the logits' RMS error against float32 from 1.5% to 1.1% of their spread but made a batch-1 step
-1.24x slower (equal at 160 rows); ``reduce_range=True`` ran as fast with 1.7x the error.
+One scale per tensor: ``per_channel=True`` made a decoding step slower for a small gain in accuracy,
+and ``reduce_range=True`` was less accurate at the same speed (docs/serving.md, "Exported to ONNX";
+the speed of the int8 export: benchmarks/README.md, "Serving against CTranslate2").
 """
 
 from __future__ import annotations

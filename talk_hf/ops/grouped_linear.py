@@ -7,10 +7,9 @@ without the layout copies of its ``einsum`` form:
 which wants the groups outermost: it copies x into (G, N, I) and its (G, N, O) result back, and
 its backward copies twice more.  Here one batched product (``bmm``) reads each group's columns of
 x where they lie, as a strided (G, N, I) view, and writes each group's columns of the output where
-they belong, forward and backward (`_GroupedLinear`).  In SliceNet's training step that made the
-step about 4% faster than the einsum (docs/models.md).  While
-``torch.compile`` traces, for tensor subclasses and under autocast it runs the einsum, which the
-compiler lays out and autocast casts itself.
+they belong, forward and backward (`_GroupedLinear`), which measured faster than the einsum in
+SliceNet's training step (docs/models.md).  While ``torch.compile`` traces, for tensor subclasses
+and under autocast it runs the einsum, which the compiler lays out and autocast casts itself.
 """
 
 from __future__ import annotations

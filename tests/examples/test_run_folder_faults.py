@@ -30,8 +30,8 @@ def save(accelerator, final, text):
 
 
 def test_saves_over_a_symlinked_best_replace_the_link_and_leave_its_target(tmp_path, capsys):
-    """The first save over a best/ that links elsewhere left a best.old link, and every later save
-    died with NotADirectoryError: each save now replaces the link itself and leaves no debris."""
+    """Saves over a best/ that links elsewhere replace the link itself, every time (no best.old link left
+    behind, no NotADirectoryError at the next save), and leave what it links to as it was."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "weights.txt").write_text("the user's")

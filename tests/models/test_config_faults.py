@@ -35,7 +35,7 @@ def _save_with(tmp_path, config, **json_fields):
 @pytest.mark.parametrize("text", ["false", "no", "0", ""])
 @pytest.mark.parametrize("field", BOOL_FIELDS)
 def test_a_string_in_a_bool_field_of_config_json_fails_naming_the_field(tmp_path, config_class, text, field):
-    """A non-empty string is truthy: "false" used to turn the field on."""
+    """A non-empty string is truthy: "false" would turn the field on, so a string is refused."""
     folder = _save_with(tmp_path, config_class(), **{field: text})
     with pytest.raises(TypeError, match=f"{field} must be True or False, got '{text}' \\(str\\)"):
         AutoConfig.from_pretrained(folder)
@@ -199,7 +199,7 @@ def test_sizes_of_real_models_pass_up_to_the_limits():
     ],
 )
 def test_fields_set_by_their_transformers_alias_are_checked(config_class, alias, field, value, message):
-    """``hidden_size=`` used to be set after the checks (and after the defaults that follow d_model)."""
+    """A field set by its transformers alias (``hidden_size=`` for d_model) is checked as the field itself is."""
     with pytest.raises(ValueError, match=message):
         config_class(**{alias: value})
 

@@ -84,7 +84,7 @@ def _check_every_case(rank: int, port: int, folder: Path) -> None:
             # Rows of equal length and no padding: the mean of the two halves' losses is the whole
             # batch's loss, and FSDP's reduce-scatter averages the gradients over the processes.
             # Then optimizer steps: the losses and weights follow the unsharded model's (the second
-            # step is where a weight sharded twice, in two FSDP groups, used to go wrong).
+            # step is where a weight sharded twice, in two FSDP groups, would go wrong).
             inputs, labels = training_inputs(case, batch=2 * WORLD_SIZE)
             rows = slice(2 * rank, 2 * rank + 2)
             # SGD with momentum, not Adam: Adam scales each entry's noise up to the learning rate (the

@@ -70,8 +70,8 @@ def test_chunk_size_leaves_eight_chunks_to_rank_in_small_vocabularies():
 
 
 def test_a_folder_without_the_candidates_graph_decodes_greedily_and_names_the_re_export(tmp_path):
-    """A folder exported before beam_candidates.onnx (no such file or manifest entry): greedy decoding runs
-    as before, beam search is refused with the command that re-exports the model."""
+    """A folder without beam_candidates.onnx (no such file or manifest entry): greedy decoding runs, beam
+    search is refused with the command that re-exports the model."""
     case = EXPORTED["dynamic-lm"]
     export_onnx(case.model(), tmp_path, exporter="torchscript")
     ids, mask = (tensor.numpy() for tensor in _inputs(case))

@@ -15,7 +15,7 @@ LEGACY_CONV_TYPES = {"dynamic": "dynamic_conv", "lightweight": "light_conv"}
 
 
 def canonical_conv_type(conv_type: str) -> str:
-    """``conv_type`` as configurations name it now (a saved legacy value becomes its current name)."""
+    """``conv_type``'s canonical name: a legacy spelling (`LEGACY_CONV_TYPES`) maps to it."""
     return LEGACY_CONV_TYPES.get(conv_type, conv_type)
 
 

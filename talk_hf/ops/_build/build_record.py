@@ -29,7 +29,7 @@ class FaultCause(enum.Enum):
     """Why a folder's library is not imported."""
 
     NOT_BUILT = enum.auto()  # there is no library
-    NO_RECORD = enum.auto()  # its build did not finish (or predates completion records)
+    NO_RECORD = enum.auto()  # its build did not finish, or wrote no completion record
     UNREADABLE_RECORD = enum.auto()  # the record or the library cannot be read
     MISMATCH = enum.auto()  # the library is not the one its build recorded
     NOT_IMPORTABLE = enum.auto()  # intact, but its import fails (e.g. a libtorch that is gone)
