@@ -130,10 +130,16 @@ def export_for_remote_code(save_directory: str | Path, *, overwrite: bool = Fals
         The ``auto_map`` written into ``config.json``.
 
     Raises:
+        FileNotFoundError: ``save_directory`` holds no ``config.json``.
         FileExistsError: naming the files of ``save_directory`` that an export did not write and would replace.
     """
     save_directory = Path(save_directory)
     config_path = save_directory / "config.json"
+    if not config_path.is_file():
+        raise FileNotFoundError(
+            f"export_for_remote_code: {save_directory} has no config.json; pass the folder that a talk_hf model's "
+            "save_pretrained (or the training scripts' best/) wrote"
+        )
     config = json.loads(config_path.read_text(encoding="utf-8"))
     config_class, base_class, head_class, head_auto_class = family_of(config.get("model_type"))
 

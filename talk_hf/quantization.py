@@ -89,7 +89,7 @@ def quantize_int8(model: nn.Module, method: str = "dynamic") -> int:
             from torchao.quantization import Int8WeightOnlyConfig, quantize_
         except ImportError as error:
             raise ImportError(
-                "quantize_int8: method='weight_only' needs torchao (pip install talk_hf[serving])"
+                "quantize_int8: method='weight_only' needs torchao (pip install torchao, or the serving extra: pip install -e '<talk_hf clone>[serving]')"
             ) from error
         # version=2: Int8Tensor weights (what the tests and measurements saw), named so that a later
         # torchao default does not change the format; set_inductor_config: torch._inductor's settings stay.

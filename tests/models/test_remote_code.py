@@ -109,6 +109,12 @@ def test_export_rejects_a_folder_of_another_model(tmp_path):
         talk_hf.export_for_remote_code(tmp_path)
 
 
+def test_export_names_a_folder_without_a_config(tmp_path):
+    with pytest.raises(FileNotFoundError, match="has no config.json"):
+        talk_hf.export_for_remote_code(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_flattening_rewrites_every_relative_import_form(tmp_path, monkeypatch):
     """``from ..m import x``, ``from .. import (a as b, c)``: the flat copies import and run."""
     from talk_hf import hub
