@@ -48,8 +48,8 @@ struct Span {
   int64_t first, last;
 };
 
-// The span of every token of a row: [0, T - 1].  Its bounds are the constants the kernels had before
-// packing, so a kernel instantiated with RowSpans compiles to its unpacked form (`packed` is false).
+// The span of every token of a row: [0, T - 1], the row's constant edges, so a kernel instantiated
+// with RowSpans compiles to its unpacked form, with no per-token edge loads (`packed` is false).
 struct RowSpans {
   static constexpr bool packed = false;
   int64_t length;
