@@ -5,8 +5,9 @@ For each case (B, T, C, k, dilation, padding) it times, in one run and interleav
 (no autograd) and forward+backward (grad x and grad weight) of the ``cpu`` backend and of the
 ``torch`` backend (pad + ``conv1d(groups=C)`` + transposes), and ``x.clone()`` (a copy: the
 memory-bandwidth yardstick).  The backward is forward+backward minus forward.  Each timing is the
-median of ``--repeats``; the whole sweep runs ``--rounds`` times and the report gives each ratio's
-median and spread (min, max) over the rounds, because the machine may be shared.
+median of ``--repeats`` calls, the five measurements' calls interleaved (`_timing.interleaved`);
+the whole sweep runs ``--rounds`` times and the report gives each ratio's median and spread (min,
+max) over the rounds, because the machine may be shared.
 
 Ratios: ``speedup_*`` = conv1d time / ours (> 1: ours faster); ``*_copy_fraction`` = clone time /
 the op's time (1.0: the op runs at copy speed; a forward reads x and writes out, as a clone does).
@@ -18,11 +19,10 @@ the op's time (1.0: the op runs at copy speed; a forward reads x and writes out,
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 from _device import add_cpu_options, parse_cpu_args, run_metadata, write_report
+from _timing import interleaved, spread
 
 from talk_hf.models.slicenet.configuration_slicenet import SliceNetConfig
 from talk_hf.ops import depthwise_conv, prepare_backend
@@ -47,45 +47,35 @@ def cases() -> list[dict]:
     return [dict(row, padding=padding) for row in rows for padding in ("causal", "centred")]
 
 
-def median_time(function, repeats: int) -> float:
-    """Median wall time of ``function()`` over ``repeats`` calls, after one warm-up call."""
-    function()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def time_case(case: dict, *, repeats: int) -> dict:
-    """Seconds of each measurement of one case, interleaved so that load changes hit all alike."""
+    """Median seconds of each measurement of one case over ``repeats`` interleaved calls (after one
+    warm-up call each), so that load changes hit all alike."""
     x = torch.randn(case["batch"], case["length"], case["channels"], requires_grad=True)
     weight = torch.randn(case["channels"], case["kernel_size"], requires_grad=True)
     grad_out = torch.randn_like(x)
     options = dict(dilation=case["dilation"], padding=case["padding"])
 
     def forward(backend):
-        def run():
+        def run(number):
             with torch.no_grad():
                 depthwise_conv(x, weight, backend=backend, **options)
 
         return run
 
     def forward_backward(backend):
-        def run():
+        def run(number):
             torch.autograd.grad(depthwise_conv(x, weight, backend=backend, **options), (x, weight), grad_out)
 
         return run
 
     measurements = {
-        "copy": lambda: x.detach().clone(),
+        "copy": lambda number: x.detach().clone(),
         "ours_forward": forward("cpu"),
         "conv1d_forward": forward("torch"),
         "ours_forward_backward": forward_backward("cpu"),
         "conv1d_forward_backward": forward_backward("torch"),
     }
-    return {name: median_time(run, repeats) for name, run in measurements.items()}
+    return {name: timing.median_s for name, timing in interleaved(measurements, rounds=repeats).items()}
 
 
 def ratios(seconds: dict) -> dict:
@@ -122,14 +112,7 @@ def table_row(case: dict, summary: dict) -> str:
 
 def spread_over_rounds(per_round: list[dict]) -> dict:
     """Each ratio's median, min and max over the rounds (``ratios`` of one case, one per round)."""
-    return {
-        name: {
-            "median": statistics.median(r[name] for r in per_round),
-            "min": min(r[name] for r in per_round),
-            "max": max(r[name] for r in per_round),
-        }
-        for name in per_round[0]
-    }
+    return {name: spread(r[name] for r in per_round) for name in per_round[0]}
 
 
 def main() -> None:

@@ -22,12 +22,11 @@ keys/values of seq2seq models are the same for every model and reported apart).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
-from _device import add_cpu_options, add_device_option, parse_cpu_args, run_metadata, synchronize, write_report
+from _device import add_cpu_options, add_device_option, parse_cpu_args, run_metadata, write_report
 from _models import ModelShape, add_shape_options, baseline_of, build_model, causal_lm_models, seq2seq_models
+from _timing import Stopwatch, Timing, interleaved
 
 from talk_hf.transformers_internals import CACHE_NAME  # the cache's argument name (renamed in transformers 5.24)
 
@@ -64,10 +63,12 @@ class Decoder:
     """One model decoding ``rows`` sequences from position ``position`` on, one token per step."""
 
     @torch.no_grad()
-    def __init__(self, model, *, is_seq2seq: bool, rows: int, beams: int, position: int, args):
+    def __init__(self, model, *, is_seq2seq: bool, rows: int, beams: int, position: int, steps: int, args):
         """Prefill one row of ``position`` tokens, then repeat the state to ``rows`` rows (the
         step time depends on the state's size, not on its values; this keeps prefill cheap).
-        ``rows`` holds ``beams`` beams of each sequence; ``args``: the command line's sizes."""
+        ``rows`` holds ``beams`` beams of each sequence; ``steps``: the decoding steps it will run
+        (their tokens and masks are made here, outside the timed steps); ``args``: the command
+        line's sizes."""
         self.model, self.is_seq2seq, self.rows, self.position = model, is_seq2seq, rows, position
         self.device = args.device
         self.generator = torch.Generator().manual_seed(0)
@@ -86,42 +87,37 @@ class Decoder:
         self.beam_idx = (
             torch.arange(rows, device=self.device).view(-1, beams).roll(1, dims=1).flatten() if beams > 1 else None
         )
-        self.times: list[float] = []  # wall-clock seconds per step
-        self.cpu_times: list[float] = []  # CPU seconds of this process per step
+        self.step_tokens = [self.tokens(1) for _ in range(steps)]  # (rows, 1) each
+        # (rows, position + steps) ones: a step's attention mask is its first columns (LMs only)
+        self.mask = None if is_seq2seq else torch.ones(rows, position + steps, dtype=torch.long, device=self.device)
+        self.steps_run = 0
 
     def tokens(self, length: int, rows: int | None = None) -> torch.Tensor:
         rows = self.rows if rows is None else rows
         return torch.randint(3, self.vocab, (rows, length), generator=self.generator).to(self.device)
 
     @torch.no_grad()
-    def step(self, record: bool) -> None:
-        """One decoding step: forward of one token per row, argmax, beam reordering."""
+    def step(self, number: int) -> None:
+        """One decoding step (``number``: `_timing.interleaved`'s call number, unused): forward of one
+        token per row, argmax, beam reordering."""
         self.position += 1
-        mask = (
-            {}
-            if self.is_seq2seq
-            else {"attention_mask": torch.ones(self.rows, self.position, dtype=torch.long, device=self.device)}
-        )
-        token = self.tokens(1)
-        synchronize(self.device)
-        start, start_cpu = time.perf_counter(), time.process_time()
+        mask = {} if self.mask is None else {"attention_mask": self.mask[:, : self.position]}
+        token = self.step_tokens[self.steps_run]
+        self.steps_run += 1
         outputs = self.model(**self.inputs, **mask, **{self.key: token, CACHE_NAME: self.cache}, use_cache=True)
         outputs.logits[:, -1].argmax(-1)
         if self.beam_idx is not None:
             getattr(outputs, CACHE_NAME).reorder_cache(self.beam_idx)
-        synchronize(self.device)
-        if record:
-            self.times.append(time.perf_counter() - start)
-            self.cpu_times.append(time.process_time() - start_cpu)
         self.cache = getattr(outputs, CACHE_NAME)
 
-    def result(self) -> dict:
+    def result(self, timing: Timing) -> dict:
+        """The report's entry: ``timing`` of this decoder's timed steps, and its state's bytes."""
         self_bytes, cross_bytes = state_bytes(self.cache)
         return {
-            "step_s": statistics.median(self.times),
-            "step_min_s": min(self.times),
-            "step_cpu_s": statistics.median(self.cpu_times),
-            "steps": len(self.times),
+            "step_s": timing.median_s,
+            "step_min_s": timing.best_s,
+            "step_cpu_s": timing.cpu_median_s,
+            "steps": len(timing.wall_s),
             "state_bytes": self_bytes,
             "cross_attention_bytes": cross_bytes,
         }
@@ -129,22 +125,27 @@ class Decoder:
 
 def measure_setting(models: dict, *, rows: int, beams: int, args) -> dict:
     """Step times of every model at every position, in interleaved rounds over all (model,
-    position) pairs, so that load from other processes hits every measurement alike."""
+    position) pairs (`_timing.interleaved`: ``--warmup`` untimed steps each, then ``--rounds``
+    rounds of ``--steps`` timed steps each), so that load from other processes hits every
+    measurement alike."""
+    steps = args.warmup + args.rounds * args.steps
     decoders = {
-        (name, position): Decoder(model, is_seq2seq=is_seq2seq, rows=rows, beams=beams, position=position, args=args)
+        (name, position): Decoder(
+            model, is_seq2seq=is_seq2seq, rows=rows, beams=beams, position=position, steps=steps, args=args
+        )
         for name, (model, is_seq2seq) in models.items()
         for position in args.positions
     }
-    for decoder in decoders.values():
-        for _ in range(args.warmup):
-            decoder.step(record=False)
-    for _ in range(args.rounds):
-        for decoder in decoders.values():
-            for _ in range(args.steps):
-                decoder.step(record=True)
+    timings = interleaved(
+        {pair: decoder.step for pair, decoder in decoders.items()},
+        rounds=args.rounds,
+        calls=args.steps,
+        warmup=args.warmup,
+        stopwatch=Stopwatch(args.device),
+    )
     results = {name: {} for name in models}
     for (name, position), decoder in decoders.items():
-        results[name][str(position)] = decoder.result()
+        results[name][str(position)] = decoder.result(timings[name, position])
     return results
 
 

@@ -12,8 +12,9 @@ For the weight shapes of the decoding benchmarks' models (d, FFN size f, vocabul
 * ``weight.sum()``, one sequential read of the weight: the memory bound a one-row product can reach.
 
 Every call reads a different copy of the weight (copies cycle through ``--megabytes`` of memory
-per layout, far beyond the caches), as a decoding step reads every layer's weight once.  Rounds interleave
-the methods, so load from other processes hits them alike; each figure is the median round.
+per layout, far beyond the caches), as a decoding step reads every layer's weight once.  After one
+warm-up round of ``--calls`` calls each, rounds interleave the methods (`_timing.interleaved`), so
+load from other processes hits them alike; each figure is the median round.
 
     python benchmarks/bench_linear.py --threads 1        # writes results/linear_cpu.json
 """
@@ -21,13 +22,12 @@ the methods, so load from other processes hits them alike; each figure is the me
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
 from _device import add_cpu_options, parse_cpu_args, run_metadata, write_report
 from _models import ModelShape, add_shape_options
+from _timing import interleaved
 
 from talk_hf.ops import _extension
 from talk_hf.ops.linear import MAX_ROWS
@@ -63,17 +63,17 @@ def measure(out_features: int, in_features: int, *, rows: int, args) -> dict:
     weights = [torch.randn(out_features, in_features) for _ in range(copies)]
     weights_in_out = [weight.t().contiguous() for weight in weights]
     bias, input = torch.randn(out_features), torch.randn(rows, in_features)
-    timings = {name: [] for name in methods()}
+
+    def calls_of(method):
+        def run(number):
+            for index in range(args.calls):
+                method(input, weights[index % copies], weights_in_out[index % copies], bias)
+
+        return run
+
     with torch.no_grad():
-        for _ in range(args.rounds):
-            for name, function in methods().items():
-                for weight, weight_in_out in zip(weights[:2], weights_in_out[:2], strict=True):  # warm-up
-                    function(input, weight, weight_in_out, bias)
-                start = time.perf_counter()
-                for index in range(args.calls):
-                    function(input, weights[index % copies], weights_in_out[index % copies], bias)
-                timings[name].append((time.perf_counter() - start) / args.calls)
-    seconds = {name: statistics.median(times) for name, times in timings.items()}
+        timings = interleaved({name: calls_of(method) for name, method in methods().items()}, rounds=args.rounds)
+    seconds = {name: timing.median_s / args.calls for name, timing in timings.items()}
     return {f"{name}_GBps": weight_bytes / time_s / 1e9 for name, time_s in seconds.items()} | {
         "kernel_speedup": seconds["F.linear"] / seconds["few_rows_linear"],
         "kernel_over_sequential_read": seconds["sequential read"] / seconds["few_rows_linear"],

@@ -34,7 +34,6 @@ import platform
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -44,7 +43,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _device import RESULTS, add_device_option, device_name, process_status_bytes, synchronize  # noqa: E402
+from _device import RESULTS, add_device_option, device_name, process_status_bytes  # noqa: E402
+from _timing import Stopwatch, interleaved  # noqa: E402
 
 import talk_hf  # noqa: E402
 from talk_hf.ops import dynamic_conv, light_conv, talk_conv  # noqa: E402
@@ -180,32 +180,26 @@ def measure_references(device, *, dtype, nbytes: int, min_seconds: float) -> Ref
     copy_bytes = max(nbytes, 2**28 if device.type == "cuda" else 2**26)
     copy_source = torch.empty(copy_bytes // 4, device=device, dtype=torch.float32).uniform_()
     copy_target = torch.empty_like(copy_source)
-    copy_seconds = median_seconds(lambda: copy_target.copy_(copy_source), device=device, min_seconds=min_seconds)
     clone_source = torch.empty(max(nbytes, 2**26) // 4, device=device, dtype=torch.float32).uniform_()
-    clone_seconds = median_seconds(clone_source.clone, device=device, min_seconds=min_seconds)
     size = 8192 if device.type == "cuda" else 2048
     a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
-    matmul_seconds = median_seconds(lambda: a @ b, device=device, min_seconds=min_seconds)
+    references = {
+        "copy": lambda number: copy_target.copy_(copy_source),
+        "clone": lambda number: clone_source.clone(),
+        "matmul": lambda number: a @ b,
+    }
+    seconds = {name: timing.median_s for name, timing in timed(references, device, min_seconds).items()}
     return References(
-        copy_bytes_per_s=2 * copy_source.nbytes / copy_seconds,
-        clone_bytes_per_s=2 * clone_source.nbytes / clone_seconds,
-        matmul_flops_per_s=2 * size**3 / matmul_seconds,
+        copy_bytes_per_s=2 * copy_source.nbytes / seconds["copy"],
+        clone_bytes_per_s=2 * clone_source.nbytes / seconds["clone"],
+        matmul_flops_per_s=2 * size**3 / seconds["matmul"],
     )
 
 
-def median_seconds(step, *, device, min_seconds: float, max_repeats: int = 50) -> float:
-    """Median wall time of ``step()`` after one warm-up call, repeated for at least ``min_seconds``."""
-    step()
-    synchronize(device)
-    times = []
-    while (sum(times) < min_seconds or len(times) < 3) and len(times) < max_repeats:
-        start = time.perf_counter()
-        step()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-        if times[-1] > 5 * min_seconds:  # very slow case: three samples are enough
-            break
-    return statistics.median(times)
+def timed(functions: dict, device, min_seconds: float) -> dict:
+    """`_timing.interleaved` as every measurement here takes it: one warm-up call each, then at least
+    three interleaved rounds and more (up to 50) until each function has run ``min_seconds``."""
+    return interleaved(functions, rounds=3, min_seconds=min_seconds, max_rounds=50, stopwatch=Stopwatch(device))
 
 
 def time_case(case: Case, *, min_seconds: float, backend=None) -> tuple[float, float]:
@@ -219,19 +213,17 @@ def time_case(case: Case, *, min_seconds: float, backend=None) -> tuple[float, f
     with torch.no_grad():
         output_gradient = torch.randn_like(run())
 
-    def forward():
+    def forward(number):
         with torch.no_grad():
             run()
 
-    def forward_backward():
+    def forward_backward(number):
         for tensor in inputs:
             tensor.grad = None
         run().backward(output_gradient)
 
-    return (
-        median_seconds(forward, device=case.device, min_seconds=min_seconds),
-        median_seconds(forward_backward, device=case.device, min_seconds=min_seconds),
-    )
+    timings = timed({"forward": forward, "forward_backward": forward_backward}, case.device, min_seconds)
+    return timings["forward"].median_s, timings["forward_backward"].median_s
 
 
 def peak_forward_bytes(case: Case, *, backend: str = "auto") -> int:
