@@ -19,8 +19,7 @@ from transformers.utils import logging as transformers_logging
 from .atomic_files import existing_dir
 from .file_checks import HASHES_FILE, HASHES_KEY, file_hashes, saved_model_problem
 from .folder_saves import save_folder
-from .messages import warn
-from .options import fail
+from .messages import fail, warn
 from .training_state import load_state, save_state
 
 

@@ -25,7 +25,7 @@ import json
 import zlib
 from pathlib import Path
 
-from .options import fail
+from .messages import fail
 
 TEXT_SUFFIX = {"text": "txt"}  # the column `text` lives in `{split}.txt`
 _MISSING = object()  # what `_column` finds for a column that a record lacks

@@ -16,8 +16,7 @@ from pathlib import Path
 from accelerate.utils import gather_object
 
 from .atomic_files import existing_dir, remove_entry, replace_dir
-from .messages import first_line, warn
-from .options import fail
+from .messages import fail, first_line, warn
 
 FULL_BELOW = 1 << 20  # bytes: a disk with less free space than this counts as full
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)

@@ -15,9 +15,8 @@ from transformers import AutoConfig
 import talk_hf
 
 from .atomic_files import remove_entry
-from .messages import first_line
+from .messages import fail, first_line
 from .models import is_ours
-from .options import fail
 
 
 def check_upload(args):

@@ -1,39 +1,75 @@
-"""The Accelerate training loop of the translation and language-modeling scripts.
+"""The Accelerate training run of the translation and language-modeling scripts.
 
-    with training_run(args) as accelerator:  # the run's Accelerator, in its locked output folder
-        ...                                  # the script's tokenizer, data, model, loss and evaluation
+    with loop.training_run(args) as accelerator:  # the run's Accelerator, in its locked output folder
+        ...                                       # the script's tokenizer, data, model, loss and evaluation
         loop.train(accelerator, args, model=model, ...)  # loader, optimizer and schedule, then `fit`
 
-`fit` trains until `max_steps` optimizer steps or the training-time budget, evaluating, keeping
+`training_run` makes the Accelerator and the records every run starts with; the folder itself (the
+lock, a fresh start or a resume, its files) is `run_folder`'s. `fit` trains until `max_steps` optimizer steps or the training-time budget, evaluating, keeping
 the best model and saving along the way; `train_step` is one optimizer step. A step consumes
 `accumulation` micro-batches on each of the `num_processes` processes. Its loss is the sum over all
 target tokens of that global batch divided by their count, whatever the split into processes and
 micro-batches: one process with accumulation 2 and two processes without accumulation compute the
-same loss and gradients.
-
-What the loop leans on: `training_run` (the Accelerator, in the run's folder), `optimizer_steps`
-(the step count, AdamW and its schedule), `loop_settings` (`Settings`: what `fit` reads of the
-command line), `checkpoints` (`Progress`, saving and resuming), `records` (log.jsonl), `clock` and
-`signals` (training time, terminal stops), `averaging` (`--average_last`).
+same loss and gradients. The order a step goes through the other modules: examples/common/__init__.py.
 """
 
+from contextlib import contextmanager
 from dataclasses import asdict
 from functools import partial
 
 import torch
+from accelerate import Accelerator
+from accelerate.utils import GradientAccumulationPlugin, set_seed
 
 import talk_hf
 
-from . import checkpoints
+from . import checkpoints, run_folder, run_outputs
 from .averaging import weight_average
 from .batching import make_train_loader
 from .checkpoints import Progress
-from .clock import SlowdownDetector, TrainingClock
-from .loop_settings import STOP_AFTER_STEPS, Settings
+from .folder_saves import full_disk_is_an_error
 from .models import is_ours
 from .optimizer_steps import batches_that_fit, make_optimizer, total_steps
-from .records import TrainingLog
+from .pacing import STOP_AFTER_STEPS, Settings, SlowdownDetector, TrainingClock
+from .records import TrainingLog, write_environment
 from .signals import stops_off_the_clock
+from .threads import set_threads
+
+
+@contextmanager
+def training_run(args):
+    """The `Accelerator` of a run of `args`, in its output folder (a `with` block).
+
+    The folder is locked for this run and checked for a fresh start or a resume first
+    (`run_folder.open_run`), before anything is written; the lock goes when the block ends.
+    TensorBoard tracks the run when it is installed. Gradients are synchronised every
+    `gradient_accumulation_steps` micro-batches exactly (the sampler makes epochs a whole number of
+    steps), and the scheduler steps once per optimizer step whatever the number of processes: the
+    global batch, not the process count, sets the pace.
+    """
+    accelerator = Accelerator(
+        mixed_precision=args.mixed_precision,
+        gradient_accumulation_plugin=GradientAccumulationPlugin(
+            num_steps=args.gradient_accumulation_steps, sync_with_dataloader=False
+        ),
+        step_scheduler_with_optimizer=False,
+        log_with="tensorboard" if run_outputs.tensorboard_installed() else None,
+        project_dir=args.output_dir,
+    )
+    set_threads(accelerator, args.threads)  # --threads, else the cores other processes leave free
+    lock = run_folder.open_run(accelerator, args)
+    try:
+        with full_disk_is_an_error(args.output_dir):  # a log line or a JSON file that finds the disk full
+            set_seed(args.seed)
+            hparams = {k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool))}
+            accelerator.init_trackers("train", config=hparams)
+            if accelerator.is_main_process:
+                write_environment(args.output_dir, accelerator.num_processes, accelerator.device)
+            yield accelerator
+            accelerator.end_training()
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def train(accelerator, args, *, model, examples, lengths, collate, loss_fn, evaluate, tokenizer, metric, maximize):
@@ -84,7 +120,7 @@ def fit(*, accelerator, model, optimizer, scheduler, train_loader, sampler, loss
         loss_fn: (model, batch) -> (loss_sum, token_count) over the batch's target tokens.
         evaluate: (model) -> {name: float}, run on every process (evaluation is distributed).
         tokenizer: saved beside every model checkpoint.
-        settings: the run's `loop_settings.Settings`.
+        settings: the run's `pacing.Settings`.
     """
     progress = Progress(processes=accelerator.num_processes)  # a resume loads the saved one's
     average = weight_average(accelerator, model, settings.average_last)  # saved with the training state

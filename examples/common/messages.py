@@ -1,7 +1,13 @@
-"""How the scripts tell the user of a problem that does not stop the run (`warn`); one that does
-stops it through `options.fail`. Both name the file, field or argument and what to do."""
+"""How the scripts tell the user of a problem: `fail` stops the script, `warn` lets the run go on.
+Both messages name the file, field or argument and what to do; `first_line` shortens a library's
+error to what such a message quotes of it."""
 
 import sys
+
+
+def fail(message):
+    """Stop the script with `error: message` (exit status 1, no traceback)."""
+    raise SystemExit(f"error: {message}")
 
 
 def warn(message):

@@ -13,13 +13,13 @@ import torch
 from transformers import get_scheduler
 
 from .batching import TokenBatchSampler
-from .options import fail
+from .messages import fail
 
 
 def check_batches(args, lengths) -> None:
-    """Stop (`options.fail`) when training examples of token counts `lengths` cannot fill one
+    """Stop (`messages.fail`) when training examples of token counts `lengths` cannot fill one
     optimizer step of `args` (an example longer than `--max_tokens`, or fewer batches than processes
-    x `--gradient_accumulation_steps`). The scripts call it before `training_run` writes anything.
+    x `--gradient_accumulation_steps`). The scripts call it before `loop.training_run` writes anything.
 
     The process count is the `WORLD_SIZE` that `accelerate launch` (or torchrun) gives each process:
     the run's Accelerator does not exist yet, and making Accelerate's `PartialState` this early broke

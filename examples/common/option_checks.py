@@ -1,14 +1,15 @@
 """The checks of the command-line options that every Accelerate script shares (`options`): ranges,
 flags that go together, paths that exist and sizes that make a valid model, all before any work.
-Each failure stops the script with an error naming the flag (`options.fail`)."""
+Each failure stops the script with an error naming the flag (`messages.fail`)."""
 
 import math
 import os
 from pathlib import Path
 
 from . import hub
+from .messages import fail
 from .models import build_config, presets_of
-from .options import fail, model_sizes
+from .options import model_sizes
 from .tokenizer import SPECIAL_TOKENS
 
 

@@ -1,6 +1,6 @@
-"""The command-line options that every Accelerate script shares: their groups, their help, what some of
-them mean (`model_sizes`, `recipe_dropout`, which may change on resume), and `fail`, how a script stops
-on a bad one. Their checks are `option_checks`'s."""
+"""The command-line options that every Accelerate script shares: their groups, their help and what some
+of them mean (`model_sizes`, `recipe_dropout`, which may change on resume). Their checks are
+`option_checks`'s."""
 
 import argparse
 import copy
@@ -37,11 +37,6 @@ START_FLAGS = frozenset({"resume", "overwrite_output_dir", "allow_changed_args"}
 # Transformer without it). Longer training wants dropout back (`--dropout 0.1` or more). SliceNet's
 # `small` is a size for tests that the recipe did not cover: it keeps its configuration's dropout.
 RECIPE_DROPOUT = 0.0
-
-
-def fail(message):
-    """Stop the script with `error: message` (exit status 1, no traceback)."""
-    raise SystemExit(f"error: {message}")
 
 
 def add_data_options(parser, dataset_name, dataset_config=None):

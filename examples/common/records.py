@@ -16,8 +16,7 @@ from tqdm.auto import tqdm
 import talk_hf
 
 from .atomic_files import write_json, write_text_atomically
-from .messages import warn
-from .options import fail
+from .messages import fail, warn
 
 
 def describe(metrics):

@@ -36,8 +36,7 @@ from . import run_outputs
 from .atomic_files import append_json_line, existing_dir, remove_entry, write_json
 from .file_checks import TOKENIZER_FILES, file_problem
 from .folder_saves import full_disk_is_an_error, save_folder
-from .messages import first_line, warn
-from .options import fail
+from .messages import fail, first_line, warn
 from .records import read_log, write_log
 from .run_settings import check_settings, resume_record, run_settings
 from .tokenizer import SPECIAL_TOKENS, get_tokenizer

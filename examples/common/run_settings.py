@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 from .atomic_files import write_json
-from .messages import warn
-from .options import MAY_CHANGE_ON_RESUME, START_FLAGS, fail
+from .messages import fail, warn
+from .options import MAY_CHANGE_ON_RESUME, START_FLAGS
 
 # Options whose values are paths: the same folder spelled another way is the same setting.
 PATH_OPTIONS = frozenset({"output_dir", "data_dir", "tokenizer"})

@@ -36,7 +36,7 @@ def _stop_this_process(signum, frame):
 def stops_off_the_clock(clock):
     """Make a terminal stop stop the process without charging the training time of `clock`.
 
-    Inside the block, SIGTSTP pauses `clock` (a `clock.TrainingClock`), stops the process and,
+    Inside the block, SIGTSTP pauses `clock` (a `pacing.TrainingClock`), stops the process and,
     once it is continued (`fg`, `kill -CONT`), restarts the clock: a time-budgeted run can be
     stopped to free the machine for a while and still trains for its whole budget.
     """

@@ -8,7 +8,7 @@ first measures, for `SAMPLE_SECONDS`, how many of its cores other processes keep
 (`other_load`), takes one thread per core left free (at least one, at most torch's own count:
 `choose_threads`) and says so in one line. `--threads N`
 sets the count without measuring; GPU runs keep torch's default. The machine can get busier later:
-`clock.SlowdownDetector` warns when the steps slow down.
+`pacing.SlowdownDetector` warns when the steps slow down.
 """
 
 import os

@@ -28,8 +28,7 @@ from safetensors.torch import load_file, save_file
 from .atomic_files import existing_dir, flush_to_disk
 from .file_checks import archive_problem, checkpoint_metadata_problem, damaged_file
 from .folder_saves import save_folder
-from .messages import first_line, warn
-from .options import fail
+from .messages import fail, first_line, warn
 
 PROGRESS_FILE = "progress.json"
 AVERAGE_FILE = "weight_average.safetensors"

@@ -31,8 +31,8 @@ from common import checkpoints, hub, loop, optimizer_steps, option_checks, optio
 from common.batching import PackedLMCollator, collate_lm, lm_blocks, lm_documents, pack_documents  # noqa: E402
 from common.data import load_splits, split_name  # noqa: E402
 from common.losses import LossMeter, sequence_nll, token_loss  # noqa: E402
+from common.messages import fail  # noqa: E402
 from common.models import build_model  # noqa: E402
-from common.training_run import training_run  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 import talk_hf  # noqa: E402,F401  (registers our models with the Auto classes)
@@ -77,13 +77,11 @@ def parse_args(argv=None):
     args = option_checks.parse_args(parser, argv)
     option_checks.check_at_least(args, 1, "block_size")
     if args.packing and args.block_size < 2:  # a one-token document predicts nothing
-        options.fail(
-            f"--packing needs --block_size >= 2 (a document of one token predicts nothing), not {args.block_size}"
-        )
+        fail(f"--packing needs --block_size >= 2 (a document of one token predicts nothing), not {args.block_size}")
     if args.lr is None:  # resolved here, so args.json records the rate that ran
         args.lr = default_lr(args.block_size)
     if args.max_tokens < args.block_size:
-        options.fail(f"--max_tokens {args.max_tokens} holds no block of --block_size {args.block_size}")
+        fail(f"--max_tokens {args.max_tokens} holds no block of --block_size {args.block_size}")
     return args
 
 
@@ -104,7 +102,7 @@ def make_blocks(args, tokenizer, texts):
             blocks[key] = lm_blocks(tokenizer(columns["text"])["input_ids"], tokenizer.eos_token_id, args.block_size)
         except ValueError as error:
             limit = "--max_train_samples" if key == "train" else "--max_eval_samples"
-            options.fail(
+            fail(
                 f"--{key}_split {getattr(args, f'{key}_split')}: its text is too short for --block_size "
                 f"{args.block_size}: {error}. Lower --block_size, or give more text ({limit})"
             )
@@ -157,7 +155,7 @@ def main(argv=None):
     blocks = None if args.resume else make_blocks(args, tokenizer, texts)
     if blocks is not None:
         optimizer_steps.check_batches(args, [args.block_size] * len(blocks["train"]))
-    with training_run(args) as accelerator:
+    with loop.training_run(args) as accelerator:
         tokenizer = run_folder.run_tokenizer(accelerator, args, tokenizer)
         blocks = blocks or make_blocks(args, tokenizer, texts)
         train_model(accelerator, args, tokenizer, blocks)

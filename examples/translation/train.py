@@ -26,8 +26,8 @@ from common import checkpoints, hub, loop, optimizer_steps, option_checks, optio
 from common.batching import TranslationCollator  # noqa: E402
 from common.data import load_splits, split_name  # noqa: E402
 from common.losses import LossMeter, sequence_nll, token_loss  # noqa: E402
+from common.messages import fail  # noqa: E402
 from common.models import build_model  # noqa: E402
-from common.training_run import training_run  # noqa: E402
 from transformers import AutoModelForSeq2SeqLM  # noqa: E402
 
 import talk_hf  # noqa: E402,F401  (registers our models with the Auto classes)
@@ -58,9 +58,9 @@ def parse_args(argv=None):
     args = option_checks.parse_args(parser, argv)
     option_checks.check_at_least(args, 1, "max_length", "num_beams", "valid_num_beams")
     if args.source_lang == args.target_lang:
-        options.fail(f"--source_lang and --target_lang are both {args.source_lang!r}: translation needs two languages")
+        fail(f"--source_lang and --target_lang are both {args.source_lang!r}: translation needs two languages")
     if args.max_tokens < args.max_length:  # so that every pair trained on fits in a batch
-        options.fail(
+        fail(
             f"--max_tokens {args.max_tokens} is below --max_length {args.max_length}: a training pair of up to "
             "--max_length tokens must fit in one batch of --max_tokens padded tokens; raise --max_tokens or lower "
             "--max_length"
@@ -133,7 +133,7 @@ def training_examples(args, tokenizer, pairs):
     """The training pairs as token ids (`encode`), those longer than `--max_length` left out."""
     train = encode(tokenizer, pairs, args.max_length)
     if not train:
-        options.fail(f"no training pair is at most --max_length {args.max_length} tokens long: raise it")
+        fail(f"no training pair is at most --max_length {args.max_length} tokens long: raise it")
     return train
 
 
@@ -147,7 +147,7 @@ def main(argv=None):
     train = None if args.resume else training_examples(args, tokenizer, pairs["train"])
     if train is not None:
         optimizer_steps.check_batches(args, example_lengths(train))
-    with training_run(args) as accelerator:
+    with loop.training_run(args) as accelerator:
         tokenizer = run_folder.run_tokenizer(accelerator, args, tokenizer)
         train = train or training_examples(args, tokenizer, pairs["train"])
         train_model(accelerator, args, tokenizer, train, pairs)

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -83,3 +84,10 @@ def load_script(name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+class Vocabulary(SimpleNamespace):
+    """What `build_model` reads of a tokenizer: its length (50) and special ids, given as keywords."""
+
+    def __len__(self):
+        return 50

@@ -4,7 +4,7 @@ import gzip
 import json
 
 import pytest
-from common.data import DataError, load_columns, match_split, read_lines
+from common.data import DataError, load_columns, match_split, read_lines, split_name
 
 from .conftest import MULTI30K, WIKITEXT, requires_data
 
@@ -144,3 +144,15 @@ def test_a_translation_side_without_text_is_refused(tmp_path):
     write_text(tmp_path, "valid.en", ["", " "])
     with pytest.raises(DataError, match=r"valid\.en: column 'en' is blank .* in all 2 records"):
         load_columns(tmp_path, "validation", ["de", "en"])
+
+
+def test_split_name_is_the_split_as_the_data_spells_it(tmp_path):
+    for name in ("train.de", "train.en", "val.de", "val.en", "test_2016_flickr.de", "test_2016_flickr.en"):
+        (tmp_path / name).write_text("x\n")
+    assert split_name(tmp_path, "test") == "test_2016_flickr"
+    assert split_name(tmp_path, "validation") == "val"
+    assert split_name(tmp_path, "train") == "train"
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "dataset_dict.json").write_text(json.dumps({"splits": ["train", "validation", "test"]}))
+    assert split_name(saved, "valid") == "validation"

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 from common.hub import hub_folder
-from common.loop_settings import STOP_AFTER_STEPS
+from common.pacing import STOP_AFTER_STEPS
 from common.records import describe_package_source
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
