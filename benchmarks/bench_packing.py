@@ -28,13 +28,13 @@ import os
 import random
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
 from _device import add_cpu_options, parse_cpu_args, process_status_bytes, run_metadata, write_report
 from _models import ModelShape, add_shape_options, build_model, causal_lm_models
+from _timing import interleaved
 from transformers import DataCollatorForLanguageModeling, DataCollatorWithFlattening
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,26 +91,33 @@ def train_step(model, optimizer, batch: dict) -> None:
 
 
 def time_settings(name: str, prepared: dict[str, list[dict]], args) -> dict[str, dict]:
-    """Interleaved rounds of every setting's batches on one model: real tokens/s of each."""
+    """Interleaved rounds of every setting's batches on one model: real tokens/s of each.
+
+    `_timing.interleaved`: one warm-up step on each setting's first batch, then ``--rounds`` rounds
+    (their order rotating) of ``--steps`` steps of each setting, on batches not run before."""
     torch.manual_seed(0)
     model = build_model(name, ModelShape.from_args(args), 1024, dropout=0.0).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    totals = {setting: {"seconds": 0.0, "real_tokens": 0, "tokens_computed": 0} for setting in prepared}
-    for batches in prepared.values():  # warm-up: one batch of each
-        train_step(model, optimizer, batches[0])
-    for round_index in range(args.rounds):
-        order = list(prepared)[round_index % len(prepared) :] + list(prepared)[: round_index % len(prepared)]
-        for setting in order:
-            start = round_index * args.steps
-            for batch in prepared[setting][start : start + args.steps]:
-                began = time.perf_counter()
-                train_step(model, optimizer, batch)
-                totals[setting]["seconds"] += time.perf_counter() - began
-                totals[setting]["real_tokens"] += real_tokens(batch)
-                totals[setting]["tokens_computed"] += batch["input_ids"].numel()
-    for total in totals.values():
-        total["real_tokens_per_second"] = total["real_tokens"] / total["seconds"]
-        total["padding_fraction"] = 1 - total["real_tokens"] / total["tokens_computed"]
+
+    def steps_of(batches):
+        def step(number):
+            train_step(model, optimizer, batches[number])
+            return real_tokens(batches[number]), batches[number]["input_ids"].numel()
+
+        return step
+
+    functions = {setting: steps_of(batches) for setting, batches in prepared.items()}
+    timings = interleaved(functions, rounds=args.rounds, calls=args.steps, rotate=True)
+    totals = {}
+    for setting, timing in timings.items():
+        real, computed = (sum(counts) for counts in zip(*timing.values, strict=True))
+        totals[setting] = {
+            "seconds": timing.total_s,
+            "real_tokens": real,
+            "tokens_computed": computed,
+            "real_tokens_per_second": real / timing.total_s,
+            "padding_fraction": 1 - real / computed,
+        }
     return totals
 
 
@@ -149,16 +156,27 @@ def probe_memory(name: str, corpus: str, setting: str, args) -> None:
 
 
 def prepare(corpus: str, args) -> dict[str, list[dict]]:
-    """Every setting's collated batches of the corpus's documents (tokenizer trained on them)."""
+    """Every setting's collated batches of the corpus's documents (tokenizer trained on them).
+
+    Raises ValueError when the batches are fewer than the timed steps of a setting (``--rounds`` x
+    ``--steps``): every timed step runs a batch not run before."""
     texts = read_documents(corpus, args.documents)
     tokenizer = train_tokenizer(texts, "bpe", args.vocab)
     token_lists = [ids[: args.max_length] for ids in tokenizer(texts)["input_ids"] if ids]
-    return {
+    prepared = {
         setting: collated(
             setting, document_batches(token_lists, args.batch_documents, "grouped" in setting, seed=0), tokenizer
         )
         for setting in SETTINGS
     }
+    batches, needed = len(prepared[SETTINGS[0]]), args.rounds * args.steps
+    if batches < needed:
+        raise ValueError(
+            f"{corpus}: {len(token_lists)} documents make {batches} batches of --batch-documents "
+            f"{args.batch_documents}, but --rounds {args.rounds} x --steps {args.steps} time {needed} batches of "
+            "each setting: raise --documents or lower --rounds or --steps"
+        )
+    return prepared
 
 
 def main() -> None:
@@ -179,10 +197,10 @@ def main() -> None:
         return
     models = args.models or [name for name in causal_lm_models() if "GPT2" not in name]
     report = {"run": run_metadata("cpu"), "settings": vars(args), "results": {}}
+    prepared = {corpus: prepare(corpus, args) for corpus in args.corpora}  # checks every corpus before timing
     for corpus in args.corpora:
-        prepared = prepare(corpus, args)
         for name in models:
-            report["results"][f"{corpus}/{name}"] = time_settings(name, prepared, args)
+            report["results"][f"{corpus}/{name}"] = time_settings(name, prepared[corpus], args)
             write_report(report, args.out, "bench_packing_cpu.json", announce=False)
     probes = [(name, corpus, setting) for corpus in args.corpora for name in models for setting in SETTINGS]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:

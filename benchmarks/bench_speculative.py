@@ -23,12 +23,11 @@ GPU), one run for all models.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
-from _device import add_cpu_options, add_device_option, parse_cpu_args, run_metadata, synchronize, write_report
+from _device import add_cpu_options, add_device_option, parse_cpu_args, run_metadata, write_report
 from _models import ModelShape, add_shape_options, build_model, causal_lm_models
+from _timing import Stopwatch, interleaved
 
 
 def build_models(args) -> dict[str, torch.nn.Module]:
@@ -85,11 +84,9 @@ class ForwardCounter:
 
 
 @torch.no_grad()
-def timed_generate(model, prompt: torch.Tensor, counter: ForwardCounter, args, **settings) -> dict:
-    """One generate() call: its tokens, wall and CPU seconds, and the model forwards it ran."""
+def greedy_generate(model, prompt: torch.Tensor, counter: ForwardCounter, args, **settings) -> dict:
+    """One greedy generate() call: its tokens and the model forwards it ran."""
     counter.calls = 0
-    synchronize(args.device)
-    start, start_cpu = time.perf_counter(), time.process_time()
     tokens = model.generate(
         input_ids=prompt,
         attention_mask=torch.ones_like(prompt),
@@ -99,39 +96,31 @@ def timed_generate(model, prompt: torch.Tensor, counter: ForwardCounter, args, *
         pad_token_id=0,
         **settings,
     )
-    synchronize(args.device)
-    return {
-        "tokens": tokens,
-        "wall_s": time.perf_counter() - start,
-        "cpu_s": time.process_time() - start_cpu,
-        "forwards": counter.calls,
-    }
+    return {"tokens": tokens, "forwards": counter.calls}
 
 
 def measure(model, following: torch.Tensor, args) -> dict:
-    """Greedy vs prompt lookup on a prompt that walks a cycle, ``args.rounds`` alternating rounds."""
+    """Greedy vs prompt lookup on a prompt that walks a cycle: one warm-up call each, then
+    ``args.rounds`` alternating rounds (`_timing.interleaved`)."""
     model.eval()
     counter = ForwardCounter(model)
     prompt = cycle_walks(1, args.period * args.prompt_repeats, following, torch.Generator().manual_seed(1))
     prompt = prompt.to(args.device)
     lookup = dict(prompt_lookup_num_tokens=args.lookup_tokens, max_matching_ngram_size=args.ngram)
-    timed_generate(model, prompt, counter, args)  # warm-up
-    runs = {"greedy": [], "prompt_lookup": []}
-    for _ in range(args.rounds):
-        runs["greedy"].append(timed_generate(model, prompt, counter, args))
-        runs["prompt_lookup"].append(timed_generate(model, prompt, counter, args, **lookup))
+    modes = {
+        "greedy": lambda number: greedy_generate(model, prompt, counter, args),
+        "prompt_lookup": lambda number: greedy_generate(model, prompt, counter, args, **lookup),
+    }
+    timings = interleaved(modes, rounds=args.rounds, stopwatch=Stopwatch(args.device))
+    runs = {mode: timing.values for mode, timing in timings.items()}
     greedy_tokens = runs["greedy"][0]["tokens"]
     if not all(torch.equal(run["tokens"], greedy_tokens) for mode in runs.values() for run in mode):
         raise AssertionError("prompt lookup changed the greedy tokens")
     sequence = greedy_tokens[0].cpu()
     follows = following[sequence[prompt.shape[1] - 1 : -1]] == sequence[prompt.shape[1] :]
     result = {"continuation_follows_the_cycle": follows.float().mean().item()}
-    for mode, mode_runs in runs.items():
-        result[mode] = {
-            "wall_s": statistics.median(run["wall_s"] for run in mode_runs),
-            "cpu_s": statistics.median(run["cpu_s"] for run in mode_runs),
-            "forwards": mode_runs[0]["forwards"],
-        }
+    for mode, timing in timings.items():
+        result[mode] = {"wall_s": timing.median_s, "cpu_s": timing.cpu_median_s, "forwards": runs[mode][0]["forwards"]}
     statistic = "wall_s" if args.device.startswith("cuda") else "cpu_s"
     result["speedup"] = result["greedy"][statistic] / result["prompt_lookup"][statistic]
     result["new_tokens_per_forward"] = args.new_tokens / result["prompt_lookup"]["forwards"]

@@ -37,14 +37,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 
 import torch
-from _device import add_cpu_options, add_device_option, process_status_bytes, run_metadata, synchronize, write_report
+from _device import add_cpu_options, add_device_option, process_status_bytes, run_metadata, write_report
 from _models import ModelShape, add_shape_options, baseline_of, build_model, causal_lm_models, seq2seq_models
+from _timing import Stopwatch, interleaved
 
 OUT_OF_MEMORY_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc")
 
@@ -78,29 +77,27 @@ def measure_one(name: str, length: int, rows: int, args) -> dict:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batch = make_batch(name, length, rows, args, torch.Generator().manual_seed(0))
     memory_before = memory_in_use(args.device, peak=False)
-    times = []
     device_type = torch.device(args.device).type
-    for step in range(args.warmup + args.steps):
-        synchronize(args.device)
-        start = time.perf_counter()
+
+    def step(number):
         with torch.autocast(device_type, dtype=torch.bfloat16, enabled=args.mixed_precision == "bf16"):
             loss = model(**batch).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        synchronize(args.device)
-        if step >= args.warmup:
-            times.append(time.perf_counter() - start)
+        return loss
+
+    timing = interleaved({name: step}, rounds=args.steps, warmup=args.warmup, stopwatch=Stopwatch(args.device))[name]
     peak = memory_in_use(args.device, peak=True)
     return {
         "status": "ok",
-        "step_s": statistics.median(times),
-        "step_times_s": times,
+        "step_s": timing.median_s,
+        "step_times_s": list(timing.wall_s),
         "memory_before_bytes": memory_before,
         "peak_memory_bytes": peak,
         "training_memory_bytes": peak - memory_before,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "final_loss": loss.item(),
+        "final_loss": timing.values[-1].item(),
     }
 
 
@@ -187,6 +184,8 @@ def parse_args(argv=None):
     for name in args.models:
         if baseline_of(name) not in args.models:
             parser.error(f"--models: {name} needs its baseline {baseline_of(name)!r} too")
+    if args.steps < 1 or args.warmup < 0:
+        parser.error(f"--steps ({args.steps}) must be at least 1 and --warmup ({args.warmup}) at least 0")
     if any(block > args.tokens for block in args.blocks):
         parser.error(f"--tokens ({args.tokens}) must be at least the longest block ({max(args.blocks)})")
     return args

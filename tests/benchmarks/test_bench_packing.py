@@ -2,6 +2,7 @@
 probed for memory, the padded batches hold the same real tokens as the packed ones, and the summary's
 ratios are the ones its docstring defines."""
 
+import argparse
 import json
 import subprocess
 import sys
@@ -48,3 +49,14 @@ def test_the_summary_ratios_are_packed_over_each_padded_setting(report):
             memory = packed["memory"]["added_by_training"] / measured[baseline]["memory"]["added_by_training"]
             assert packed[f"memory_over_{baseline}"] == pytest.approx(memory)
             assert report["summary"][key][f"memory_over_{baseline}"] == round(memory, 2)
+
+
+def test_too_few_documents_for_the_timed_steps_are_refused_before_timing():
+    sys.path.insert(0, str(BENCHMARKS))
+    import bench_packing
+
+    args = argparse.Namespace(documents=6, max_length=512, vocab=300, batch_documents=2, rounds=2, steps=2)
+    with pytest.raises(ValueError, match=r"multi30k: 6 documents make 3 batches .* time 4 batches .*raise --documents"):
+        bench_packing.prepare("multi30k", args)
+    args.steps = 1
+    assert len(bench_packing.prepare("multi30k", args)["packed"]) == 3
