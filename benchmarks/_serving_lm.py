@@ -14,13 +14,10 @@ run as CUDA graphs (`CompileConfig`'s default mode, ``reduce-overhead``).
 from __future__ import annotations
 
 import functools
-import itertools
-import statistics
-import time
 
 import torch
-from _device import synchronize
 from _models import LM_BASELINE, ModelShape, build_model, causal_lm_models
+from _timing import Laps, Stopwatch, Timing
 from transformers import CompileConfig
 from transformers.generation.streamers import BaseStreamer
 
@@ -28,26 +25,21 @@ GPT2_COMPILED = "GPT2 static cache + compile"
 
 
 class StepClock(BaseStreamer):
-    """A `generate` streamer keeping the wall and process CPU time of every `put`: the prompt's, then
-    each new token's (once the tokens' device has finished its queued work)."""
+    """A `generate` streamer keeping a `Stopwatch` reading at every `put`: the prompt's, then each new
+    token's (once the device has finished its queued work)."""
 
-    def __init__(self):
-        self.wall, self.cpu = [], []
+    def __init__(self, stopwatch: Stopwatch):
+        self.laps = Laps(stopwatch)
 
     def put(self, value):
-        synchronize(value.device)
-        self.wall.append(time.perf_counter())
-        self.cpu.append(time.process_time())
+        self.laps.mark()
 
     def end(self):
         pass
 
     def steps(self) -> tuple[list[float], list[float]]:
         """(wall, CPU) seconds of each decoding step after the first new token."""
-        return (
-            [b - a for a, b in itertools.pairwise(self.wall[1:])],
-            [b - a for a, b in itertools.pairwise(self.cpu[1:])],
-        )
+        return self.laps.intervals(skip=1)
 
 
 def eager_generate(model, prompt: torch.Tensor, new_tokens: int, clock: StepClock, **options) -> None:
@@ -131,36 +123,37 @@ def measure_lm(
     }
     if not compile_gpt2:
         report["failed"][GPT2_COMPILED] = "not measured (--no-gpt2-compile)"
-    clocks = {}
+    clocks, stopwatch = {}, Stopwatch(device)
     for threads in thread_counts:
         torch.set_num_threads(threads)
         for name, (model, run) in list(rows.items()):
             for position in positions:
-                start = time.perf_counter()
                 try:
-                    run(models[model], prompts[position], new_tokens, StepClock())
+                    _, seconds, _ = stopwatch.time(
+                        run, models[model], prompts[position], new_tokens, StepClock(stopwatch)
+                    )
                 except Exception as error:  # a row that cannot run here (e.g. no compiler): said in the JSON
                     report["failed"][name] = f"{type(error).__name__}: {error}"
                     del rows[name]
                     break
-                report["rows"][name].setdefault("warmup_s", {})[f"{position}/{threads}"] = time.perf_counter() - start
+                report["rows"][name].setdefault("warmup_s", {})[f"{position}/{threads}"] = seconds
     for _ in range(rounds):
         for threads in thread_counts:
             torch.set_num_threads(threads)
             for name, (model, run) in rows.items():
                 for position in positions:
                     clock = clocks.setdefault((threads, position, name), [])
-                    step_clock = StepClock()
+                    step_clock = StepClock(stopwatch)
                     run(models[model], prompts[position], new_tokens, step_clock)
                     clock.append(step_clock.steps())
     for (threads, position, name), measured in clocks.items():
-        wall = [step for steps, _ in measured for step in steps]
-        cpu = [step for _, steps in measured for step in steps]
+        wall = tuple(step for steps, _ in measured for step in steps)
+        steps = Timing(wall, cpu_s=tuple(step for _, steps in measured for step in steps), values=())
         report["results"].setdefault(f"{threads}-thread", {}).setdefault(str(position), {})[name] = {
-            "tokens_per_s": 1 / statistics.median(wall),
-            "step_s": statistics.median(wall),
-            "step_min_s": min(wall),
-            "step_cpu_s": statistics.median(cpu),
+            "tokens_per_s": 1 / steps.median_s,
+            "step_s": steps.median_s,
+            "step_min_s": steps.best_s,
+            "step_cpu_s": steps.cpu_median_s,
             "steps": len(wall),
         }
     report["summary"] = summarise_lm(report["results"])

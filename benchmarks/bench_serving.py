@@ -15,9 +15,9 @@ layers in int8 (`talk_hf.quantize_int8`); exported to ONNX and run by ONNX Runti
 float32 and with ONNX Runtime's dynamic int8 (every family, SliceNet included); the same
 Marian converted by CTranslate2's `TransformersConverter`, float32 and int8.
 
-Every round translates the round's next ``--sentences`` sentences with every row in every setting, the
-rows' order rotating from round to round, so that load from other processes hits all alike and every
-ratio comes from one run.  tokens/s: target tokens over wall-clock seconds, summed over the rounds.
+In each setting, every round translates the round's next ``--sentences`` sentences with every row, the
+rows' order rotating from round to round (`_timing.interleaved`), so that load from other processes
+hits the rows compared alike and every ratio comes from one run.  tokens/s: target tokens over wall-clock seconds, summed over the rounds.
 Each of our rows records ``ours_over_ctranslate2`` (its tokens/s over CTranslate2's of the same
 precision and setting) and ``ours_over_transformers`` (over Marian's in transformers).  Rows that should
 reproduce another's tokens record the fraction of sentences that they do (``same_tokens_as_reference``):
@@ -51,7 +51,6 @@ import functools
 import importlib.metadata
 import json
 import os
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -75,6 +74,7 @@ from _serving import (
 )
 from _serving_lm import measure_lm
 from _serving_onnx import exportable, exported_copy, exported_int8_copy, onnx_runtime_generate
+from _timing import Timing, interleaved, spread
 
 from talk_hf import quantize_int8
 
@@ -242,33 +242,37 @@ def measure(
 ) -> dict:
     """Translate every round's batches with every row in every setting; per setting and row: tokens,
     wall and CPU seconds, per-round tokens/s, and the output tokens of every sentence."""
-    records = {
-        s.name: {name: {"seconds": 0.0, "cpu_s": 0.0, "tokens": 0, "rounds": [], "outputs": []} for name in table}
-        for s in settings
-    }
-    for setting in settings:  # warm-up: the first batch of two rounds (a compiled row traces a second size)
+    records = {}
+    for setting in settings:
         torch.set_num_threads(setting.threads)
-        for name, row in table.items():
+        for name, row in table.items():  # warm-up: the first batch of two rounds (a compiled row traces a second size)
             for first_rounds in batches[setting.name][:2]:
                 row.run(systems[name], first_rounds[0], setting)
-    names = list(table)
-    for number in range(len(next(iter(batches.values())))):
-        order = names[number % len(names) :] + names[: number % len(names)]
-        for setting in settings:
-            torch.set_num_threads(setting.threads)
-            for name in order:
-                row, record = table[name], records[setting.name][name]
-                start, start_cpu, tokens = time.perf_counter(), time.process_time(), 0
-                for batch in batches[setting.name][number]:
-                    outputs = row.run(systems[name], batch, setting)
-                    record["outputs"].extend(outputs)
-                    tokens += sum(len(output) for output in outputs)
-                seconds = time.perf_counter() - start
-                record["seconds"] += seconds
-                record["cpu_s"] += time.process_time() - start_cpu
-                record["tokens"] += tokens
-                record["rounds"].append(tokens / seconds)
+
+        def translate_round(row, system, setting=setting):
+            def run(number):  # number: the round
+                return [output for batch in batches[setting.name][number] for output in row.run(system, batch, setting)]
+
+            return run
+
+        functions = {name: translate_round(row, systems[name]) for name, row in table.items()}
+        rounds = len(batches[setting.name])
+        timings = interleaved(functions, rounds=rounds, warmup=0, rotate=True)
+        records[setting.name] = {name: record_of(timing) for name, timing in timings.items()}
     return records
+
+
+def record_of(timing: Timing) -> dict:
+    """Tokens, wall and CPU seconds, per-round tokens/s and the outputs of one row's timed rounds
+    (``timing.values``: each round's output token lists)."""
+    tokens = [sum(len(output) for output in outputs) for outputs in timing.values]
+    return {
+        "seconds": timing.total_s,
+        "cpu_s": timing.cpu_total_s,
+        "tokens": sum(tokens),
+        "rounds": [count / seconds for count, seconds in zip(tokens, timing.wall_s, strict=True)],
+        "outputs": [output for outputs in timing.values for output in outputs],
+    }
 
 
 def results_of(records: dict, table: dict[str, Row], settings: list[Setting]) -> dict:
@@ -282,9 +286,7 @@ def results_of(records: dict, table: dict[str, Row], settings: list[Setting]) ->
             per_row[name] = {
                 "tokens_per_s": record["tokens"] / record["seconds"],
                 "tokens_per_cpu_s": record["tokens"] / record["cpu_s"],
-                "round_tokens_per_s": {
-                    k: f(record["rounds"]) for k, f in (("min", min), ("median", statistics.median), ("max", max))
-                },
+                "round_tokens_per_s": spread(record["rounds"]),
                 "tokens": record["tokens"],
                 "seconds": record["seconds"],
                 "sentences": len(outputs),
