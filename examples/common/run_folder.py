@@ -82,12 +82,15 @@ def take_lock(folder, *, overwrite=False):
 
 def foreign_lock_files(folder):
     """The entries `.lock` and `.lock.json` of `folder` that a run did not write: a run's `.lock` is an
-    empty file (not a link), its `.lock.json` a JSON object of exactly the holder's fields."""
+    empty file (not a link), its `.lock.json` a JSON object of exactly the holder's fields. In the
+    folder of a run (its manifest records outputs) a `.lock.json` file that no longer reads as a
+    holder's record is that run's own, damaged: it is written again, not refused."""
     lock, owner = Path(folder) / LOCK, Path(folder) / LOCK_OWNER
     foreign = []
     if os.path.lexists(lock) and (lock.is_symlink() or not lock.is_file() or lock.stat().st_size > 0):
         foreign.append(lock)
-    if os.path.lexists(owner) and (owner.is_symlink() or not owner.is_file() or not is_holder_record(owner)):
+    runs_record = owner.is_file() and (is_holder_record(owner) or bool(run_outputs.recorded_outputs(folder)[0]))
+    if os.path.lexists(owner) and (owner.is_symlink() or not runs_record):
         foreign.append(owner)
     return foreign
 

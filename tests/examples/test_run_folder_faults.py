@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import huggingface_hub
 import pytest
 from accelerate import Accelerator
-from common import hub, run_folder
+from common import hub, run_folder, run_outputs
 from common.atomic_files import replace_dir
 from common.data import split_name
 from common.folder_saves import save_folder
@@ -128,6 +128,20 @@ def test_a_users_lock_json_is_refused_and_kept_unless_overwrite_is_given(tmp_pat
     assert f"--overwrite_output_dir: replacing {folder / '.lock.json'}" in capsys.readouterr().out
     assert set(json.loads((folder / ".lock.json").read_text())) == {"pid", "host", "started", "command"}
     run_folder.take_lock(folder).release()  # a run's own lock files, as a killed run leaves them: no refusal
+
+
+def test_a_runs_own_damaged_lock_json_is_written_again(tmp_path, capsys):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / ".lock.json").write_text('{"pid": 12')  # cut short, in a folder that a run's manifest records
+    (folder / run_outputs.MANIFEST).write_text(json.dumps({"outputs": ["args.json", "state"]}))
+    run_folder.take_lock(folder).release()
+    assert "replacing" not in capsys.readouterr().out
+    assert set(json.loads((folder / ".lock.json").read_text())) == {"pid", "host", "started", "command"}
+    (folder / ".lock.json").unlink()
+    (folder / ".lock.json").symlink_to(folder / run_outputs.MANIFEST)  # a link is never a run's record
+    with pytest.raises(SystemExit, match="holds .lock.json, which no run"):
+        run_folder.take_lock(folder)
 
 
 def test_a_users_lock_file_is_not_truncated_and_a_linked_one_not_followed(tmp_path):
