@@ -22,6 +22,8 @@ Assisted and speculative decoding roll rejected draft tokens back with ``crop``:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from .layers.sinusoidal_positions import positions_from_mask
@@ -214,6 +216,28 @@ class ConvCache(Cache):
         super().__init__(layers=[ConvHistoryLayer(size) for size in history_sizes])
         self.next_positions: torch.Tensor | None = None
 
+    @classmethod
+    def from_state(cls, windows: Sequence[torch.Tensor], next_positions: torch.Tensor) -> ConvCache:
+        """A cache that continues decoding from given state tensors, as an exported decoding step
+        receives them (`talk_hf.export.traced_forward`): the state the step's forward updates.
+
+        Args:
+            windows: per layer, (B, history_size, C) the last mixer inputs, oldest first; each
+                layer holds a copy (its updates in place leave the given tensor as it was).
+            next_positions: (B,) int64, each row's real tokens so far (the next token's position).
+
+        Every layer counts one token seen (``seen``: the windows hold a past, whose length they do not
+        say), so a step continues the windows; ``get_seq_length`` then reads 1.
+        """
+        cache = cls([window.shape[1] for window in windows])
+        for layer, window in zip(cache.layers, windows, strict=True):
+            layer.lazy_initialization(window)
+            layer.window.copy_(window)
+            layer.seen.fill_(1)
+            layer.has_past = True
+        cache.next_positions = _static(next_positions.clone())
+        return cache
+
     @property
     def nbytes(self) -> int:
         """Bytes held by the histories (constant during generation; larger between a recorded chunk and
@@ -315,3 +339,20 @@ class ConvEncoderDecoderCache(FixedStateEncoderDecoderCache):
 
     def __init__(self, history_sizes: list[int]):
         super().__init__(ConvCache(history_sizes), DynamicCache())
+
+    @classmethod
+    def from_state(
+        cls,
+        windows: Sequence[torch.Tensor],
+        next_positions: torch.Tensor,
+        cross_keys_values: Sequence[tuple[torch.Tensor, torch.Tensor]] = (),
+    ) -> ConvEncoderDecoderCache:
+        """`ConvCache.from_state` of ``windows`` and ``next_positions``, with the cross-attention keys
+        and values of the source already computed: ``cross_keys_values[i]`` (each (B, heads, S,
+        head_dim)) for decoder layer i (none: a decoder that reads the encoder output itself)."""
+        cache = cls([window.shape[1] for window in windows])
+        cache.self_attention_cache = ConvCache.from_state(windows, next_positions)
+        for layer_idx, (keys, values) in enumerate(cross_keys_values):
+            cache.cross_attention_cache.update(keys, values, layer_idx)
+            cache.is_updated[layer_idx] = True
+        return cache

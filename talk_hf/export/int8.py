@@ -2,8 +2,10 @@
 
 ``onnxruntime.quantization.quantize_dynamic`` stores every MatMul/Gemm weight in int8 (one scale per
 tensor) and quantizes the activations at each call (``DynamicQuantizeLinear`` + ``MatMulInteger``);
-the embeddings and the window sums stay float32 (and ``beam_candidates.onnx``, which has no weights, is
-left as it is).  The manifest records it (``"int8"``), and a folder already quantized is refused:
+the window sums and the convolutions stay float32 (ONNX Runtime's CPU provider has no
+``ConvInteger`` for int8 weights: a ``conv1d`` of the model's forward, such as LightConv's encoder or
+SliceNet's regular convolutions over a source, keeps its float weights), and ``beam_candidates.onnx``,
+which has no weights, is left as it is.  The manifest records it (``"int8"``), and a folder already quantized is refused:
 quantize a float32 export.
 
 One scale per tensor: ``per_channel=True`` made a decoding step slower for a small gain in accuracy,
@@ -36,6 +38,7 @@ def quantize_exported(folder: str | Path) -> list[str]:
         FileNotFoundError / ValueError: no valid export in ``folder`` (`read_manifest`).
         ImportError: onnxruntime's quantization tools are missing.
     """
+    import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     folder = Path(folder)
@@ -47,7 +50,8 @@ def quantize_exported(folder: str | Path) -> list[str]:
         for role, name in graphs.items():
             graph = confined_file(folder, f"files.{role}", name)
             try:
-                quantize_dynamic(graph, staging / name, weight_type=QuantType.QInt8)
+                convolutions = [node.name for node in onnx.load(graph).graph.node if node.op_type == "Conv"]
+                quantize_dynamic(graph, staging / name, weight_type=QuantType.QInt8, nodes_to_exclude=convolutions)
             except Exception as error:  # onnx's DecodeError / ValidationError, ONNX Runtime's errors: one message
                 raise ValueError(
                     f"{graph} ({MANIFEST_NAME} field files.{role}) could not be quantized, so {folder} was left as it "

@@ -10,12 +10,11 @@ onnxruntime and numpy only).  Batch and source length are dynamic axes; every st
 
 Each graph is one file, weights inside (ONNX's protobuf limit: 2 GB a graph).
 
-The graphs come from ``torch.onnx.export(..., dynamo=True)`` (``torch.export``, then onnxscript's
-optimiser), opset 18: PyTorch's supported exporter, whose graphs store a tied embedding once.  The
-TorchScript exporter (``exporter="torchscript"``, deprecated by PyTorch) exports the same wrappers
-faster into graphs of the same speed (benchmarks/README.md, "int8 methods and ONNX exporters").  The
-tokens equal ``generate``'s in float32; ``onnxruntime.quantization.quantize_dynamic`` (int8 weights,
-applied to the exported files) changes some beams.
+The graphs are the model's own forward (`traced_forward`), traced by ``torch.export`` (`graphs`) and
+written by ``torch.onnx.export(..., dynamo=True)`` (onnxscript's optimiser), opset 18, whose graphs
+store a tied embedding once.  The tokens equal ``generate``'s in float32;
+``onnxruntime.quantization.quantize_dynamic`` (int8 weights, applied to the exported files) changes
+some beams.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ from ..version import __version__
 from . import runner
 from .beam_graph import INPUTS, OUTPUTS, candidates_graph, chunk_size
 from .folder_writes import check_replaceable, previous_export_files, publish, staging_folder
-from .graphs import export_graphs
+from .graphs import TracedGraphs, check_head, start_token, trace_graphs
 from .runner_checks import (
     CANDIDATES,
     FORMAT,
@@ -46,63 +45,26 @@ from .runner_checks import (
 
 OPSET = 18
 ENCODER_FILE, STEP_FILE, CANDIDATES_FILE = "encoder.onnx", "decoder_step.onnx", f"{CANDIDATES}.onnx"
-EXPORTERS = ("dynamo", "torchscript")
+# torch.onnx's TorchScript exporter cannot trace the models' forward (their cache updates in place).
+EXPORTERS = ("dynamo",)
 # Every file an export may write (an encoder-decoder's; a causal LM's has no encoder.onnx).
 EXPORT_FILES = (ENCODER_FILE, STEP_FILE, CANDIDATES_FILE, *runner.RUNNER_FILES, MANIFEST_NAME)
-# Example sizes to trace with; not 0 or 1, which torch.export would fix as constants.  The step's rows
-# are EXAMPLE_BATCH source rows x EXAMPLE_BEAMS (unequal, so that the two batch sizes stay apart).
-EXAMPLE_BATCH, EXAMPLE_BEAMS, EXAMPLE_SOURCE_LENGTH = 2, 2, 5
 
 
-def _graph_names(encoder, step) -> dict:
-    """The input and output names of each graph (`export_graphs`' modules describe theirs)."""
-    states = [f"state_{i}" for i in range(len(step.state_shapes))]
-    graphs = {
-        "decoder_step": {
-            "inputs": ["input_ids", "positions", "token_mask", *states, *step.source_inputs],
-            "outputs": ["logits", *(f"new_{name}" for name in states)],
-        },
-        CANDIDATES: {"inputs": list(INPUTS), "outputs": list(OUTPUTS)},
-    }
-    if encoder is not None:
-        graphs["encoder"] = {"inputs": ["input_ids", "attention_mask"], "outputs": list(encoder.outputs)}
-    return graphs
-
-
-def _dynamic_axes(graph: dict, source_axes: dict[str, int], role: str) -> dict:
-    """Each name's dynamic axes: the batch first (a step's source inputs: ``source_batch``, one row per
-    source), and the source length where ``source_axes`` names it."""
-    axes = {}
-    for name in graph["inputs"] + graph["outputs"]:
-        axes[name] = {0: "source_batch" if role == "decoder_step" and name in source_axes else "batch"}
-        if name in source_axes:
-            axes[name][source_axes[name]] = "source_length"
-    return axes
-
-
-def _export(module, args: tuple, path: Path, graph: dict, role: str, source_axes: dict[str, int], exporter: str):
-    """Export ``module(*args)`` (``role``: "encoder" or "decoder_step") to ``path`` with ``graph``'s names,
-    a dynamic batch and the source length dynamic on the axes ``source_axes`` gives."""
-    axes = _dynamic_axes(graph, source_axes, role)
-    if exporter == "torchscript":
-        dynamic = {"dynamic_axes": axes}
-    else:
-        dims = {name: torch.export.Dim(name, min=1) for name in ("batch", "source_batch", "source_length")}
-        shapes = [{axis: dims[dim] for axis, dim in axes[name].items()} for name in graph["inputs"]]
-        if role == "decoder_step":  # forward(input_ids, positions, token_mask, *rest)
-            shapes = [*shapes[:3], tuple(shapes[3:])]
-        dynamic = {"dynamic_shapes": tuple(shapes), "verbose": False, "external_data": False}
+def _to_onnx(program: torch.export.ExportedProgram, path: Path, names: dict) -> None:
+    """Write the traced ``program`` to ``path`` as ONNX (its optimiser run), with ``names``' input and output names."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", (DeprecationWarning, UserWarning, FutureWarning, torch.jit.TracerWarning))
+        warnings.simplefilter("ignore", (DeprecationWarning, UserWarning, FutureWarning))
         torch.onnx.export(
-            module,
-            args,
+            program,
+            (),
             str(path),
-            input_names=graph["inputs"],
-            output_names=graph["outputs"],
+            input_names=names["inputs"],
+            output_names=names["outputs"],
             opset_version=OPSET,
-            dynamo=exporter == "dynamo",
-            **dynamic,
+            dynamo=True,
+            verbose=False,
+            external_data=False,
         )
 
 
@@ -112,10 +74,7 @@ def _special_tokens(model) -> dict:
     pad = generation.pad_token_id if generation.pad_token_id is not None else config.pad_token_id
     tokens = {"eos_token_id": eos, "pad_token_id": pad, "bos_token_id": config.bos_token_id}
     if config.is_encoder_decoder:
-        start = generation.decoder_start_token_id
-        tokens["decoder_start_token_id"] = config.decoder_start_token_id if start is None else start
-        if tokens["decoder_start_token_id"] is None:
-            raise ValueError(f"{type(model).__name__}'s configuration has no decoder_start_token_id: set one to export")
+        tokens["decoder_start_token_id"] = start_token(model)
     return tokens
 
 
@@ -126,7 +85,7 @@ def _generation_defaults(model) -> dict:
     defaults = {name: getattr(generation, name) for name in GENERATION_FIELDS if getattr(generation, name) is not None}
     for name, value in defaults.items():
         try:
-            check_setting(name, value, model.lm_head.out_features)
+            check_setting(name, value, model.get_output_embeddings().out_features)
         except (TypeError, ValueError) as error:
             raise ValueError(
                 f"{type(model).__name__}'s generation_config.{error}: the runner cannot apply it"
@@ -140,7 +99,7 @@ def written_files(is_encoder_decoder: bool) -> list[str]:
 
 
 def export_onnx(model, folder: str | Path, exporter: str = "dynamo", overwrite: bool = False) -> Path:
-    """Export ``model`` (a TaLK / DynamicConv / LightConv / SliceNet head, float32, eval mode) into ``folder``.
+    """Export ``model`` (a generative head, float32, eval mode) into ``folder``.
 
     Every file is written into a staging folder inside ``folder`` and then renamed into place, the
     manifest last; its ``written`` field lists them.  A previous export's files are replaced (and those
@@ -149,9 +108,9 @@ def export_onnx(model, folder: str | Path, exporter: str = "dynamo", overwrite: 
     (`folder_writes.check_replaceable`), before anything is exported, unless ``overwrite``.
 
     Args:
-        model: a `ConvForConditionalGeneration` or `ConvForCausalLM` (see `export_graphs`).
+        model: a head of the package's models or of a registered family (see `graphs.trace_graphs`).
         folder: created if missing.
-        exporter: ``"dynamo"`` (``torch.onnx.export(dynamo=True)``) or ``"torchscript"``.
+        exporter: ``"dynamo"`` (``torch.export``, then ``torch.onnx.export(dynamo=True)``), the only one.
         overwrite: replace files of the names in ``EXPORT_FILES`` even when no export wrote them.
 
     Returns:
@@ -159,8 +118,11 @@ def export_onnx(model, folder: str | Path, exporter: str = "dynamo", overwrite: 
     """
     refuse_if_int8(model, "export_onnx", "export the floating-point model, then quantize_exported (--int8)")
     if exporter not in EXPORTERS:
-        raise ValueError(f"exporter must be one of {EXPORTERS}, got {exporter!r}")
-    encoder, step = export_graphs(model)
+        raise ValueError(
+            f"exporter must be one of {EXPORTERS}, got {exporter!r} (torch.onnx's TorchScript exporter cannot "
+            "trace the models' forward, whose generation cache updates in place)"
+        )
+    check_head(model)
     dtypes = {parameter.dtype for parameter in model.parameters()}
     if dtypes != {torch.float32}:
         raise ValueError(f"export a float32 model; {type(model).__name__} has parameters of {sorted(map(str, dtypes))}")
@@ -168,10 +130,13 @@ def export_onnx(model, folder: str | Path, exporter: str = "dynamo", overwrite: 
     folder = Path(folder)
     names = written_files(model.config.is_encoder_decoder)
     check_replaceable(folder, names, overwrite)
+    traced = trace_graphs(model)
     previous = previous_export_files(folder)
     folder.mkdir(parents=True, exist_ok=True)
     with staging_folder(folder) as staging:
-        files, graphs = _write_graphs(model, encoder, step, staging, exporter)
+        files = _write_graphs(model, traced, staging)
+        graphs = {**traced.names, CANDIDATES: {"inputs": list(INPUTS), "outputs": list(OUTPUTS)}}
+        state_names = graphs["decoder_step"]["inputs"][3 : 3 + len(traced.layout.state_shapes)]
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -182,11 +147,9 @@ def export_onnx(model, folder: str | Path, exporter: str = "dynamo", overwrite: 
             "graphs": graphs,
             "states": [
                 {"name": name, "history_size": size, "channels": channels}
-                for name, (size, channels) in zip(
-                    graphs["decoder_step"]["inputs"][3 : 3 + len(step.state_shapes)], step.state_shapes, strict=True
-                )
+                for name, (size, channels) in zip(state_names, traced.layout.state_shapes, strict=True)
             ],
-            "vocab_size": model.lm_head.out_features,
+            "vocab_size": model.get_output_embeddings().out_features,
             "special_tokens": special_tokens,
             "generation": generation,
             "exported_with": {"talk_hf": __version__, "torch": torch.__version__, "exporter": exporter, "opset": OPSET},
@@ -202,30 +165,15 @@ def export_onnx(model, folder: str | Path, exporter: str = "dynamo", overwrite: 
     return folder / MANIFEST_NAME
 
 
-def _write_graphs(model, encoder, step, folder: Path, exporter: str) -> tuple[dict, dict]:
-    """Export the ``encoder`` (None for a causal LM) and ``step`` modules of `export_graphs` and the beam
-    candidates graph into ``folder``; each graph's file name, and its input and output names, by role."""
-    graphs = _graph_names(encoder, step)
-    batch, rows, device = EXAMPLE_BATCH, EXAMPLE_BATCH * EXAMPLE_BEAMS, model.device
-    ids = torch.full((rows, 1), model.config.bos_token_id or 0, device=device)
-    ones = torch.ones_like(ids)
-    histories = [torch.zeros(rows, size, channels, device=device) for size, channels in step.state_shapes]
-    step_args = (ids, ids * 0, ones, *histories)
+def _write_graphs(model, traced: TracedGraphs, folder: Path) -> dict:
+    """Write the ``traced`` encoder (encoder-decoders) and step, and the beam candidates graph, into
+    ``folder``: each graph's file name, by role."""
     files = {"decoder_step": STEP_FILE}
-    with torch.no_grad():
-        if encoder is not None:
-            source = ids[:batch].expand(batch, EXAMPLE_SOURCE_LENGTH).contiguous()
-            source_mask = torch.ones_like(source)
-            encoder_axes = {"input_ids": 1, "attention_mask": 1, **encoder.outputs}
-            example = (source, source_mask)
-            _export(encoder, example, folder / ENCODER_FILE, graphs["encoder"], "encoder", encoder_axes, exporter)
-            named = dict(zip(encoder.outputs, encoder(*example), strict=True))
-            named["encoder_attention_mask"] = source_mask
-            step_args += tuple(named[name] for name in step.source_inputs)
-            files["encoder"] = ENCODER_FILE
-        step_graph = graphs["decoder_step"]
-        _export(step, step_args, folder / STEP_FILE, step_graph, "decoder_step", step.source_inputs, exporter)
-    vocab_size = model.lm_head.out_features
+    if traced.encoder is not None:
+        _to_onnx(traced.encoder, folder / ENCODER_FILE, traced.names["encoder"])
+        files["encoder"] = ENCODER_FILE
+    _to_onnx(traced.step, folder / STEP_FILE, traced.names["decoder_step"])
+    vocab_size = model.get_output_embeddings().out_features
     onnx.save(candidates_graph(vocab_size, chunk_size(vocab_size), OPSET), folder / CANDIDATES_FILE)
     files[CANDIDATES] = CANDIDATES_FILE
-    return files, graphs
+    return files

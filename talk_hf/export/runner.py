@@ -107,8 +107,8 @@ class OnnxGenerator:
 
     def step(self, ids, positions, token_mask, states, source) -> tuple[np.ndarray, list[np.ndarray]]:
         """One token per row: ids, positions, token_mask (B, 1) int64, the histories and the source's
-        inputs (encoder-decoders; empty for an LM), once per source row (B_s rows: the B rows are B_s
-        groups of B / B_s consecutive rows, e.g. beams) -> logits (B, V) and the new histories."""
+        inputs (encoder-decoders; empty for an LM), one row per step row (beam search repeats each
+        source row for its beams) -> logits (B, V) and the new histories."""
         values = [ids, positions, token_mask, *states, *source]
         logits, *states = self.sessions["decoder_step"].run(None, dict(zip(self.step_inputs, values, strict=True)))
         return logits, states
@@ -228,6 +228,7 @@ class _Decoding:
         self.logits = np.repeat(self.logits, beams, axis=0)
         self.states = [np.repeat(state, beams, axis=0) for state in self.states]
         self.seen = np.repeat(self.seen, beams, axis=0)
+        self.source = [np.repeat(source, beams, axis=0) for source in self.source]  # once per request
         eos, start, max_length = self.generator.eos, self.prompt_length, self.prompt_length + self.max_new
         keep = max(2, 1 + len(eos)) * beams
         fill = self.generator.pad if self.generator.pad else (eos[0] if len(eos) else -1)

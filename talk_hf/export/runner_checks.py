@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 MANIFEST_NAME = "manifest.json"
-FORMAT, FORMAT_VERSION = "talk_hf-onnx", 1
+# Version 2: the step takes the source's inputs one row per step row.
+FORMAT, FORMAT_VERSION = "talk_hf-onnx", 2
 REQUIRED_FIELDS = ("model_type", "is_encoder_decoder", "files", "graphs", "states", "vocab_size", "special_tokens")
 CANDIDATES = "beam_candidates"  # the graph role of beam search's candidates (talk_hf.export.beam_graph)
 ROLES = ("encoder", "decoder_step", CANDIDATES)
@@ -117,7 +118,10 @@ def check_manifest(manifest, path: Path) -> None:
     """Refuse a manifest (read from ``path``) that the runner could not follow, naming its field."""
     found = (manifest.get("format"), manifest.get("format_version")) if isinstance(manifest, dict) else None
     if found != (FORMAT, FORMAT_VERSION):
-        raise ValueError(f"{path} is not a {FORMAT} manifest of version {FORMAT_VERSION} (format, version: {found})")
+        raise ValueError(
+            f"{path} is not a {FORMAT} manifest of version {FORMAT_VERSION} (format, version: {found}): export the "
+            f"model again (python -m talk_hf.export MODEL_DIR {path.parent}), or run it with the runner.py exported beside it"
+        )
     missing = [field for field in REQUIRED_FIELDS if field not in manifest]
     if missing:
         raise ValueError(f"{path} lacks the fields {missing}")

@@ -74,7 +74,8 @@ def depthwise_taps(taps: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
     vectorised over the channels (an ``einsum`` over the channels would run a batched product of C
     tiny matrices).
     """
-    if taps.numel() <= TAP_PRODUCT_ELEMENTS:
+    elements = taps.numel()
+    if isinstance(elements, torch.SymInt) or elements <= TAP_PRODUCT_ELEMENTS:  # traced for any batch: one product
         return (taps * kernel).sum(1, keepdim=True)
     taps, rows = taps.unbind(1), kernel.unbind(0)  # (B, C) and (C,) views, one call each
     out = taps[0] * rows[0]

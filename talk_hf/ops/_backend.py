@@ -12,6 +12,10 @@ explicit ``backend=`` argument wins over the variable.  Inside a model's forward
 for ``"cpu"`` or ``"cuda"`` where that extension cannot load raises
 :class:`._extension.ExtensionUnavailable`.  Every compiled kernel takes packed rows (document
 edges) as well as whole ones.
+
+While a model is exported (`exporting`: ``torch.export``, which ``torch.onnx.export(dynamo=True)`` runs)
+every op takes the PyTorch path, whatever was asked: a graph holds its ATen operations, while the
+compiled kernels (and the few-row ``linear``) would be opaque nodes no ONNX runtime has.
 """
 
 from __future__ import annotations
@@ -32,9 +36,17 @@ BACKEND_ENV = "TALK_HF_BACKEND"
 _backend_of_this_forward: ContextVar[str | None] = ContextVar("talk_hf_backend_of_this_forward", default=None)
 
 
+def exporting() -> bool:
+    """Whether ``torch.export`` (which ``torch.onnx.export(..., dynamo=True)`` runs) is tracing the running code."""
+    return torch.compiler.is_exporting()
+
+
 def requested_backend(backend: str | None) -> str:
     """The backend asked for: ``backend`` itself, or ``$TALK_HF_BACKEND`` when it is ``None`` (as
-    read when the running `reads_backend_once` forward started, if any)."""
+    read when the running `reads_backend_once` forward started, if any); ``"torch"`` while
+    `exporting`."""
+    if exporting():
+        return "torch"
     if backend is not None:
         return _known("backend", backend)
     return _backend_of_this_forward.get() or _environment_backend()

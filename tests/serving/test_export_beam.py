@@ -2,9 +2,8 @@
 beams * V) sums ``log_softmax(logits) + beam score`` (largest first, equal sums lowest index first),
 with the same float32 sums, for vocabularies a multiple of the chunk or padded, one chunk per row or
 one value per chunk, tied and distinct logits, and any count up to beams * V; a folder exported
-without it decodes greedily and names the re-export for beam search; the step takes the encoder's
-outputs once per source row for its group of beam rows.  (Beam tokens equal to ``generate``'s:
-test_export.py.)"""
+without it decodes greedily and names the re-export for beam search.  (Beam tokens equal to
+``generate``'s: test_export.py.)"""
 
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ import pytest
 from talk_hf.export import OnnxGenerator, export_onnx
 from talk_hf.export.beam_graph import candidates_graph, chunk_size, model_at_oldest_ir
 
-from ..models.helpers import VOCAB
 from .test_export import EXPORTED, _inputs
 
 ort = pytest.importorskip("onnxruntime")
@@ -73,7 +71,7 @@ def test_a_folder_without_the_candidates_graph_decodes_greedily_and_names_the_re
     """A folder without beam_candidates.onnx (no such file or manifest entry): greedy decoding runs, beam
     search is refused with the command that re-exports the model."""
     case = EXPORTED["dynamic-lm"]
-    export_onnx(case.model(), tmp_path, exporter="torchscript")
+    export_onnx(case.model(), tmp_path)
     ids, mask = (tensor.numpy() for tensor in _inputs(case))
     greedy = OnnxGenerator(tmp_path, threads=1).generate(ids, mask)
     (tmp_path / "beam_candidates.onnx").unlink()
@@ -86,22 +84,3 @@ def test_a_folder_without_the_candidates_graph_decodes_greedily_and_names_the_re
         ValueError, match=r"has no beam_candidates.onnx .* re-export the model \(python -m talk_hf.export"
     ):
         older.generate(ids, mask, num_beams=2)
-
-
-@pytest.mark.parametrize("name", ["light_conv-seq2seq", "slicenet"])
-def test_the_step_takes_each_source_once_for_its_group_of_rows(tmp_path, name):
-    """A step of B_s x beams rows (random histories) with the encoder's outputs once per source row gives
-    the logits and histories of the same rows with the outputs repeated per row (groups of one)."""
-    case, beams = EXPORTED[name], 3
-    export_onnx(case.model(), tmp_path, exporter="torchscript")
-    runner = OnnxGenerator(tmp_path, threads=1)
-    ids, mask = (tensor.numpy() for tensor in _inputs(case))
-    source = runner.encode(ids, mask)
-    rng = np.random.default_rng(0)
-    tokens = rng.integers(3, VOCAB, (len(ids) * beams, 1))
-    states = [rng.standard_normal(zeros.shape, np.float32) for zeros in runner.new_states(len(tokens))]
-    ones = np.ones_like(tokens)
-    grouped = runner.step(tokens, ones * 4, ones, states, source)
-    repeated = runner.step(tokens, ones * 4, ones, states, [np.repeat(value, beams, axis=0) for value in source])
-    for got, want in zip([grouped[0], *grouped[1]], [repeated[0], *repeated[1]], strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)  # products of other shapes: rounding

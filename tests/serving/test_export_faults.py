@@ -33,7 +33,7 @@ SEQ2SEQ, LM = EXPORTED["dynamic-seq2seq"], EXPORTED["dynamic-lm"]
 def exported(tmp_path_factory) -> Path:
     """The float32 export of the tiny DynamicConv encoder-decoder (never changed: tests tamper with copies)."""
     folder = tmp_path_factory.mktemp("dynamic-seq2seq")
-    export_onnx(SEQ2SEQ.model(), folder, exporter="torchscript")
+    export_onnx(SEQ2SEQ.model(), folder)
     return folder
 
 
@@ -249,7 +249,7 @@ def test_export_refuses_to_replace_a_users_files(tmp_path):
     with pytest.raises(
         FileExistsError, match=r"holds \['encoder.onnx', 'manifest.json', 'runner.py'\].*overwrite=True"
     ):
-        export_onnx(SEQ2SEQ.model(), folder, exporter="torchscript")
+        export_onnx(SEQ2SEQ.model(), folder)
     assert _contents(folder) == before
 
 
@@ -257,7 +257,7 @@ def test_command_line_refuses_a_users_files_unless_overwrite(tmp_path, capsys):
     SEQ2SEQ.model().save_pretrained(tmp_path / "model")
     folder = _user_folder(tmp_path)
     before = _contents(folder)
-    command = [str(tmp_path / "model"), str(folder), "--exporter", "torchscript"]
+    command = [str(tmp_path / "model"), str(folder)]
     capsys.readouterr()
     assert main(command) == 1
     error = capsys.readouterr().err
@@ -285,8 +285,8 @@ def test_a_previous_export_is_replaced_and_its_stale_files_removed(exported, tmp
     export removes the encoder.onnx that export wrote, and a user's other files stay."""
     folder = _copy(exported, tmp_path)
     (folder / "notes.txt").write_text("keep me")
-    export_onnx(SEQ2SEQ.model(), folder, exporter="torchscript")
-    export_onnx(LM.model(), folder, exporter="torchscript")
+    export_onnx(SEQ2SEQ.model(), folder)
+    export_onnx(LM.model(), folder)
     written = ["beam_candidates.onnx", "decoder_step.onnx", "manifest.json", "runner.py", "runner_checks.py"]
     assert sorted(path.name for path in folder.iterdir()) == sorted([*written, "notes.txt"])
     assert sorted(OnnxGenerator(folder).manifest["written"]) == written
@@ -299,8 +299,8 @@ def test_overwrite_replaces_a_symlink_not_the_file_it_points_to(tmp_path):
     folder.mkdir()
     (folder / "runner.py").symlink_to(victim)
     with pytest.raises(FileExistsError, match=r"holds \['runner.py'\]"):
-        export_onnx(LM.model(), folder, exporter="torchscript")
-    export_onnx(LM.model(), folder, exporter="torchscript", overwrite=True)
+        export_onnx(LM.model(), folder)
+    export_onnx(LM.model(), folder, overwrite=True)
     assert victim.read_text() == "precious" and not (folder / "runner.py").is_symlink()
 
 
@@ -309,11 +309,11 @@ def test_export_refuses_generation_defaults_the_runner_cannot_apply(tmp_path):
     model = LM.model()
     model.generation_config.num_beams = VOCAB + 1
     with pytest.raises(ValueError, match=r"DynamicConvForCausalLM's generation_config.num_beams must be in \[1, 40\]"):
-        export_onnx(model, tmp_path / "out", exporter="torchscript")
+        export_onnx(model, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
 def test_export_refuses_a_file_as_its_folder(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(NotADirectoryError, match="file is a file, so .* cannot be a folder"):
-        export_onnx(LM.model(), tmp_path / "file" / "out", exporter="torchscript")
+        export_onnx(LM.model(), tmp_path / "file" / "out")

@@ -1,18 +1,14 @@
-"""`talk_hf.export` of SliceNet beyond the shared tests of test_export.py: its convolutions as exported
-(`valid_conv`) equal `SliceConv` for every separability, over a sequence and one decoding step, and the
-model's other options (the paper's residuals and timing, regular and sub-separable convolutions, one-tap
-steps, a final LayerNorm, untied and unshared embeddings) decode the tokens of ``model.generate``, greedy and beam."""
+"""`talk_hf.export` of SliceNet beyond the shared tests of test_export.py: the model's other options (the
+paper's residuals and timing, regular and sub-separable convolutions, one-tap steps, a final LayerNorm,
+untied and unshared embeddings) decode the tokens of ``model.generate``, greedy and beam."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 from talk_hf.export import OnnxGenerator, export_onnx
-from talk_hf.export.slicenet_math import valid_conv
-from talk_hf.layers.slicenet_conv import SliceConv
 
 from .test_export import BEAM_SETTINGS, EXPORTED, NEW_TOKENS, _inputs
 
@@ -34,27 +30,11 @@ OPTIONS = {
 }
 
 
-@pytest.mark.parametrize("separability", [0, 1, 2, 4, -1, -2, -4])
-@pytest.mark.parametrize("dilation", [1, 3])
-def test_valid_conv_equals_slice_conv(separability, dilation):
-    """Over a sequence (zeros before it, as a causal convolution) and for its last position from that
-    position's context (a decoding step)."""
-    torch.manual_seed(0)
-    out_channels = 8 if separability < 0 else 12
-    conv = SliceConv(8, out_channels, 5, dilation, separability)
-    conv.init_weights()
-    x = torch.randn(3, 9, 8)
-    padded = F.pad(x, (0, 0, conv.history_size, 0))
-    torch.testing.assert_close(valid_conv(conv, padded), conv(x, "causal"))
-    context = padded[:, -conv.history_size - 1 :]
-    torch.testing.assert_close(valid_conv(conv, context), conv(context, "valid"))
-
-
 @pytest.mark.parametrize("options", OPTIONS)
 def test_options_decode_the_tokens_of_generate(tmp_path, options):
     case = EXPORTED["slicenet"]
     model = case.model(**OPTIONS[options])
-    export_onnx(model, tmp_path, exporter="torchscript")
+    export_onnx(model, tmp_path)
     generator = OnnxGenerator(tmp_path, threads=1)
     ids, mask = _inputs(case)
     longer_than_every_window = dict(num_beams=1, max_new_tokens=3 * NEW_TOKENS, min_new_tokens=3 * NEW_TOKENS)

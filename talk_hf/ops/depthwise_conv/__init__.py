@@ -118,5 +118,6 @@ def _check_depthwise(x: torch.Tensor, weight: torch.Tensor, dilation: int, paddi
             'use padding="causal" for an even K'
         )
     check_same_device_and_dtype("x", x, weight=weight)
-    dilation = min(dilation, max(x.shape[1], 1))
+    if not isinstance(x.shape[1], torch.SymInt):  # traced for any length (an export), the same sums uncapped
+        dilation = min(dilation, max(x.shape[1], 1))
     return dilation, (kernel_size - 1 if padding == "causal" else kernel_size // 2) * dilation

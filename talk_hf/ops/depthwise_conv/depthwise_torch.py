@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from .._precision import accumulation_dtype
+from .._taps import shifted_sum
 from ..documents import taps_inside_documents
 
 
@@ -38,12 +39,8 @@ def _packed_tap_sum(
     x: torch.Tensor, weight: torch.Tensor, dilation: int, left: int, edges: torch.Tensor
 ) -> torch.Tensor:
     """out[b, t] = sum_k weight[:, k] * x[b, t + k * dilation - left] over the taps that read inside
-    the document of t (`taps_inside_documents`): K shifted multiply-adds of x (B, T, C), weight (C, K)."""
+    the document of t (`taps_inside_documents`): `shifted_sum` of x (B, T, C), weight (C, K)."""
     taps, length = weight.shape[1], x.shape[1]
     x_padded = F.pad(x, (0, 0, left, (taps - 1) * dilation - left))
     inside = taps_inside_documents(edges, taps, left, dilation).to(x.dtype)  # (B, T, K)
-    out = torch.zeros_like(x)
-    for tap in range(taps):
-        shifted = x_padded[:, tap * dilation : tap * dilation + length]
-        out = torch.addcmul(out, shifted, inside[..., tap, None] * weight[:, tap])
-    return out
+    return shifted_sum(x_padded, length, taps, lambda tap: inside[..., tap, None] * weight[:, tap], dilation)

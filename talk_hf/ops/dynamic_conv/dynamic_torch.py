@@ -8,13 +8,14 @@ import torch
 import torch.nn.functional as F
 
 from .._precision import accumulation_dtype
+from .._taps import shifted_sum
 from ..documents import taps_inside_documents
 
 
 def dynamic_conv_torch(
     x: torch.Tensor, weight: torch.Tensor, padding_l: int, edges: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """PyTorch reference of :func:`dynamic_conv`: K shifted multiply-adds, memory O(B*T*C) (and the
+    """PyTorch reference of :func:`dynamic_conv`: K shifted multiply-adds (`shifted_sum`), memory O(B*T*C) (and the
     (B, T, H, K) weight masked by the (B, T, 2) document ``edges`` when given)."""
     batch, length, channels = x.shape
     heads, kernel_size = weight.shape[2], weight.shape[3]
@@ -25,9 +26,7 @@ def dynamic_conv_torch(
     if edges is not None:
         weight = weight * taps_inside_documents(edges, kernel_size, padding_l).unsqueeze(2)
     weight = weight.unsqueeze(-1)  # (B, T, H, K, 1)
-    out = x_padded.new_zeros(batch, length, heads, channels // heads)
-    for tap in range(kernel_size):
-        out = torch.addcmul(out, weight[:, :, :, tap], x_padded[:, tap : tap + length])
+    out = shifted_sum(x_padded, length, kernel_size, lambda tap: weight[:, :, :, tap])
     return out.view(batch, length, channels).to(x.dtype)
 
 

@@ -7,7 +7,8 @@ two edges, the total of the block its left edge lies in when the window crosses 
 and, only for a window longer than a block (an offset far above 1), the blocks in between, as a
 difference of their running totals.  Block lengths and indices depend on the shapes alone, so the
 path traces into one graph (``torch.compile(fullgraph=True)``) and reads nothing back to the host
-but its offsets' check.  Memory stays O(B*T*C).  In a packed row each edge is clamped into its
+but its offsets' check.  Traced for a symbolic T (an export's dynamic length) the blocks are twice the
+longest window and the general form, which holds for any number of blocks, is traced.  Memory stays O(B*T*C).  In a packed row each edge is clamped into its
 token's document instead of the row, token by token; the rest is unchanged.
 """
 
@@ -42,9 +43,13 @@ def largest_reach(name: str, offsets: torch.Tensor, max_offset: int) -> int | No
     return math.ceil(largest * max_offset)
 
 
-def block_length(length: int, max_left: int, max_right: int) -> int:
-    """L: twice the longest window (at least MIN_BLOCK), and no longer than the T + 2 rows used."""
-    return min(max(MIN_BLOCK, 2 * (max_left + max_right + 1)), length + 2)
+def block_length(length: int | torch.SymInt, max_left: int, max_right: int) -> int:
+    """L: twice the longest window (at least MIN_BLOCK), and no longer than the T + 2 rows used; for a
+    symbolic T (an export traces the path for every length) twice the longest window, a constant."""
+    longest = 2 * (max_left + max_right + 1)
+    if isinstance(length, torch.SymInt):
+        return longest
+    return min(max(MIN_BLOCK, longest), length + 2)
 
 
 def talk_conv_torch(
@@ -99,6 +104,10 @@ def talk_conv_torch(
     # Rows up to T + 1 are read (x[r + 1] with r = T - 1).
     block = block_length(length, max_left, max_right)
     num_blocks = -(-(length + 2) // block)
+    if isinstance(length, torch.SymInt):
+        # Traced for every T (an export): one block more, a count the tracer knows to exceed 1, so
+        # that it does not specialise the graph to one block.
+        num_blocks = (length + 1 + 2 * block) // block
     padded_length = num_blocks * block
     x_padded = F.pad(x.to(compute_dtype) / normalizer, (0, 0, 1, padded_length - length - 1))
     within_blocks = x_padded.view(batch, num_blocks, block, channels).cumsum(2)
@@ -112,7 +121,7 @@ def talk_conv_torch(
     # P[r + 1] - P[l] = within[r + 1] - within[l] in one block; a window that crosses into the next
     # block takes, instead of -within[l], the rest of l's block after l (its total - within[l]).
     after_right = right + 1
-    if num_blocks == 1:
+    if isinstance(num_blocks, int) and num_blocks == 1:
         window_sum = at(within, after_right) - at(within, left)
     else:
         block_totals = within_blocks[:, :, -1:]  # (B, nb, 1, C)
@@ -121,7 +130,7 @@ def talk_conv_torch(
         left_block = left.div(block, rounding_mode="floor")
         right_block = after_right.div(block, rounding_mode="floor")
         crosses = right_block > left_block
-        window_sum = at(within, after_right) + at(left_terms, left + crosses * padded_length)
+        window_sum = at(within, after_right) + at(left_terms, torch.where(crosses, left + padded_length, left))
         if None in reaches or sum(reaches) + 1 > block:  # a window may span three blocks or more
             # the blocks strictly between l's and r + 1's: a difference of running totals (whose
             # cancellation only such long windows pay)
