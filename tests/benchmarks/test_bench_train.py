@@ -63,8 +63,15 @@ RATIOS = {"tokens_per_s_over_baseline", "peak_memory_over_baseline", "training_m
 
 def children_in_this_process(monkeypatch):
     """Run each child command line of `run_in_subprocess` through `main` in this process (its JSON
-    line captured as the child's stdout); returns the list the commands are recorded in."""
+    line captured as the child's stdout); returns the list the commands are recorded in.
+
+    A process's peak resident memory (``VmHWM``) is its own: children sharing this process would
+    read the peak an earlier child left, often as their whole training memory (0 above the memory
+    before it). So the children here read memory from a stand-in whose every reading is 1 MiB above
+    the one before: each child's peak lies above its memory before training, as in its own process."""
     commands = []
+    readings = iter(range(2**20, 2**40, 2**20))
+    monkeypatch.setattr(bench_train, "memory_in_use", lambda device, peak: next(readings))
 
     def run(command, **kwargs):
         commands.append(command)
