@@ -7,10 +7,14 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from talk_hf import quiet_imports
+
+TRAINER_SCRIPTS = [("translation", "run_translation.py"), ("language-modeling", "run_clm.py")]
+STANDARD_LIBRARY = sys.stdlib_module_names | {"__future__"}
 
 
 def _printed(code: str) -> str:
@@ -38,6 +42,19 @@ def test_command_line_entry_prints_only_its_help():
     )
     assert "Failed to load" not in printed and "_pytree" not in printed
     assert printed.startswith("usage:")
+
+
+def test_the_trainer_scripts_import_talk_hf_before_transformers():
+    """The scripts that import transformers themselves import talk_hf first (its quiet import)."""
+    scripts = [Path(__file__).parents[1] / "examples" / folder / name for folder, name in TRAINER_SCRIPTS]
+    for script in scripts:
+        imports = [line for line in script.read_text().splitlines() if line.startswith(("import ", "from "))]
+        third_party = [line for line in imports if line.split()[1].split(".")[0] not in STANDARD_LIBRARY]
+        assert third_party[0].startswith("import talk_hf"), (script, third_party[:2])
+    printed = _printed(
+        f"import runpy, sys; sys.argv = ['run', '--help']; runpy.run_path({str(scripts[0])!r}, run_name='__main__')"
+    )
+    assert "Failed to load" not in printed and "_pytree" not in printed and "usage:" in printed
 
 
 def test_transformers_alone_prints_what_is_dropped():

@@ -21,6 +21,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import talk_hf  # noqa: F401  (first: registers our models with the Auto classes; imports transformers quietly)
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for `common`
 
 import datasets  # noqa: E402
@@ -35,8 +37,6 @@ from transformers import (  # noqa: E402
     default_data_collator,
     set_seed,
 )
-
-import talk_hf  # noqa: E402,F401  (registers our models with the Auto classes)
 
 
 @dataclass
