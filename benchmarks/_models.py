@@ -16,6 +16,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import talk_hf  # noqa: F401  (before transformers: its quiet import of transformers' model base runs first)
+
+# isort: split
 import torch
 from transformers import GPT2LMHeadModel, MarianMTModel
 
