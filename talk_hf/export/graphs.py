@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
+from .runner_checks import STEP_LEADING_INPUTS
 from .traced_forward import (
     SOURCE_MASK,
-    STEP_LEADING_INPUTS,
     DecodingStepGraph,
     EncoderGraph,
     GraphLayout,

@@ -23,7 +23,6 @@ from torch import nn
 
 from ..transformers_internals import split_cache
 
-STEP_LEADING_INPUTS = ("input_ids", "positions", "token_mask")
 ENCODER_OUTPUT, SOURCE_MASK = "encoder_hidden_states", "encoder_attention_mask"
 
 
