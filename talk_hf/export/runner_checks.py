@@ -28,7 +28,8 @@ MANIFEST_NAME = "manifest.json"
 FORMAT, FORMAT_VERSION = "talk_hf-onnx", 2
 REQUIRED_FIELDS = ("model_type", "is_encoder_decoder", "files", "graphs", "states", "vocab_size", "special_tokens")
 CANDIDATES = "beam_candidates"  # the graph role of beam search's candidates (talk_hf.export.beam_graph)
-ROLES = ("encoder", "decoder_step", CANDIDATES)
+PROMPT = "decoder_prompt"  # the graph role of a causal LM's whole prompt in one call (traced_forward.PromptGraph)
+ROLES = ("encoder", "decoder_step", CANDIDATES, PROMPT)
 STEP_LEADING_INPUTS = ("input_ids", "positions", "token_mask")
 # Generation settings the runner applies, read from the model's generation configuration (those set).
 GENERATION_FIELDS = ("num_beams", "length_penalty", "early_stopping", "max_length")
@@ -149,7 +150,8 @@ def check_manifest(manifest, path: Path) -> None:
 def _check_files(files, path: Path, seq2seq: bool) -> None:
     """``files``: {role: file name} with the roles an export of this kind has, each a file of the folder."""
     required = {"decoder_step", *(["encoder"] if seq2seq else [])}
-    allowed = required | {CANDIDATES}  # a folder exported before beam_candidates.onnx has none
+    # Optional: a folder exported before beam_candidates.onnx (or a causal LM's decoder_prompt.onnx) has none.
+    allowed = required | {CANDIDATES, *([] if seq2seq else [PROMPT])}
     if not isinstance(files, dict) or not required <= set(files) <= allowed:
         kind = "an encoder-decoder" if seq2seq else "a causal LM"
         raise _Field(path, "files").error(f"an object of {kind}'s graph files, with the roles {sorted(allowed)}", files)
