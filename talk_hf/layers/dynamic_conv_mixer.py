@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..ops import DocumentEdges, dynamic_conv, light_conv
+from ..ops import DocumentEdges, dynamic_conv, dynamic_conv_step, light_conv
 from ..transformers_internals import init
 from .dropout import dropout
 from .initialization import InitializesItself
@@ -38,23 +38,6 @@ class _ConvCore(nn.Module):
         weight = torch.softmax(logits.float(), dim=-1).to(logits.dtype)
         return dropout(weight, self.weight_dropout, self.training)
 
-    def decoding_step(self, context: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
-        """The output of one new token from its K causal inputs, in O(K C).
-
-        Running the op over the K history rows would compute K outputs of K taps each, to keep one.
-
-        Args:
-            context: (B, K, C) the K - 1 cached mixer inputs, then the new token's.
-            kernel: (B, H, K) the new token's kernel.
-
-        Returns:
-            (B, 1, C), in float32 accumulation like the op.
-        """
-        batch, taps, channels = context.shape
-        per_head = context.float().view(batch, taps, self.heads, channels // self.heads)
-        out = (per_head * kernel.float().transpose(1, 2).unsqueeze(-1)).sum(1)
-        return out.reshape(batch, 1, channels).to(context.dtype)
-
 
 class DynamicConvCore(_ConvCore):
     """(B, T, C) -> (B, T, C) with a kernel predicted from each token (see module docstring)."""
@@ -74,7 +57,7 @@ class DynamicConvCore(_ConvCore):
         if context is None:
             return dynamic_conv(u, weight, self.padding_l, document_edges=document_edges)
         if length == 1:
-            return self.decoding_step(context, weight[:, 0])
+            return dynamic_conv_step(context, weight[:, 0])
         return dynamic_conv(context, pad_to_context(weight, context), self.padding_l)[:, -length:]
 
 
@@ -99,5 +82,5 @@ class LightConvCore(_ConvCore, InitializesItself):
         if context is None:
             return light_conv(u, weight, self.padding_l, document_edges=document_edges)
         if u.shape[1] == 1:
-            return self.decoding_step(context, weight.expand(u.shape[0], -1, -1))
+            return dynamic_conv_step(context, weight.expand(u.shape[0], -1, -1))
         return light_conv(context, weight, self.padding_l)[:, -u.shape[1] :]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..ops import DocumentEdges, talk_conv
+from ..ops import DocumentEdges, talk_conv, talk_conv_step
 from .dropout import dropout
 from .linear_layer import Linear
 from .mixer_block import pad_to_context
@@ -60,6 +60,8 @@ class TaLKCore(nn.Module):
         if self.causal:
             if context is None:
                 return talk_conv(u, offsets, None, self.max_left, 0, document_edges=document_edges)
+            if u.shape[1] == 1:  # a decoding step: the new token's window over its context
+                return talk_conv_step(context, offsets, self.max_left)
             out = talk_conv(context, pad_to_context(offsets, context), None, self.max_left, 0)
             return out[:, -u.shape[1] :]
         offset_left, offset_right = offsets.split(self.heads, dim=-1)

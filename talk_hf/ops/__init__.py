@@ -3,6 +3,9 @@
 * :func:`talk_conv` — TaLK convolution (adaptive window sums), bidirectional or causal.
 * :func:`dynamic_conv` — per-token predicted depthwise kernels.
 * :func:`light_conv` — per-head depthwise kernels shared over time.
+* :func:`talk_conv_step`, :func:`dynamic_conv_step` — the causal forms' one-token decoding step: the
+  output of the last token of a context only, in O(K C) (LightConv's step is ``dynamic_conv_step``
+  with its kernel for every row).
 * :func:`depthwise_conv` — one static kernel per channel, causal or centred, with dilation.
 * :func:`prepare_backend` — build and load the compiled kernels for a device now, not inside the
   first timed step.
@@ -28,12 +31,14 @@ no registration.  Backend choice: :mod:`._backend`.  Module file names are uniqu
 from ._backend import prepare_backend
 from .depthwise_conv import depthwise_conv
 from .documents import DocumentEdges, position_ids_from_cu_seqlens, position_ids_from_seq_idx
-from .dynamic_conv import dynamic_conv, light_conv
-from .talk_conv import talk_conv
+from .dynamic_conv import dynamic_conv, dynamic_conv_step, light_conv
+from .talk_conv import talk_conv, talk_conv_step
 
 __all__ = [
     "talk_conv",
+    "talk_conv_step",
     "dynamic_conv",
+    "dynamic_conv_step",
     "light_conv",
     "depthwise_conv",
     "prepare_backend",

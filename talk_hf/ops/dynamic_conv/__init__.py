@@ -12,6 +12,7 @@ decoder form, ``K // 2`` the centred encoder form; any K >= 1 works, even K incl
 This folder holds the ops: the public functions and their checks (here), their PyTorch paths
 (`dynamic_torch`), their compiled kernels' registration (`dynamic_compiled`, csrc/dynamic_conv/)
 and their loop-form definition, which every backend is tested against (`dynamic_naive`).
+`dynamic_conv_step` is the causal form's one-token step, for both (LightConv's kernel is every token's).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from .._backend import resolve_backend
+from .._taps import last_token_sum
 from .._validation import (
     check_heads_divide_channels,
     check_int,
@@ -90,6 +92,29 @@ def light_conv(
     if resolve_backend(backend, x.device) == "torch":
         return light_conv_torch(x, weight, padding_l, edges)
     return compiled_light_conv(x, weight, padding_l, edges)
+
+
+def dynamic_conv_step(context: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Causal `dynamic_conv` (``padding_l = K - 1``) at the last row of ``context`` only: a decoding step.
+
+    Args:
+        context: (B, K, C) the token's K - 1 previous inputs (zeros before the start), then its own.
+        weight: (B, H, K) the token's kernel, already normalised; H must divide C.
+
+    Returns:
+        (B, 1, C) of context's dtype, accumulated in float32 (float64 for float64 input): what
+        ``dynamic_conv(context, w, K - 1)[:, -1:]`` gives, with ``w`` the token's kernel at the last row.
+    """
+    check_tensor("context", context, 3, "(B, K, C)")
+    check_tensor("weight", weight, 3, "(B, H, K)")
+    if weight.shape[0] != context.shape[0] or weight.shape[2] != context.shape[1]:
+        raise ValueError(
+            f"weight must have shape (B, H, K) = ({context.shape[0]}, H, {context.shape[1]}) for a context of shape "
+            f"{tuple(context.shape)}, got {tuple(weight.shape)}"
+        )
+    check_heads_divide_channels(context.shape[2], weight.shape[1], "weight.shape[1]")
+    check_same_device_and_dtype("context", context, weight=weight)
+    return last_token_sum(context, weight)
 
 
 def _check_kernel(x: torch.Tensor, weight: torch.Tensor, padding_l: int) -> None:

@@ -18,7 +18,8 @@ counts ``frac(b)``.  With ``P[i] = x[0] + ... + x[i - 1]``:
 
 This folder holds the op: the public function and its checks (here), its PyTorch path
 (`talk_torch`), its compiled kernels' registration (`talk_compiled`, csrc/talk_conv/) and its
-loop-form definition, which every backend is tested against (`talk_naive`).
+loop-form definition, which every backend is tested against (`talk_naive`).  `talk_conv_step` is
+the causal form's one-token step: the last token's window as tap weights over its context.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from __future__ import annotations
 import torch
 
 from .._backend import resolve_backend
+from .._precision import accumulation_dtype
+from .._taps import last_token_sum
 from .._validation import (
     MAX_REACH,
     check_heads_divide_channels,
@@ -74,6 +77,39 @@ def talk_conv(
     if resolve_backend(backend, x.device) == "torch":
         return talk_conv_torch(x, offset_left, offset_right, max_left, max_right, edges)
     return compiled_talk_conv(x, offset_left, offset_right, max_left, max_right, edges)
+
+
+def talk_conv_step(context: torch.Tensor, offset_left: torch.Tensor, max_left: int) -> torch.Tensor:
+    """Causal `talk_conv` at the last row of ``context`` only: a decoding step, in O(K C).
+
+    Token t's window covers ``reach = offset_left * max_left`` tokens before it: tap j (the token j
+    rows back) weighs ``clamp(reach - j + 1, 0, 1)``, that is 1 inside, ``1 - frac`` at the
+    fractional left edge, 0 beyond it; a window reaching past the context's first row stops there, as
+    `talk_conv`'s stops at the row's start.  Divided by ``max_left + 1``, as `talk_conv`.
+
+    Args:
+        context: (B, K, C) the token's K - 1 previous inputs (zeros before the start), then its own.
+        offset_left: (B, 1, H) the token's relative left reach (H divides C).
+        max_left: maximum left reach in tokens.
+
+    Returns:
+        (B, 1, C) of context's dtype: what ``talk_conv(context, offsets, None, max_left, 0)[:, -1:]``
+        gives, with ``offsets`` the token's at the last row.
+    """
+    check_tensor("context", context, 3, "(B, K, C)")
+    check_tensor("offset_left", offset_left, 3, "(B, 1, H)")
+    if offset_left.shape[:2] != (context.shape[0], 1):
+        raise ValueError(
+            f"offset_left must have shape (B, 1, H) with B = {context.shape[0]}, got {tuple(offset_left.shape)}"
+        )
+    check_heads_divide_channels(context.shape[2], offset_left.shape[2], "offset_left.shape[-1]")
+    check_int("max_left", max_left, 0, MAX_REACH)
+    check_same_device_and_dtype("context", context, offset_left=offset_left)
+    taps = context.shape[1]
+    reach = offset_left.to(accumulation_dtype(context.dtype)).transpose(1, 2) * max_left  # (B, H, 1)
+    rows_back = torch.arange(taps - 1, -1, -1, device=context.device, dtype=reach.dtype)  # oldest row first
+    kernel = (reach - rows_back + 1).clamp(0.0, 1.0) / (max_left + 1)
+    return last_token_sum(context, kernel)
 
 
 def _check_talk_args(x, offset_left, offset_right, max_left, max_right) -> None:
