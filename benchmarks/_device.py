@@ -23,6 +23,16 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_family(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's vendor as results are kept per family: "intel", "amd", or the machine's architecture
+    (e.g. "aarch64") where ``cpuinfo`` names neither."""
+    vendor = ""
+    if cpuinfo.exists():
+        vendor = next((line for line in cpuinfo.read_text().splitlines() if line.startswith("vendor_id")), "")
+    families = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}
+    return next((family for name, family in families.items() if name in vendor), platform.machine().lower())
+
+
 def device_name(device: torch.device | str) -> str:
     """The GPU's name for a CUDA device, the CPU model otherwise."""
     device = torch.device(device)
@@ -61,6 +71,7 @@ def run_metadata(device: torch.device | str) -> dict:
     return {
         "device": str(device),
         "device_name": device_name(device),
+        "cpu_family": cpu_family(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # AVX2, AVX512, ...: VMs of one type differ
         "cpu_threads": torch.get_num_threads(),
         "versions": {

@@ -29,13 +29,14 @@ causal LMs against GPT-2 (d 512, 6 layers, 8 heads, FFN 2,048) in eager `generat
 with a static cache and `torch.compile`; on the CPU, or with ``--device cuda --no-translation`` on a GPU
 (the compiled rows then decode as CUDA graphs).
 
-    python benchmarks/bench_serving.py          # all defaults: writes benchmarks/results/bench_serving_cpu.json
+    python benchmarks/bench_serving.py          # all defaults: benchmarks/results/bench_serving_cpu_<family>.json
     python benchmarks/bench_serving.py --quick  # one short round at full model size, JSON to the temp dir
     python benchmarks/bench_serving.py --device cuda --no-translation --out serving_lm_cuda.json
 
 ``--threads N`` measures at N threads only (by default: at 1 thread and at all cores).
 
-Any option changed from its default (other than ``--out`` and ``--data-dir``) makes a small-size run,
+The full-size JSON is kept per CPU family (``intel``, ``amd``: `_device.cpu_family`), since the ratios
+differ between them.  Any option changed from its default (other than ``--out`` and ``--data-dir``) makes a small-size run,
 whose JSON goes to ``--out`` or the temp directory.  To add a system, write a function ``(model,
 batch, setting) -> target ids per sentence`` and a `Row` in `rows`; the row's ``prepare`` makes what
 that function takes from a built model, once (as `int8_copy` quantizes a copy; a compiled or exported
@@ -58,7 +59,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
-from _device import RESULTS, add_cpu_options, parse_cpu_args, run_metadata, write_report
+from _device import RESULTS, add_cpu_options, cpu_family, parse_cpu_args, run_metadata, write_report
 from _models import SEQ2SEQ_BASELINE, ModelShape, add_shape_options
 from _serving import (
     CONVERTER_ASSUMPTIONS,
@@ -442,7 +443,7 @@ def main() -> None:
         print(json.dumps(lm["summary"], indent=2))
     report["elapsed_s"]["total"] = time.perf_counter() - started
     small = Path(tempfile.gettempdir()) / f"bench_serving_{torch.device(args.device).type}_small.json"
-    out = args.out or (RESULTS / "bench_serving_cpu.json" if full_size else small)
+    out = args.out or (RESULTS / f"bench_serving_cpu_{cpu_family()}.json" if full_size else small)
     write_report(report, out, out.name, announce=False)
     print(f"wrote {out}")
 
