@@ -3,7 +3,8 @@
 The scripts put `examples/` on `sys.path` and import from here, so each script keeps only what is
 particular to its task (its data columns, loss and evaluation).
 
-A run of translation/train.py or language-modeling/train.py goes through the modules in this order:
+A run of translation/train.py, summarization/train.py or language-modeling/train.py goes through the
+modules in this order:
 
 1. Before anything is written: `signals.stop_on_terminal_stop`; the command line (`options`, checked
    by `option_checks`); the splits (`data`); on a fresh start the tokenizer
@@ -20,9 +21,10 @@ A run of translation/train.py or language-modeling/train.py goes through the mod
       a terminal stop does not run (`signals.stops_off_the_clock`);
    b. `checkpoints.Progress.advance`, a line in log.jsonl (`records.TrainingLog`), and a warning
       when the steps slow down (`pacing.SlowdownDetector`);
-   c. when `pacing.Settings` says so: the script's evaluation (`losses.LossMeter`), best/ when it
-      is better (`checkpoints.Saver`), a snapshot for `averaging`; last/ and state/ (`Saver`,
-      `training_state`); the stop after `max_steps` or the time budget.
+   c. when `pacing.Settings` says so: the script's evaluation (`losses.LossMeter`; an encoder-decoder's
+      generated texts through `seq2seq_eval`), best/ when it is better (`checkpoints.Saver`), a
+      snapshot for `averaging`; last/ and state/ (`Saver`, `training_state`); the stop after
+      `max_steps` or the time budget.
    Every save goes through `folder_saves.save_folder` (a failed one removes its copy, a full disk
    is named) and `atomic_files` (fsync, rename into place); `file_checks` checks what a resume or
    the test reads back, without running anything it holds.
@@ -43,6 +45,7 @@ Modules, one job each:
 * `pacing`      -- `Settings` (when the loop evaluates, saves, stops), training time, slowdowns, the test hook
 * `signals`     -- terminal stops: they stop a script anywhere and cost the time budget nothing
 * `losses`      -- the training loss, per-sequence NLL and the validation loss meter
+* `seq2seq_eval` -- an encoder-decoder script's evaluation loop: validation loss and generated texts
 * `checkpoints` -- `Progress`, saving last/ and best/ (with their files' hashes), resuming, reloading best/
 * `training_state` -- state/: Accelerate's files, progress.json and the averaging snapshots, loaded so that
                    nothing in it runs code

@@ -111,7 +111,7 @@ def _read_local(folder, split, columns):
     split = match_split(split, _local_splits(folder), folder)
     jsonl = _local_file(folder, split, "jsonl")
     if jsonl is not None:
-        return _read_jsonl(jsonl, columns), str(jsonl)
+        return read_jsonl(jsonl, columns), str(jsonl)
     files = {c: _local_file(folder, split, TEXT_SUFFIX.get(c, c)) for c in columns}
     missing = [f"{split}.{TEXT_SUFFIX.get(c, c)}[.gz]" for c, path in files.items() if path is None]
     if missing:
@@ -124,7 +124,7 @@ def _read_local(folder, split, columns):
     return records, " and ".join(str(path) for path in files.values())
 
 
-def _read_jsonl(path, columns):
+def read_jsonl(path, columns):
     """The records of a JSON lines file (blank lines skipped), each checked to hold `columns`."""
     records = []
     for number, line in enumerate(read_lines(path), 1):
@@ -222,6 +222,13 @@ def load_columns(location, split, columns, config=None, limit=None):
         records, where = _read_hub(str(location), split, config)
     else:
         raise DataError(f"{location} is neither a data folder nor a Hub dataset name")
+    return columns_of(records, columns, where, limit)
+
+
+def columns_of(records, columns, where, limit=None):
+    """`columns` of `records` (dicts, or a `datasets.Dataset`) as {column: [str, ...]}, the first `limit`
+    records only when it is given; `where` names the records in errors. Raises DataError for a record
+    without a column's text, no records, or a column blank in every record (see `load_columns`)."""
     if limit is not None:
         records = records.select(range(min(limit, len(records)))) if hasattr(records, "select") else records[:limit]
     if len(records) == 0:

@@ -23,6 +23,7 @@ MAY_CHANGE_ON_RESUME = frozenset(
         "log_every",
         "eval_batch_size",
         "test_split",
+        "test_file",  # summarization's test split as a file
         "prompt",
         "push_to_hub",
         "hub_model_id",

@@ -13,7 +13,7 @@ from .messages import fail, warn
 from .options import MAY_CHANGE_ON_RESUME, START_FLAGS
 
 # Options whose values are paths: the same folder spelled another way is the same setting.
-PATH_OPTIONS = frozenset({"output_dir", "data_dir", "tokenizer"})
+PATH_OPTIONS = frozenset({"output_dir", "data_dir", "tokenizer", "train_file", "validation_file", "test_file"})
 
 
 def run_settings(args, num_processes):

@@ -25,9 +25,10 @@ import torch  # noqa: E402
 from common import checkpoints, hub, loop, optimizer_steps, option_checks, options, records, run_folder, signals  # noqa: E402
 from common.batching import TranslationCollator  # noqa: E402
 from common.data import load_splits, split_name  # noqa: E402
-from common.losses import LossMeter, sequence_nll, token_loss  # noqa: E402
+from common.losses import token_loss  # noqa: E402
 from common.messages import fail  # noqa: E402
 from common.models import build_model  # noqa: E402
+from common.seq2seq_eval import evaluation_loader, loss_and_texts  # noqa: E402
 from transformers import AutoModelForSeq2SeqLM  # noqa: E402
 
 import talk_hf  # noqa: E402,F401  (registers our models with the Auto classes)
@@ -96,25 +97,18 @@ def make_evaluate(accelerator, tokenizer, pairs, config, args, num_beams, descri
 
     BLEU is sacrebleu's corpus BLEU of `num_beams`-beam translations against the reference text.
     """
-    examples = sorted(encode(tokenizer, pairs), key=lambda e: len(e["source"]))  # less padding
     collate = TranslationCollator(tokenizer.pad_token_id, config.decoder_start_token_id)
-    loader = accelerator.prepare(
-        torch.utils.data.DataLoader(examples, batch_size=args.eval_batch_size, collate_fn=collate)
-    )
+    loader = evaluation_loader(accelerator, encode(tokenizer, pairs), collate, args.eval_batch_size)
+
+    def generate(model, input_ids, attention_mask):
+        return translate(model, tokenizer, input_ids, attention_mask, num_beams)
 
     def evaluate(model):
-        generator = accelerator.unwrap_model(model)
-        meter, indices, hypotheses = LossMeter(accelerator), [], []
-        for batch in records.evaluation_bar(accelerator, loader, f"{description} (loss, BLEU)"):
-            logits = model(
-                batch["input_ids"], batch["attention_mask"], decoder_input_ids=batch["decoder_input_ids"]
-            ).logits
-            meter.add(sequence_nll(logits, batch["labels"]), batch["labels"])
-            texts = translate(generator, tokenizer, batch["input_ids"], batch["attention_mask"], num_beams)
-            indices.extend(accelerator.gather_for_metrics(batch["index"]).tolist())
-            hypotheses.extend(accelerator.gather_for_metrics(texts, use_gather_object=True))
+        losses, indices, hypotheses = loss_and_texts(
+            accelerator, model, loader, generate, f"{description} (loss, BLEU)"
+        )
         references = [pairs["target"][i] for i in indices]
-        return {**meter.result(), "bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score}
+        return {**losses, "bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score}
 
     return evaluate
 
