@@ -30,37 +30,39 @@ keeps its complete comparisons.
     python benchmarks/bench_train.py --device cuda --mixed-precision bf16 --blocks 1024 4096 16384 \
         --d-model 768 --layers 12 --heads 12 --ffn 3072 --vocab 50257 \
         --models TaLKForCausalLM DynamicConvForCausalLM "GPT2 (baseline)"   # the LMs against GPT-2 with flash
+
+``--long-source`` measures instead summarization-like encoder-decoders (TaLK, DynamicConv and
+LightConv against Marian) at source lengths 400 to 16,384, every model in a worker process of its
+own and the models' steps alternating round by round, and beam search from a 4,096-token source
+(`_long_source`, which also judges issue #60's targets):
+
+    THP_MEM_ALLOC_ENABLE=1 python benchmarks/bench_train.py --long-source   # CPU: results/train_long_source_cpu.json
+    python benchmarks/bench_train.py --long-source --device cuda --mixed-precision bf16   # the cnn-dm preset's shape
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 
 import torch
-from _device import add_cpu_options, add_device_option, process_status_bytes, run_metadata, write_report
-from _models import ModelShape, add_shape_options, baseline_of, build_model, causal_lm_models, seq2seq_models
+from _device import run_metadata, write_report
+from _long_source import run_rows
+from _long_source_work import make_work
+from _models import ModelShape, build_model, causal_lm_models, seq2seq_models
 from _timing import Stopwatch, interleaved
-
-OUT_OF_MEMORY_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "std::bad_alloc")
-
-
-def memory_in_use(device: str, peak: bool) -> int | None:
-    """Memory in use now (or its peak so far): the CUDA allocator's on a GPU, the process's
-    resident memory on the CPU."""
-    if device.startswith("cuda"):
-        return torch.cuda.max_memory_allocated(device) if peak else torch.cuda.memory_allocated(device)
-    return process_status_bytes("VmHWM" if peak else "VmRSS")
+from _train_options import child_arguments, parse_options
+from _train_step import failure_of, memory_in_use, random_ids, summarise, training_step
+from _workers import WorkerProcess, serve_stdio
 
 
 def make_batch(name: str, length: int, rows: int, args, generator: torch.Generator) -> dict[str, torch.Tensor]:
     """Random token ids (ids 3.. of the vocabulary) for one training step of model ``name``."""
 
     def ids(columns: int) -> torch.Tensor:
-        return torch.randint(3, args.vocab, (rows, columns), generator=generator).to(args.device)
+        return random_ids(rows, columns, args.vocab, args.device, generator)
 
     if name in seq2seq_models():
         # No attention mask: nothing is padded, and without one every model takes its fastest
@@ -74,19 +76,9 @@ def measure_one(name: str, length: int, rows: int, args) -> dict:
     torch.manual_seed(0)
     max_positions = max(length, args.source_length, args.target_length) + 8
     model = build_model(name, ModelShape.from_args(args), max_positions, args.dropout).to(args.device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batch = make_batch(name, length, rows, args, torch.Generator().manual_seed(0))
+    step = training_step(model, batch, args.device, args.mixed_precision)
     memory_before = memory_in_use(args.device, peak=False)
-    device_type = torch.device(args.device).type
-
-    def step(number):
-        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=args.mixed_precision == "bf16"):
-            loss = model(**batch).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss
-
     timing = interleaved({name: step}, rounds=args.steps, warmup=args.warmup, stopwatch=Stopwatch(args.device))[name]
     peak = memory_in_use(args.device, peak=True)
     return {
@@ -108,11 +100,14 @@ def run_in_subprocess(name: str, length: int, rows: int, args) -> dict:
     lines = completed.stdout.strip().splitlines()
     if completed.returncode == 0 and lines:
         return json.loads(lines[-1])
-    error = (completed.stderr.strip().splitlines() or [f"exit status {completed.returncode}"])[-1]
-    killed = completed.returncode in (-9, 137)  # the kernel's OOM killer sends SIGKILL
-    if killed or any(marker in completed.stderr.lower() for marker in OUT_OF_MEMORY_MARKERS):
-        return {"status": "out of memory", "error": error if not killed else "killed (SIGKILL, out of memory)"}
-    raise RuntimeError(f"{name} at length {length} failed:\n{completed.stderr}")
+    return failure_of(f"{name} at length {length}", completed.returncode, completed.stderr)
+
+
+def start_worker(name: str, task: str, source_length: int, target_length: int, rows: int, args) -> WorkerProcess:
+    """A worker process serving ``task`` (`_long_source_work.make_work`) of model ``name``."""
+    command = [sys.executable, __file__, "--serve", name, task, str(source_length), str(target_length), str(rows)]
+    what = f"{name} ({task}, source length {source_length})"
+    return WorkerProcess([*command, *child_arguments(args)], what)
 
 
 def tokens_per_step(name: str, length: int, rows: int, args) -> int:
@@ -122,94 +117,9 @@ def tokens_per_step(name: str, length: int, rows: int, args) -> int:
     return rows * length
 
 
-def summarise(results: dict) -> dict:
-    """Per model and length: tokens/s and peak memory as ratios to the model's baseline."""
-    summary = {}
-    for name, per_length in results.items():
-        baseline = results.get(baseline_of(name), {})
-        rows = {}
-        for length, measured in per_length.items():
-            reference = baseline.get(length, {"status": "not measured"})  # a run cut short
-            both_ran = measured["status"] == "ok" and reference["status"] == "ok"
-            rows[length] = {
-                "tokens_per_s_over_baseline": measured["tokens_per_s"] / reference["tokens_per_s"]
-                if both_ran
-                else None,
-                "peak_memory_over_baseline": measured["peak_memory_bytes"] / reference["peak_memory_bytes"]
-                if both_ran
-                else None,
-                "training_memory_over_baseline": measured["training_memory_bytes"] / reference["training_memory_bytes"]
-                if both_ran
-                else None,
-                "baseline_status": reference["status"],
-            }
-        summary[name] = rows
-    return summary
-
-
 def parse_args(argv=None):
-    """The command line ``argv`` (None: ``sys.argv``), its models each with its baseline and its
-    blocks within ``--tokens``."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_device_option(parser)
-    add_shape_options(parser, ModelShape(d_model=256, layers=4, heads=4, ffn=1024, vocab=8000))
-    parser.add_argument("--blocks", type=int, nargs="+", default=[256, 1024, 4096, 16384], help="LM block lengths")
-    parser.add_argument("--tokens", type=int, default=16384, help="LM tokens per step (rows = tokens // block)")
-    parser.add_argument("--source-length", type=int, default=512)
-    parser.add_argument("--target-length", type=int, default=128)
-    parser.add_argument("--seq2seq-rows", type=int, default=16)
-    parser.add_argument(
-        "--models",
-        nargs="+",
-        default=list(causal_lm_models() + seq2seq_models()),
-        help="a subset of the models (each needs its baseline)",
-    )
-    parser.add_argument(
-        "--dropout",
-        type=float,
-        default=None,
-        help="every dropout probability of every model (default: each config's own)",
-    )
-    parser.add_argument(
-        "--mixed-precision",
-        choices=["no", "bf16"],
-        default="no",
-        help="bf16: the forward under bfloat16 autocast, weights and optimizer in float32",
-    )
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=3, help="timed steps per (model, length)")
-    parser.add_argument("--one", nargs=3, metavar=("MODEL", "LENGTH", "ROWS"), help=argparse.SUPPRESS)
-    add_cpu_options(parser)
-    args = parser.parse_args(argv)
-    for name in args.models:
-        if baseline_of(name) not in args.models:
-            parser.error(f"--models: {name} needs its baseline {baseline_of(name)!r} too")
-    if args.steps < 1 or args.warmup < 0:
-        parser.error(f"--steps ({args.steps}) must be at least 1 and --warmup ({args.warmup}) at least 0")
-    if any(block > args.tokens for block in args.blocks):
-        parser.error(f"--tokens ({args.tokens}) must be at least the longest block ({max(args.blocks)})")
-    return args
-
-
-def child_arguments(args) -> list[str]:
-    """The command line of a child process (`run_in_subprocess`): every option of ``args`` but
-    --one, --out and --models; --threads and --dropout where they are given."""
-    values = {
-        "--device": args.device,
-        "--d-model": args.d_model,
-        "--layers": args.layers,
-        "--heads": args.heads,
-        "--ffn": args.ffn,
-        "--vocab": args.vocab,
-        "--source-length": args.source_length,
-        "--target-length": args.target_length,
-        "--warmup": args.warmup,
-        "--steps": args.steps,
-        "--mixed-precision": args.mixed_precision,
-        "--threads": args.threads or None,
-        "--dropout": args.dropout,
-    }
-    return [text for flag, value in values.items() if value is not None for text in (flag, str(value))]
+    """bench_train's command line ``argv`` (None: ``sys.argv``): see `_train_options.parse_options`."""
+    return parse_options(argv, description=__doc__)
 
 
 def main(argv=None) -> None:
@@ -219,6 +129,13 @@ def main(argv=None) -> None:
     if args.one:
         name, length, rows = args.one[0], int(args.one[1]), int(args.one[2])
         print(json.dumps(measure_one(name, length, rows, args)))
+        return
+    if args.serve:
+        name, task, *sizes = args.serve
+        serve_stdio(lambda: make_work(name, task, *map(int, sizes), args))
+        return
+    if args.long_source:
+        run_rows(args, start_worker)
         return
 
     settings = [

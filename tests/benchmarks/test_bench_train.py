@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
@@ -42,7 +43,17 @@ TINY = [
     "1",
     "--steps",
     "2",
+    "--threads",
+    "1",  # tiny operators: a second thread only waits for the first (and for other processes' load)
 ]
+
+
+@pytest.fixture(autouse=True)
+def torch_threads_kept():
+    """`bench_train.main` sets torch's threads from --threads: the other tests get theirs back."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 MEASURED_FIELDS = {
