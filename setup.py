@@ -50,12 +50,18 @@ setup(
             "pytest>=8",
             "hypothesis>=6.100",
             "sacrebleu>=2.4",
+            "rouge_score>=0.1.2",
             PLOTS,
             "sacremoses>=0.1",
             *SERVING,
         ],
         "convert": ["sacremoses>=0.1"],
-        "examples": ["sacrebleu>=2.4", PLOTS, "tensorboard>=2.18"],  # TensorBoard 2.17 fails on NumPy 2
+        "examples": [
+            "sacrebleu>=2.4",
+            "rouge_score>=0.1.2",
+            PLOTS,
+            "tensorboard>=2.18",  # TensorBoard 2.17 fails on NumPy 2
+        ],
         "serving": SERVING,
     },
     classifiers=[
