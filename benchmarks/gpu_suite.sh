@@ -25,6 +25,10 @@
 #   trainspeed  bench_train.py on the GPU: the language models against GPT-2 (flash SDPA) at GPT-2
 #             small's size, bf16, T = 1,024, 4,096, 16,384: training tokens/s and peak memory
 #                                                                    -> train_cuda_lm_bf16.json
+#   longsource  bench_train.py --long-source on the GPU: TaLK, DynamicConv and LightConv
+#             encoder-decoders against the same-size Transformer (SDPA, flash) at the cnn-dm preset's
+#             shape, bf16, sources of 400 to 16,384 tokens, and beam-4 decoding from 4,096
+#                                                                    -> train_long_source_cuda.json
 #   train     Multi30k En->De, TaLK, DynamicConv and the Transformer baseline, bf16, the same
 #             training-time budget each, all three at once on the one GPU; then plot.py
 #                                                                    -> train/, curves.png, summary.*
@@ -148,6 +152,11 @@ stage_trainspeed() {
         --models TaLKForCausalLM DynamicConvForCausalLM "GPT2 (baseline)" --out "$RESULTS/train_cuda_lm_bf16.json"
 }
 
+stage_longsource() {
+    "$PYTHON" benchmarks/bench_train.py --long-source --device cuda --mixed-precision bf16 \
+        --out "$RESULTS/train_long_source_cuda.json"
+}
+
 translate() {  # model_type
     "$PYTHON" examples/translation/train.py --data_dir "$DATA/multi30k" --source_lang en --target_lang de \
         --model_type "$1" --preset "${TRAIN_PRESET:-iwslt14-de-en}" --output_dir "$RESULTS/train/multi30k-en-de-$1" --overwrite_output_dir \
@@ -194,7 +203,7 @@ for stage in "${STAGES[@]}"; do
         failed+=("$stage")
         continue
     fi
-    if [ -n "${build_failed:-}" ] && [[ " test test-all sanitize checks bench profile generate decode trainspeed train " == *" $stage "* ]]; then
+    if [ -n "${build_failed:-}" ] && [[ " test test-all sanitize checks bench profile generate decode trainspeed longsource train " == *" $stage "* ]]; then
         echo "=== $stage skipped: the build failed"
         failed+=("$stage")
         continue
