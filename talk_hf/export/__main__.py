@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m talk_hf.export",
         description=(
             "Export a saved TaLK / DynamicConv / LightConv / SliceNet model (a save_pretrained folder) to ONNX: the encoder "
-            "and one decoding step with the fixed-size state as inputs and outputs, a manifest.json and runner.py (with runner_checks.py), "
+            "and one decoding step with the fixed-size state as inputs and outputs, a manifest.json and runner.py (with the runner's files beside it), "
             "which generates with onnxruntime and numpy only."
         ),
     )
@@ -46,8 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--check",
         action="store_true",
-        help=f"then decode {CHECK_ROWS} random inputs greedily ({CHECK_NEW_TOKENS} tokens) with the exported "
-        "files and with model.generate, and fail unless the tokens are equal",
+        help=f"then decode {CHECK_ROWS} random inputs ({CHECK_NEW_TOKENS} tokens) with the exported files and with "
+        "model.generate, greedily and with the model's generation defaults when they search with beams, and fail "
+        "unless the tokens are equal",
     )
     return parser
 
@@ -66,25 +67,38 @@ def load_model(model_dir: str) -> torch.nn.Module:
     return head_class.from_pretrained(model_dir, dtype=torch.float32).eval()
 
 
-def check_greedy(model, folder: str, seed: int = 0) -> int:
+def check_tokens(model, folder: str, seed: int = 0) -> list[str]:
     """Decode ``CHECK_ROWS`` random inputs (special ids avoided) with the exported files and with
-    ``model.generate``; the number of equal rows, or ValueError naming the first row that differs."""
+    ``model.generate``, greedily and, when the model's generation configuration searches with beams, with
+    its defaults (its processors and lengths apply to both); the strategies whose tokens are equal, or
+    ValueError naming the first row that differs."""
     config = model.config
     eos = config.eos_token_id
     special = [config.pad_token_id, config.bos_token_id, *(eos if isinstance(eos, list) else [eos])]
     low = 1 + max((token for token in special if token is not None), default=-1)
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(low, config.vocab_size, (CHECK_ROWS, CHECK_LENGTH), generator=generator)
-    settings = dict(max_new_tokens=CHECK_NEW_TOKENS, num_beams=1)
-    with torch.no_grad():
-        expected = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False, **settings)
-    exported = OnnxGenerator(folder).generate(ids.numpy(), **settings)
-    if expected.shape != exported.shape:
-        raise ValueError(f"generate gives shape {tuple(expected.shape)}, the exported files {exported.shape}")
-    for row, (want, got) in enumerate(zip(expected.tolist(), exported.tolist(), strict=True)):
-        if want != got:
-            raise ValueError(f"row {row} of the check differs: generate gives {want}, the exported files {got}")
-    return len(ids)
+    strategies = {"greedy": dict(num_beams=1, do_sample=False)}
+    beams = model.generation_config.num_beams
+    if beams is not None and beams > 1 and not model.generation_config.do_sample:
+        strategies[f"beam-{beams} (the model's generation defaults)"] = {}
+    runner = OnnxGenerator(folder)
+    for name, settings in strategies.items():
+        with torch.no_grad():
+            expected = model.generate(
+                input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=CHECK_NEW_TOKENS, **settings
+            )
+        exported = runner.generate(ids.numpy(), max_new_tokens=CHECK_NEW_TOKENS, **settings)
+        if expected.shape != exported.shape:
+            raise ValueError(
+                f"{name}: generate gives shape {tuple(expected.shape)}, the exported files {exported.shape}"
+            )
+        for row, (want, got) in enumerate(zip(expected.tolist(), exported.tolist(), strict=True)):
+            if want != got:
+                raise ValueError(
+                    f"{name}: row {row} of the check differs: generate gives {want}, the exported files {got}"
+                )
+    return list(strategies)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,8 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         manifest = export_onnx(model, args.output_dir, exporter=args.exporter, overwrite=args.overwrite)
         print(f"wrote {manifest.parent}: {model.config.model_type} ({type(model).__name__}), {args.exporter} exporter")
         if args.check:
-            rows = check_greedy(model, args.output_dir)
-            print(f"check: greedy tokens of {rows} random inputs equal model.generate's")
+            for strategy in check_tokens(model, args.output_dir):
+                print(f"check: {strategy} tokens of {CHECK_ROWS} random inputs equal model.generate's")
         if args.int8:
             print(f"int8: {', '.join(quantize_exported(args.output_dir))}")
     except (ValueError, OSError) as error:

@@ -1,27 +1,27 @@
 """The runner's checks: of an exported folder's manifest and graphs, and of each ``generate`` request.
 
 Copied beside ``runner.py`` into every exported folder, so like it this file imports nothing but the
-standard library and numpy.  Each check raises before ONNX Runtime runs anything, with a message that
-names the manifest field or the argument, so a tampered folder or a bad request never reaches a raw
-ONNX Runtime, ``KeyError`` or ``IndexError`` failure:
+standard library, numpy and the runner's files beside it.  Each check raises before ONNX Runtime runs
+anything, with a message that names the manifest field or the argument, so a tampered folder or a bad
+request never reaches a raw ONNX Runtime, ``KeyError`` or ``IndexError`` failure:
 
 * `read_manifest` / `check_manifest`: the manifest's fields, their types and ranges (token ids within
   the vocabulary, state sizes, graph names), and every ``files`` entry confined to the folder
   (`confined_file`: a plain file name, not a symlink that leads out);
 * `check_graph_shapes`: the graphs ONNX Runtime loaded declare the manifest's state shapes and vocabulary;
-* `checked_inputs` / `checked_settings`: what transformers' ``generate`` refuses (ids outside the
-  vocabulary, a mask of other values than 0 and 1, float ids, an empty batch, a bad ``early_stopping``,
-  a non-finite ``length_penalty``, more beams than the vocabulary has tokens).
+* `checked_inputs`: what transformers' ``generate`` refuses of the inputs (ids outside the vocabulary,
+  a mask of other values than 0 and 1, float ids, an empty batch); the settings are checked by
+  `runner_settings.resolved_settings`.
 """
 
 from __future__ import annotations
 
 import json
-import math
-from numbers import Integral, Real
 from pathlib import Path
 
 import numpy as np
+
+from .runner_settings import GENERATION_FIELDS, check_setting, is_int
 
 MANIFEST_NAME = "manifest.json"
 # Version 2: the step takes the source's inputs one row per step row.
@@ -31,8 +31,6 @@ CANDIDATES = "beam_candidates"  # the graph role of beam search's candidates (ta
 PROMPT = "decoder_prompt"  # the graph role of a causal LM's whole prompt in one call (traced_forward.PromptGraph)
 ROLES = ("encoder", "decoder_step", CANDIDATES, PROMPT)
 STEP_LEADING_INPUTS = ("input_ids", "positions", "token_mask")
-# Generation settings the runner applies, read from the model's generation configuration (those set).
-GENERATION_FIELDS = ("num_beams", "length_penalty", "early_stopping", "max_length")
 
 
 class _Field:
@@ -49,37 +47,6 @@ class _Field:
             f"{self.path} field {self.name} {detail}: the manifest was edited or damaged; "
             f"re-export the model (python -m talk_hf.export MODEL_DIR {self.path.parent})"
         )
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, Integral) and not isinstance(value, (bool, np.bool_))
-
-
-def check_integer(name: str, value, minimum: int, maximum: int | None = None, limit: str = "") -> int:
-    """``value`` as an int in [minimum, maximum]; TypeError / ValueError naming ``name`` (``limit``: why the maximum)."""
-    if not _is_int(value):
-        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
-    if value < minimum or (maximum is not None and value > maximum):
-        bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]{limit}"
-        raise ValueError(f"{name} must be {bound}, got {value}")
-    return int(value)
-
-
-def check_setting(name: str, value, vocab_size: int):
-    """One of ``GENERATION_FIELDS``, checked as ``generate`` checks it: the value as the runner uses it."""
-    if name == "early_stopping":
-        if isinstance(value, np.bool_):
-            value = bool(value)
-        if not isinstance(value, bool) and not (isinstance(value, str) and value == "never"):
-            raise ValueError(f"early_stopping must be True, False or 'never', got {value!r}")
-        return value
-    if name == "length_penalty":
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, Real) or not math.isfinite(value):
-            raise ValueError(f"length_penalty must be a finite number, got {value!r}")
-        return float(value)
-    if name == "num_beams":
-        return check_integer(name, value, 1, vocab_size, f" (no more beams than the vocabulary's {vocab_size} tokens)")
-    return check_integer(name, value, 1)  # max_length
 
 
 def confined_file(folder: Path, field: str, name) -> Path:
@@ -132,14 +99,15 @@ def check_manifest(manifest, path: Path) -> None:
     if not isinstance(seq2seq, bool):
         raise _Field(path, "is_encoder_decoder").error("true or false", seq2seq)
     vocab = manifest["vocab_size"]
-    if not _is_int(vocab) or vocab < 2:
+    if not is_int(vocab) or vocab < 2:
         raise _Field(path, "vocab_size").error("an int >= 2", vocab)
     _check_files(manifest["files"], path, seq2seq)
     _check_graphs(manifest, path)
     _check_special_tokens(manifest["special_tokens"], path, vocab, seq2seq)
     generation = manifest.get("generation", {})
-    if not isinstance(generation, dict) or set(generation) - set(GENERATION_FIELDS):
-        raise _Field(path, "generation").error(f"an object of the settings {list(GENERATION_FIELDS)}", generation)
+    unknown = sorted(set(generation) - set(GENERATION_FIELDS)) if isinstance(generation, dict) else None
+    if unknown is None or unknown:
+        raise _Field(path, "generation").error(f"an object of the settings of generate, not {unknown}", generation)
     for name, value in generation.items():
         try:
             check_setting(name, value, vocab)
@@ -178,9 +146,9 @@ def _check_graphs(manifest: dict, path: Path) -> None:
         raise _Field(path, "states").error(f"a list of {shape}", states)
     for i, state in enumerate(states):
         keys_ok = isinstance(state, dict) and set(state) == {"name", "history_size", "channels"}
-        if not keys_ok or not isinstance(state["name"], str) or not _is_int(state["history_size"]):
+        if not keys_ok or not isinstance(state["name"], str) or not is_int(state["history_size"]):
             raise _Field(path, f"states[{i}]").error(shape, state)
-        if state["history_size"] < 0 or not _is_int(state["channels"]) or state["channels"] < 1:
+        if state["history_size"] < 0 or not is_int(state["channels"]) or state["channels"] < 1:
             raise _Field(path, f"states[{i}]").error(shape, state)
     inputs = graphs["decoder_step"]["inputs"]
     leading = [*STEP_LEADING_INPUTS, *(state["name"] for state in states)]
@@ -205,7 +173,7 @@ def _check_special_tokens(tokens, path: Path, vocab: int, seq2seq: bool) -> None
         raise _Field(path, "special_tokens.decoder_start_token_id").error(f"a token id in [0, {vocab})", None)
     for name, value in tokens.items():
         ids = value if name == "eos_token_id" and isinstance(value, list) and value else [value]
-        if value is not None and not all(_is_int(token) and 0 <= token < vocab for token in ids):
+        if value is not None and not all(is_int(token) and 0 <= token < vocab for token in ids):
             ranged = f"a token id in [0, {vocab})" + (" or a non-empty list of them" if name == "eos_token_id" else "")
             raise _Field(path, f"special_tokens.{name}").error(f"None or {ranged}", value)
 
@@ -221,7 +189,7 @@ def check_graph_shapes(manifest: dict, sessions: dict, folder: Path) -> None:
             expected = f"the step graph's history_size and channels of {state['name']}, {found}"
             raise _Field(path, f"states[{i}]").error(expected, state)
     logits = sessions["decoder_step"].get_outputs()[0].shape
-    if _is_int(logits[-1]) and logits[-1] != manifest["vocab_size"]:
+    if is_int(logits[-1]) and logits[-1] != manifest["vocab_size"]:
         raise _Field(path, "vocab_size").error(f"the step graph's logits size {logits[-1]}", manifest["vocab_size"])
 
 
@@ -254,23 +222,3 @@ def _array(name: str, value) -> np.ndarray:
         return np.asarray(value)
     except ValueError as error:  # ragged rows
         raise ValueError(f"{name} must be a (batch, length) array, rows of equal length: {error}") from None
-
-
-def checked_settings(settings: dict, defaults: dict, vocab_size: int, prompt_length: int) -> dict:
-    """A request's generation ``settings`` (None: the manifest's ``defaults``, then generate's), checked.
-
-    ``max_new_tokens`` defaults to ``max_length`` (20) minus ``prompt_length``; ``min_new_tokens`` is an int >= 0.
-    """
-    values = {"num_beams": 1, "length_penalty": 1.0, "early_stopping": False, **defaults}
-    values.update({name: value for name, value in settings.items() if value is not None})
-    checked = {name: check_setting(name, values[name], vocab_size) for name in GENERATION_FIELDS if name in values}
-    if values.get("max_new_tokens") is None:
-        max_length = checked.get("max_length", 20)
-        if max_length <= prompt_length:
-            raise ValueError(
-                f"max_length {max_length} leaves no new token after the {prompt_length}-token prompt: pass max_new_tokens"
-            )
-        values["max_new_tokens"] = max_length - prompt_length
-    checked["max_new_tokens"] = check_integer("max_new_tokens", values["max_new_tokens"], 1)
-    checked["min_new_tokens"] = check_integer("min_new_tokens", values.get("min_new_tokens", 0), 0)
-    return checked

@@ -20,6 +20,7 @@ import pytest
 from talk_hf.export import OnnxGenerator, export_onnx, quantize_exported
 from talk_hf.export.__main__ import main
 from talk_hf.export.folder_writes import STAGING_PREFIX
+from talk_hf.export.runner import RUNNER_FILES
 
 from ..models.helpers import VOCAB
 from .test_export import EXPORTED, _inputs
@@ -158,7 +159,10 @@ TAMPERED = {
     "num-beams-string": (_set("generation", {"num_beams": "4"}), r"field generation.num_beams must be an int"),
     "early-stopping": (_set("generation", {"early_stopping": "yes"}), "field generation.early_stopping must be"),
     "length-penalty-nan": (_set("generation", {"length_penalty": float("nan")}), "generation.length_penalty must be"),
-    "generation-unknown": (_set("generation", {"top_k": 4}), "field generation must be an object of the settings"),
+    "generation-unknown": (
+        _set("generation", {"beam_width": 4}),
+        r"field generation must be an object of the settings of generate, not \[.beam_width.\]",
+    ),
     "step-inputs": (_set("graphs.decoder_step.inputs.3", "state_9"), "field graphs.decoder_step.inputs must be"),
     "graph-names-missing": (_set("graphs.encoder", DELETE), "field graphs.encoder must be"),
     "is-encoder-decoder": (_set("is_encoder_decoder", "yes"), "field is_encoder_decoder must be true or false"),
@@ -287,7 +291,8 @@ def test_a_previous_export_is_replaced_and_its_stale_files_removed(exported, tmp
     (folder / "notes.txt").write_text("keep me")
     export_onnx(SEQ2SEQ.model(), folder)
     export_onnx(LM.model(), folder)
-    written = ["beam_candidates.onnx", "decoder_step.onnx", "manifest.json", "runner.py", "runner_checks.py"]
+    written = ["beam_candidates.onnx", "decoder_step.onnx", "manifest.json", *sorted(RUNNER_FILES)]
+    written = sorted([*written, "config.json", "decoder_prompt.onnx", "generation_config.json"])
     assert sorted(path.name for path in folder.iterdir()) == sorted([*written, "notes.txt"])
     assert sorted(OnnxGenerator(folder).manifest["written"]) == written
 

@@ -1,0 +1,141 @@
+"""The runner's decoding loops after the prompt: greedy search and sampling, beam search and beam sampling.
+
+Copied beside ``runner.py`` into every exported folder (numpy only).  Both follow transformers'
+``generate`` (5.x): ``_sample`` (the processed logits' argmax, or a draw from their softmax; a row
+that produced an end token continues with padding) and the vectorised ``_beam_search`` (the
+log-softmax of the logits, processed, plus each beam's running score; ``2 * num_beams`` candidates per
+step, or that many drawn without replacement when sampling; length penalty and ``early_stopping``
+True / False / ``"never"``), float32 like it.
+
+Beam search ranks a step's candidates in ONNX Runtime (`OnnxGenerator.candidates`) when the step's
+processors only forbid a fixed set of tokens (`LogitsProcessors.forbidden`: the end tokens before
+``min_new_tokens``, suppressed tokens): it ranks ``beams`` more candidates per forbidden token and drops
+those.  Any other processor, or sampling, ranks the (batch, beams x vocabulary) scores in numpy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import runner_logits as logits_processing
+
+
+class Decoding:
+    """One generate call after the prompt.
+
+    Args:
+        generator: the `OnnxGenerator` (its ``step``, ``candidates``, end tokens and padding id).
+        logits: the prompt's last logits (B, V); states: each layer's (B, history, C) window after it;
+        source: the step's source inputs (encoder-decoders; empty for an LM); seen: (B, 1) tokens seen per
+            row (the next token's position).
+        prompt: (B, P) int64 columns before the new tokens (the decoder start token, or the prompt).
+        settings: `runner_settings.resolved_settings`' values; processors: the request's `LogitsProcessors`;
+        rng: the numpy Generator that sampling draws from (None without sampling).
+    """
+
+    def __init__(self, generator, logits, states, source, seen, prompt, settings, processors, rng):
+        self.generator, self.logits, self.states, self.source, self.seen = generator, logits, states, source, seen
+        self.prompt, self.settings, self.processors, self.rng = prompt, settings, processors, rng
+
+    def advance(self, tokens: np.ndarray) -> None:
+        """Feed the (B,) ``tokens``: the logits and states of the next step."""
+        column = tokens.reshape(-1, 1).astype(np.int64)
+        self.logits, self.states = self.generator.step(
+            column, self.seen, np.ones_like(column), self.states, self.source
+        )
+        self.seen = self.seen + 1
+
+    def greedy(self) -> np.ndarray:
+        """(B, P + new) tokens: the prompt, then each step's argmax (or draw) of the processed logits."""
+        is_end, pad, max_new = self.generator.is_end, self.generator.pad, self.settings["max_new_tokens"]
+        sequences, running = self.prompt, np.ones(len(self.logits), dtype=bool)
+        for new in range(max_new):
+            scores = self.processors(sequences, self.logits)
+            chosen = logits_processing.sample(scores, self.rng) if self.rng is not None else scores.argmax(axis=-1)
+            chosen = np.where(running, chosen, pad)
+            sequences = np.concatenate([sequences, chosen[:, None]], axis=1)
+            running &= ~is_end[chosen]
+            if new + 1 == max_new or not running.any():
+                break
+            self.advance(chosen)
+        return sequences
+
+    def candidates(self, running: np.ndarray, beam_scores: np.ndarray, keep: int) -> tuple[np.ndarray, np.ndarray]:
+        """The step's ``keep`` candidates per batch row: (B, keep) scores ``processed log_softmax(logits) +
+        beam score``, largest first, and their indices ``beam * V + token`` (B, keep), from the (B, beams,
+        L) ``running`` sequences and their (B, beams) scores."""
+        generator, (batch, beams, length) = self.generator, running.shape
+        vocab = self.logits.shape[-1]
+        forbidden = None if self.rng is not None else self.processors.forbidden(length)
+        if forbidden is not None and keep + beams * len(forbidden) <= beams * vocab:
+            scores, indices = generator.candidates(self.logits, beam_scores, keep + beams * len(forbidden))
+            if len(forbidden):  # the order of the others is their order with the forbidden tokens at -inf
+                dropped = np.isin(indices % vocab, forbidden)
+                allowed = np.argsort(dropped, axis=1, kind="stable")[:, :keep]
+                scores, indices = np.take_along_axis(scores, allowed, 1), np.take_along_axis(indices, allowed, 1)
+            return scores, indices
+        log_probs = self.processors(running.reshape(batch * beams, length), logits_processing.log_softmax(self.logits))
+        totals = (log_probs.reshape(batch, beams, vocab) + beam_scores[:, :, None]).reshape(batch, -1)
+        if self.rng is not None:
+            indices = logits_processing.sample_candidates(totals, keep, self.rng)
+        else:
+            indices = logits_processing.top_k(totals, keep)
+        return np.take_along_axis(totals, indices, axis=1), indices
+
+    def beam_search(self) -> np.ndarray:
+        """transformers' ``_beam_search`` (5.x) in numpy, float32 like it: the best finished beam per row."""
+        prompt, beams = self.prompt, self.settings["num_beams"]
+        length_penalty, early_stopping = self.settings["length_penalty"], self.settings["early_stopping"]
+        batch, vocab = prompt.shape[0], self.logits.shape[-1]
+        self.logits = np.repeat(self.logits, beams, axis=0)
+        self.states = [np.repeat(state, beams, axis=0) for state in self.states]
+        self.seen = np.repeat(self.seen, beams, axis=0)
+        self.source = [np.repeat(source, beams, axis=0) for source in self.source]  # once per request
+        eos, start = self.generator.eos, prompt.shape[1]
+        max_length = start + self.settings["max_new_tokens"]
+        keep = max(2, 1 + len(eos)) * beams
+        fill = self.generator.pad if self.generator.pad else (eos[0] if len(eos) else -1)
+        running = np.repeat(prompt[:, None], beams, axis=1)  # (batch, beams, length): grows a column a step
+        finished = running.copy()
+        running_scores = np.zeros((batch, beams), np.float32)
+        running_scores[:, 1:] = -1e9
+        scores = np.full((batch, beams), -1e9, np.float32)
+        done = np.zeros((batch, beams), bool)
+        improvable = np.ones((batch, 1), bool)
+        lengths = np.zeros((batch, beams), np.int64)
+        top_beams = np.arange(keep) < beams
+        for length in range(start, max_length):
+            top_scores, order = self.candidates(running, running_scores, keep)
+            source_beam, token = order // vocab, order % vocab
+            top_sequences = np.concatenate(
+                [np.take_along_axis(running, source_beam[:, :, None], 1), token[:, :, None]], 2
+            )
+            hits = self.generator.is_end[token] | (length + 1 >= max_length)
+            # the running beams of the next step: the best candidates that did not end
+            blocked = top_scores + hits.astype(np.float32) * np.float32(-1e9)
+            chosen = logits_processing.top_k(blocked, beams)
+            rows = (np.take_along_axis(source_beam, chosen, axis=1) + np.arange(batch)[:, None] * beams).reshape(-1)
+            running = np.take_along_axis(top_sequences, chosen[:, :, None], axis=1)
+            running_scores = np.take_along_axis(blocked, chosen, axis=1)
+            # the finished beams: merge the candidates that ended among the top ``beams``
+            ended = hits & top_beams[None, :]
+            final = top_scores / np.float32((length + 1 - start) ** length_penalty)
+            final += (done.all(axis=1, keepdims=True) & (early_stopping is True)).astype(np.float32) * np.float32(-1e9)
+            final += (~improvable).astype(np.float32) * np.float32(-1e9)
+            final += (~ended).astype(np.float32) * np.float32(-1e9)
+            merged = np.concatenate([scores, final], axis=1)
+            best = logits_processing.top_k(merged, beams)
+            scores = np.take_along_axis(merged, best, axis=1)
+            finished = np.concatenate([finished, np.full((batch, beams, 1), fill, np.int64)], axis=2)
+            finished = np.take_along_axis(np.concatenate([finished, top_sequences], axis=1), best[:, :, None], axis=1)
+            lengths = np.take_along_axis(np.concatenate([lengths, np.full_like(token, length + 1 - start)], 1), best, 1)
+            done = np.take_along_axis(np.concatenate([done, ended], axis=1), best, axis=1)
+            hypothetical = (max_length if early_stopping == "never" and length_penalty > 0 else length + 1) - start
+            best_running = running_scores[:, :1] / np.float32(hypothetical**length_penalty)
+            worst_done = np.where(done, scores.min(axis=1, keepdims=True), np.float32(-1e9))
+            improvable = improvable & (best_running > worst_done).any(axis=-1, keepdims=True)
+            if not improvable.any() or (done.all() and early_stopping is True) or hits.all():
+                break
+            self.states = [state[rows] for state in self.states]
+            self.advance(running[:, :, length].reshape(-1))
+        return finished[:, 0, : start + lengths[:, 0].max()]

@@ -1,0 +1,237 @@
+"""The runner's generation settings: which of ``generate``'s it applies, their checks, and one request's values.
+
+Copied beside ``runner.py`` into every exported folder (standard library and numpy only).  The export
+writes into the manifest's ``generation`` field every setting of `GENERATION_FIELDS` that the model's
+generation configuration sets; a request's settings override those, which override generate's own
+defaults (`resolved_settings`), as ``model.generate`` merges them.
+
+* `APPLIED`: the settings the runner applies as transformers' ``generate`` (5.x) does, with generate's
+  defaults: lengths, greedy / sampling / beam search (and beam sampling), and the logits processors
+  of ``generate``'s list that `runner_logits` restates in numpy.
+* `NOT_APPLIED`: generate's other settings that change tokens, with the values at which generate does
+  not apply them either.  Such a setting is written into the manifest (a model whose configuration sets
+  one still exports, and the exported folder still serves every other engine) and refused, by name, by
+  any request that would apply it; passing its inert value (e.g. ``guidance_scale=1.0``) decodes without
+  it.  A value JSON cannot hold (a ``WatermarkingConfig``, ``Constraint`` objects) is refused at export.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+
+import numpy as np
+
+# Applied settings and generate's defaults (GenerationConfig._get_default_generation_params); None: unset.
+APPLIED = {
+    "max_length": None,  # unset: 20 new tokens (generate's max_length 20 counted after the prompt)
+    "max_new_tokens": None,
+    "min_length": 0,
+    "min_new_tokens": None,
+    "num_beams": 1,
+    "do_sample": False,
+    "length_penalty": 1.0,
+    "early_stopping": False,
+    "repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "bad_words_ids": None,
+    "forced_bos_token_id": None,
+    "forced_eos_token_id": None,
+    "suppress_tokens": None,
+    "begin_suppress_tokens": None,
+    "temperature": 1.0,
+    "top_k": 50,
+    "top_p": 1.0,
+}
+DEFAULT_NEW_TOKENS = 20
+SAMPLING_ONLY = ("temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "top_h")
+BEAM_ONLY = ("length_penalty", "early_stopping")
+# Settings the runner does not apply -> the values at which generate does not apply them either.
+NOT_APPLIED = {
+    "guidance_scale": (None, 1.0),
+    "sequence_bias": (None,),
+    "encoder_repetition_penalty": (None, 1.0),
+    "encoder_no_repeat_ngram_size": (None, 0),
+    "exponential_decay_length_penalty": (None,),
+    "remove_invalid_values": (None, False),
+    "renormalize_logits": (None, False),
+    "min_p": (None,),
+    "typical_p": (None, 1.0),
+    "epsilon_cutoff": (None, 0.0),
+    "eta_cutoff": (None, 0.0),
+    "top_h": (None,),
+    "watermarking_config": (None,),
+    "num_return_sequences": (None, 1),
+    "num_beam_groups": (None, 1),
+    "diversity_penalty": (None, 0.0),
+    "penalty_alpha": (None, 0.0),
+    "dola_layers": (None,),
+    "constraints": (None,),
+    "force_words_ids": (None,),
+    "prompt_lookup_num_tokens": (None,),
+    "assistant_early_exit": (None,),
+    "use_mtp": (None, False),
+    "max_time": (None,),
+    "stop_strings": (None,),
+    "token_healing": (None, False),
+    "low_memory": (None, False),
+}
+# The generation configuration's settings the export records in the manifest (those set).
+GENERATION_FIELDS = (*APPLIED, *NOT_APPLIED)
+
+
+def is_int(value) -> bool:
+    return isinstance(value, Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def check_integer(name: str, value, minimum: int, maximum: int | None = None, limit: str = "") -> int:
+    """``value`` as an int in [minimum, maximum]; TypeError / ValueError naming ``name`` (``limit``: why the maximum)."""
+    if not is_int(value):
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]{limit}"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+    return int(value)
+
+
+def _number(name: str, value, expected: str, accept) -> float:
+    """A finite real ``value`` (not a bool) for which ``accept(value)`` holds, as a float."""
+    is_real = isinstance(value, Real) and not isinstance(value, (bool, np.bool_))
+    if not (is_real and math.isfinite(value) and accept(value)):
+        raise ValueError(f"{name} must be {expected}, got {value!r}")
+    return float(value)
+
+
+def _token_ids(name: str, value, vocab_size: int, non_empty: bool = False) -> list[int]:
+    """A list of token ids in [0, vocab_size)."""
+    ids = value if isinstance(value, (list, tuple)) else None
+    if ids is None or (non_empty and not ids) or not all(is_int(i) and 0 <= i < vocab_size for i in ids):
+        size = "a non-empty" if non_empty else "a"
+        raise ValueError(f"{name} must be {size} list of token ids in [0, {vocab_size}), got {value!r}")
+    return [int(i) for i in ids]
+
+
+def _checked_applied(name: str, value, vocab: int):
+    """One setting of `APPLIED` (not None), checked as ``generate`` and its processors check it."""
+    if name == "early_stopping":
+        if isinstance(value, np.bool_):
+            value = bool(value)
+        if not isinstance(value, bool) and not (isinstance(value, str) and value == "never"):
+            raise ValueError(f"early_stopping must be True, False or 'never', got {value!r}")
+        return value
+    if name == "do_sample":
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"do_sample must be True or False, got {value!r}")
+        return bool(value)
+    if name == "num_beams":
+        return check_integer(name, value, 1, vocab, f" (no more beams than the vocabulary's {vocab} tokens)")
+    minimums = {"max_length": 1, "max_new_tokens": 1, "min_length": 0, "min_new_tokens": 0, "top_k": 0}
+    if name in minimums or name == "no_repeat_ngram_size":
+        return check_integer(name, value, minimums.get(name, 0))
+    if name == "length_penalty":
+        return _number(name, value, "a finite number", lambda x: True)
+    if name == "repetition_penalty":
+        return _number(name, value, "a finite number > 0 (1.0: no penalty)", lambda x: x > 0)
+    if name == "temperature":
+        return _number(name, value, "a finite number >= 0 (> 0 when sampling)", lambda x: x >= 0)
+    if name == "top_p":
+        return _number(name, value, "a number in [0, 1]", lambda x: 0 <= x <= 1)
+    if name == "forced_bos_token_id":
+        if not (is_int(value) and 0 <= value < vocab):
+            raise ValueError(f"forced_bos_token_id must be a token id in [0, {vocab}), got {value!r}")
+        return int(value)
+    if name == "forced_eos_token_id":
+        return _token_ids(name, [value] if is_int(value) else value, vocab, non_empty=True)
+    if name == "bad_words_ids":
+        if not isinstance(value, (list, tuple)) or not value:
+            raise ValueError(f"bad_words_ids must be a non-empty list of token id lists, got {value!r}")
+        return [_token_ids(f"bad_words_ids[{i}]", word, vocab, non_empty=True) for i, word in enumerate(value)]
+    return _token_ids(name, value, vocab)  # suppress_tokens, begin_suppress_tokens
+
+
+def _json_value(value) -> bool:
+    """Whether ``value`` is made of what JSON holds (None, bools, numbers, strings, lists, string-keyed objects)."""
+    if value is None or isinstance(value, (bool, str)) or (isinstance(value, Real) and math.isfinite(value)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_json_value(item) for item in value)
+    return isinstance(value, dict) and all(isinstance(k, str) and _json_value(v) for k, v in value.items())
+
+
+def check_setting(name: str, value, vocab_size: int):
+    """One of `GENERATION_FIELDS`, checked: the value as the runner uses it (ValueError / TypeError naming it)."""
+    if name in NOT_APPLIED:
+        if not _json_value(value):
+            raise ValueError(f"{name} is a {type(value).__name__}, which the manifest cannot hold")
+        return value
+    if value is None and APPLIED[name] is None:
+        return None
+    return _checked_applied(name, value, vocab_size)
+
+
+def _inert(name: str, value) -> bool:
+    """Whether ``generate`` leaves the `NOT_APPLIED` setting ``name`` unapplied at ``value``."""
+    if value is None:
+        return True
+    scalar = isinstance(value, (bool, np.bool_, Real))
+    return scalar and any(value == inert for inert in NOT_APPLIED[name] if inert is not None)
+
+
+def _refuse_unapplied(values: dict, passed: dict) -> None:
+    """ValueError naming the first `NOT_APPLIED` setting that ``generate`` would apply with these ``values``."""
+    for name, inert in NOT_APPLIED.items():
+        if _inert(name, values.get(name)) or (name in SAMPLING_ONLY and not values["do_sample"]):
+            continue
+        where = "passed to generate" if name in passed else "the manifest's generation default"
+        without = f"pass {name}={inert[-1]!r}" if inert[-1] is not None else "export with it unset"
+        raise ValueError(
+            f"{name}={values[name]!r} ({where}): the runner does not apply {name}; it applies {', '.join(APPLIED)}. "
+            f"To decode without it, {without}; to apply it, generate with the model in transformers"
+        )
+
+
+def _refuse_unused(values: dict, passed: dict) -> None:
+    """ValueError for a passed setting that this request's strategy would not use (generate only warns)."""
+    for names, used, strategy, switch in (
+        (SAMPLING_ONLY, values["do_sample"], "when sampling", "do_sample=True"),
+        (BEAM_ONLY, values["num_beams"] > 1, "to beam search", "num_beams > 1"),
+    ):
+        unused = [name for name in passed if name in names and not used]
+        if unused:
+            verb = "applies" if len(unused) == 1 else "apply"
+            raise ValueError(f"{', '.join(unused)} {verb} only {strategy}: pass {switch} too, or leave it out")
+
+
+def resolved_settings(passed: dict, defaults: dict, vocab_size: int, prompt_length: int) -> dict:
+    """One request's settings: ``passed`` (None: not passed) over the manifest's ``defaults`` over generate's.
+
+    Every setting of `APPLIED`, checked, with the lengths counted as ``generate`` counts them:
+    ``max_length`` and ``min_length`` include the ``prompt_length`` columns (the decoder start token, or
+    the prompt), ``max_new_tokens`` wins over ``max_length`` and ``min_new_tokens`` over ``min_length``, and
+    with neither length set ``max_new_tokens`` is 20.  ``max_new_tokens`` and ``min_new_tokens`` hold the
+    result in new tokens, ``max_length`` the total.
+    """
+    unknown = [name for name in passed if name not in GENERATION_FIELDS]
+    if unknown:
+        raise ValueError(
+            f"generate got {unknown}: the runner's generate takes input_ids, attention_mask, seed and the settings "
+            f"{list(APPLIED)}"
+        )
+    passed = {name: check_setting(name, value, vocab_size) for name, value in passed.items() if value is not None}
+    defaults = {name: check_setting(name, value, vocab_size) for name, value in defaults.items()}
+    values = {**APPLIED, **defaults, **passed}
+    _refuse_unapplied(values, passed)
+    _refuse_unused(values, passed)
+    if values["do_sample"] and values["temperature"] == 0:
+        raise ValueError("temperature must be > 0 when sampling; for greedy decoding pass do_sample=False")
+    if values["max_new_tokens"] is None:
+        max_length = values["max_length"] or prompt_length + DEFAULT_NEW_TOKENS
+        if max_length <= prompt_length:
+            raise ValueError(
+                f"max_length {max_length} leaves no new token after the {prompt_length}-token prompt: pass max_new_tokens"
+            )
+        values["max_new_tokens"] = max_length - prompt_length
+    values["max_length"] = prompt_length + values["max_new_tokens"]
+    if values["min_new_tokens"] is None:
+        values["min_new_tokens"] = max(values["min_length"] - prompt_length, 0)
+    return values
