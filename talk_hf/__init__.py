@@ -12,6 +12,11 @@ model_type         config                      AutoModel / AutoModelForSeq2SeqLM
 ``dynamic_conv_lm``  `DynamicConvLMConfig`     `DynamicConvLMModel` / `DynamicConvForCausalLM`
 ``slicenet``       `SliceNetConfig`            `SliceNetModel` / `SliceNetForConditionalGeneration`
 =================  ==========================  ====================================================
+
+An exported model (``python -m talk_hf.export``) loads as a transformers model that ONNX Runtime runs:
+``talk_hf.onnx.ORTModelForCausalLM`` / ``ORTModelForSeq2SeqLM``, also reachable as
+``talk_hf.ORTModelForCausalLM`` / ``talk_hf.ORTModelForSeq2SeqLM`` (imported on first use: ONNX
+Runtime is an optional extra).
 """
 
 # isort: off
@@ -70,3 +75,16 @@ __all__ = [
     "quantize_int8",
     "__version__",
 ]
+
+
+_ONNX_RUNTIME_MODELS = ("ORTModelForCausalLM", "ORTModelForSeq2SeqLM")
+
+
+def __getattr__(name: str):
+    """``talk_hf.ORTModelForCausalLM`` / ``ORTModelForSeq2SeqLM``, imported from `talk_hf.onnx` on first use
+    (it needs onnxruntime, an optional extra, which ``import talk_hf`` does not import)."""
+    if name in _ONNX_RUNTIME_MODELS:
+        from . import onnx
+
+        return getattr(onnx, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,8 @@
 """Writing an exported folder's files without touching anything else in it.
 
 `check_replaceable` refuses to replace a file that no export wrote (the manifest lists what an export
-wrote, so a previous export's folder can be exported into again) unless the caller asks to overwrite.
+wrote, so a previous export's folder can be exported into again) unless the caller asks to overwrite;
+`remove_stale` deletes what a previous export wrote and the new one does not.
 `staging_folder` and `publish` write every file into a hidden folder inside the target first and then
 rename them into place, the manifest last: a failure before `publish` leaves the folder as it was, and
 a rename replaces a symlink of the same name, never the file it points to.
@@ -79,3 +80,12 @@ def publish(staging: Path, folder: Path, names: Iterable[str]) -> None:
     the manifest last (a reader finds the new manifest only beside the new files)."""
     for name in sorted(names, key=lambda name: name == MANIFEST_NAME):
         os.replace(staging / name, folder / name)
+
+
+def remove_stale(folder: Path, previous: Iterable[str], names: Iterable[str]) -> None:
+    """Delete the files of ``previous`` (a previous export's `previous_export_files`) that are not among
+    ``names`` (the new export's), each a plain file name of ``folder`` (a symlink: the link itself)."""
+    for stale in set(previous) - set(names):
+        path = folder / stale
+        if Path(stale).name == stale and stale not in ("", ".", "..") and (path.is_symlink() or path.is_file()):
+            path.unlink()

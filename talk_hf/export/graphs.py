@@ -16,17 +16,18 @@ from dataclasses import dataclass
 
 import torch
 
-from .runner_checks import STEP_LEADING_INPUTS
+from .runner_checks import PROMPT, STEP_LEADING_INPUTS
 from .traced_forward import (
     SOURCE_MASK,
     DecodingStepGraph,
     EncoderGraph,
     GraphLayout,
+    PromptGraph,
     graph_layout,
 )
 
 # Example sizes to trace with: not 0 or 1, which torch.export would fix as constants, and unequal,
-# so that the tracer keeps the batch and the source length apart.
+# so that the tracer keeps the batch and the source (or prompt) length apart.
 EXAMPLE_ROWS, EXAMPLE_SOURCE_LENGTH = 3, 5
 
 
@@ -35,13 +36,16 @@ class TracedGraphs:
     """A model's traced graphs, with the names of their inputs and outputs.
 
     layout: the `GraphLayout`; encoder: the encoder graph's program (None for a causal LM); step: the
-    decoding step's; names: per role ("encoder", "decoder_step"), ``{"inputs": [...], "outputs": [...]}``;
-    source_axes: per role, each input or output name with a source length -> its axis.
+    decoding step's; prompt: a causal LM's prompt graph's (`PromptGraph`; None for an encoder-decoder,
+    whose first step is one token); names: per role ("encoder", "decoder_step", "decoder_prompt"),
+    ``{"inputs": [...], "outputs": [...]}``; source_axes: per role, each input or output name with a
+    source length -> its axis.
     """
 
     layout: GraphLayout
     encoder: torch.export.ExportedProgram | None
     step: torch.export.ExportedProgram
+    prompt: torch.export.ExportedProgram | None
     names: dict[str, dict[str, list[str]]]
     source_axes: dict[str, dict[str, int]]
 
@@ -83,7 +87,8 @@ def _trace(module, args: tuple, dynamic_shapes, role: str, model) -> torch.expor
 
 
 def trace_graphs(model) -> TracedGraphs:
-    """Trace ``model``'s encoder (encoder-decoders) and decoding step (`traced_forward`).
+    """Trace ``model``'s encoder (encoder-decoders) or prompt (causal LMs), and its decoding step
+    (`traced_forward`).
 
     Raises:
         ValueError: the model is not a generative head, is in training mode, has no decoder start
@@ -106,7 +111,7 @@ def trace_graphs(model) -> TracedGraphs:
     ids = torch.full((EXAMPLE_ROWS, 1), token, device=device)
     step_args = [ids, ids * 0, torch.ones_like(ids)]
     step_args += [torch.zeros(EXAMPLE_ROWS, size, channels, device=device) for size, channels in layout.state_shapes]
-    encoder_program = None
+    encoder_program = prompt_program = None
     with torch.no_grad():
         if seq2seq:
             encoder = EncoderGraph(model, layout)
@@ -123,7 +128,17 @@ def trace_graphs(model) -> TracedGraphs:
                 per_input[index][layout.source_inputs[name]] = length
         shapes = (*per_input[:3], tuple(per_input[3:]))  # forward(input_ids, positions, token_mask, *rest)
         step_program = _trace(DecodingStepGraph(model, layout), tuple(step_args), shapes, "decoding step", model)
-    return TracedGraphs(layout, encoder_program, step_program, names, source_axes)
+        if not seq2seq:
+            names[PROMPT] = {"inputs": ["input_ids", "attention_mask"], "outputs": names["decoder_step"]["outputs"]}
+            prompt_program = _trace_prompt(model, layout, source, batch)
+    return TracedGraphs(layout, encoder_program, step_program, prompt_program, names, source_axes)
+
+
+def _trace_prompt(model, layout: GraphLayout, example: torch.Tensor, batch) -> torch.export.ExportedProgram:
+    """A causal LM's `PromptGraph`, traced on ``example`` (B, T) ids with the dynamic ``batch`` and a prompt
+    length dynamic from 2 tokens (the tracer would fix a length of 1 as a constant; ONNX Runtime runs 1)."""
+    shapes = ({0: batch, 1: torch.export.Dim("prompt_length", min=2)},) * 2
+    return _trace(PromptGraph(model, layout), (example, torch.ones_like(example)), shapes, "prompt", model)
 
 
 def check_exportable(model) -> None:

@@ -1,12 +1,15 @@
-"""Write a model's encoder and decoding step as ONNX files, with a manifest and the runner beside them.
+"""Write a model's graphs as ONNX files, with its configurations, tokenizer, a manifest and the runner.
 
-The folder holds ``encoder.onnx`` (encoder-decoders), ``decoder_step.onnx``, ``beam_candidates.onnx``
-(beam search's log-softmax and ranking of the step's logits, `beam_graph`), ``manifest.json`` (the
-graphs' input and output names, each layer's state shape, the special tokens, the vocabulary size,
-the model type, the generation defaults the runner applies, and the files the export wrote),
-``runner.py`` and ``runner_checks.py`` (copies of `talk_hf.export.runner` and of its checks:
-onnxruntime and numpy only).  Batch and source length are dynamic axes; every state keeps a fixed
-(batch, history_size, channels) shape.
+The folder holds ``encoder.onnx`` (encoder-decoders), ``decoder_prompt.onnx`` (causal LMs: a whole
+prompt in one call, `traced_forward.PromptGraph`), ``decoder_step.onnx``, ``beam_candidates.onnx``
+(beam search's log-softmax and ranking of the step's logits, `beam_graph`), ``config.json`` and
+``generation_config.json`` (the model's, as ``save_pretrained`` writes them: what
+`talk_hf.onnx` reads), the tokenizer's files when one is given, ``manifest.json`` (the graphs' input
+and output names, each layer's state shape, the special tokens, the vocabulary size, the model type,
+the generation defaults the runner applies, and the files the export wrote), ``runner.py`` and the
+files of ``runner.RUNNER_FILES`` beside it (copies of `talk_hf.export.runner` and its modules:
+onnxruntime and numpy only).  Batch, source and prompt length are dynamic axes; every state keeps a
+fixed (batch, history_size, channels) shape.
 
 Each graph is one file, weights inside (ONNX's protobuf limit: 2 GB a graph).
 
@@ -21,7 +24,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import onnx
@@ -31,24 +37,29 @@ from ..int8_model import refuse_if_int8
 from ..version import __version__
 from . import runner
 from .beam_graph import INPUTS, OUTPUTS, candidates_graph, chunk_size
-from .folder_writes import check_replaceable, previous_export_files, publish, staging_folder
+from .folder_writes import check_replaceable, previous_export_files, publish, remove_stale, staging_folder
 from .graphs import TracedGraphs, check_head, start_token, trace_graphs
-from .runner_checks import (
-    CANDIDATES,
-    FORMAT,
-    FORMAT_VERSION,
-    GENERATION_FIELDS,
-    MANIFEST_NAME,
-    check_manifest,
-    check_setting,
-)
+from .runner_checks import CANDIDATES, FORMAT, FORMAT_VERSION, MANIFEST_NAME, PROMPT, check_manifest
+from .runner_settings import GENERATION_FIELDS, check_setting
 
 OPSET = 18
 ENCODER_FILE, STEP_FILE, CANDIDATES_FILE = "encoder.onnx", "decoder_step.onnx", f"{CANDIDATES}.onnx"
+PROMPT_FILE = f"{PROMPT}.onnx"
+CONFIG_FILE, GENERATION_CONFIG_FILE = "config.json", "generation_config.json"
 # torch.onnx's TorchScript exporter cannot trace the models' forward (their cache updates in place).
 EXPORTERS = ("dynamo",)
-# Every file an export may write (an encoder-decoder's; a causal LM's has no encoder.onnx).
-EXPORT_FILES = (ENCODER_FILE, STEP_FILE, CANDIDATES_FILE, *runner.RUNNER_FILES, MANIFEST_NAME)
+# Every file an export writes besides the tokenizer's (an encoder-decoder writes no decoder_prompt.onnx,
+# a causal LM no encoder.onnx).
+EXPORT_FILES = (
+    ENCODER_FILE,
+    STEP_FILE,
+    CANDIDATES_FILE,
+    *runner.RUNNER_FILES,
+    PROMPT_FILE,
+    CONFIG_FILE,
+    GENERATION_CONFIG_FILE,
+    MANIFEST_NAME,
+)
 
 
 def _to_onnx(program: torch.export.ExportedProgram, path: Path, names: dict) -> None:
@@ -94,27 +105,39 @@ def _generation_defaults(model) -> dict:
 
 
 def written_files(is_encoder_decoder: bool) -> list[str]:
-    """The names of the files an export writes: `EXPORT_FILES`, but a causal LM's has no encoder."""
-    return [name for name in EXPORT_FILES if is_encoder_decoder or name != ENCODER_FILE]
+    """The names of the files an export writes besides the tokenizer's: `EXPORT_FILES`, but an
+    encoder-decoder's has no prompt graph and a causal LM's no encoder."""
+    skipped = PROMPT_FILE if is_encoder_decoder else ENCODER_FILE
+    return [name for name in EXPORT_FILES if name != skipped]
 
 
-def export_onnx(model, folder: str | Path, exporter: str = "dynamo", overwrite: bool = False) -> Path:
+def export_onnx(model, folder: str | Path, exporter: str = "dynamo", overwrite: bool = False, tokenizer=None) -> Path:
     """Export ``model`` (a generative head, float32, eval mode) into ``folder``.
 
     Every file is written into a staging folder inside ``folder`` and then renamed into place, the
     manifest last; its ``written`` field lists them.  A previous export's files are replaced (and those
     the new export does not write, such as a causal LM's export replacing an encoder-decoder's
-    ``encoder.onnx``, deleted); any other file of the same name as one the export writes is refused
-    (`folder_writes.check_replaceable`), before anything is exported, unless ``overwrite``.
+    ``encoder.onnx``, or the tokenizer files of an export that had one, deleted); any other file of the
+    same name as one the export writes is refused (`folder_writes.check_replaceable`), before anything
+    is exported, unless ``overwrite``.
 
     Args:
         model: a head of the package's models or of a registered family (see `graphs.trace_graphs`).
         folder: created if missing.
         exporter: ``"dynamo"`` (``torch.export``, then ``torch.onnx.export(dynamo=True)``), the only one.
-        overwrite: replace files of the names in ``EXPORT_FILES`` even when no export wrote them.
+        overwrite: replace files of the names in ``EXPORT_FILES`` (or the tokenizer's) even when no export
+            wrote them.
+        tokenizer: the model's tokenizer (a transformers tokenizer), whose ``save_pretrained`` files go
+            into the folder with the graphs, so that a host decodes text; None: no tokenizer files.
 
     Returns:
         The path of the manifest.
+
+    Raises:
+        ValueError: a model that cannot be exported (see `graphs.trace_graphs`), a tokenizer whose
+            vocabulary is larger than the model's or whose files are not plain files.
+        TypeError: a ``tokenizer`` without ``save_pretrained``.
+        FileExistsError, IsADirectoryError, NotADirectoryError: see `folder_writes.check_replaceable`.
     """
     refuse_if_int8(model, "export_onnx", "export the floating-point model, then quantize_exported (--int8)")
     if exporter not in EXPORTERS:
@@ -126,52 +149,96 @@ def export_onnx(model, folder: str | Path, exporter: str = "dynamo", overwrite: 
     dtypes = {parameter.dtype for parameter in model.parameters()}
     if dtypes != {torch.float32}:
         raise ValueError(f"export a float32 model; {type(model).__name__} has parameters of {sorted(map(str, dtypes))}")
-    special_tokens, generation = _special_tokens(model), _generation_defaults(model)
+    fields = {"special_tokens": _special_tokens(model), "generation": _generation_defaults(model)}
+    fields["exported_with"] = {"talk_hf": __version__, "torch": torch.__version__, "exporter": exporter, "opset": OPSET}
     folder = Path(folder)
-    names = written_files(model.config.is_encoder_decoder)
-    check_replaceable(folder, names, overwrite)
-    traced = trace_graphs(model)
-    previous = previous_export_files(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    with staging_folder(folder) as staging:
-        files = _write_graphs(model, traced, staging)
-        graphs = {**traced.names, CANDIDATES: {"inputs": list(INPUTS), "outputs": list(OUTPUTS)}}
-        state_names = graphs["decoder_step"]["inputs"][3 : 3 + len(traced.layout.state_shapes)]
-        manifest = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "model_type": model.config.model_type,
-            "head": type(model).__name__,
-            "is_encoder_decoder": model.config.is_encoder_decoder,
-            "files": files,
-            "graphs": graphs,
-            "states": [
-                {"name": name, "history_size": size, "channels": channels}
-                for name, (size, channels) in zip(state_names, traced.layout.state_shapes, strict=True)
-            ],
-            "vocab_size": model.get_output_embeddings().out_features,
-            "special_tokens": special_tokens,
-            "generation": generation,
-            "exported_with": {"talk_hf": __version__, "torch": torch.__version__, "exporter": exporter, "opset": OPSET},
-            "written": names,
-        }
-        for name in runner.RUNNER_FILES:
-            shutil.copyfile(Path(runner.__file__).with_name(name), staging / name)
-        (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
-        check_manifest(manifest, staging / MANIFEST_NAME)  # the runner reads what the export writes
-        publish(staging, folder, names)
-    for stale in previous & set(EXPORT_FILES) - set(names):
-        (folder / stale).unlink(missing_ok=True)
+    with _saved_tokenizer(tokenizer, model.config.vocab_size) as (tokenizer_folder, tokenizer_files):
+        names = [*written_files(model.config.is_encoder_decoder), *tokenizer_files]
+        check_replaceable(folder, names, overwrite)
+        traced = trace_graphs(model)
+        previous = previous_export_files(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        with staging_folder(folder) as staging:
+            _write_folder(model, traced, staging, {**fields, "written": names})
+            for name in tokenizer_files:
+                shutil.copyfile(tokenizer_folder / name, staging / name)
+            publish(staging, folder, names)
+    remove_stale(folder, previous, names)
     return folder / MANIFEST_NAME
 
 
+def _write_folder(model, traced: TracedGraphs, staging: Path, fields: dict) -> None:
+    """Write the graphs, the configurations, the runner and the manifest into ``staging``, the manifest
+    with ``fields`` (special tokens, generation defaults, ``exported_with``, ``written``) and checked as
+    the runner reads it."""
+    files = _write_graphs(model, traced, staging)
+    model.config.save_pretrained(staging)
+    model.generation_config.save_pretrained(staging)
+    graphs = {**traced.names, CANDIDATES: {"inputs": list(INPUTS), "outputs": list(OUTPUTS)}}
+    state_names = graphs["decoder_step"]["inputs"][3 : 3 + len(traced.layout.state_shapes)]
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "model_type": model.config.model_type,
+        "head": type(model).__name__,
+        "is_encoder_decoder": model.config.is_encoder_decoder,
+        "files": files,
+        "graphs": graphs,
+        "states": [
+            {"name": name, "history_size": size, "channels": channels}
+            for name, (size, channels) in zip(state_names, traced.layout.state_shapes, strict=True)
+        ],
+        "vocab_size": model.get_output_embeddings().out_features,
+        **fields,
+    }
+    for name in runner.RUNNER_FILES:
+        shutil.copyfile(Path(runner.__file__).with_name(name), staging / name)
+    (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+    check_manifest(manifest, staging / MANIFEST_NAME)  # the runner reads what the export writes
+
+
+@contextmanager
+def _saved_tokenizer(tokenizer, vocab_size: int) -> Iterator[tuple[Path | None, list[str]]]:
+    """``tokenizer`` saved into a temporary folder: (that folder, its file names), deleted at the end;
+    (None, []) without a tokenizer.  Refused before anything is exported: an object without
+    ``save_pretrained`` (TypeError), more tokens than the model's ``vocab_size`` rows, or files that
+    are not plain files of the folder (folders, links) (ValueError)."""
+    if tokenizer is None:
+        yield None, []
+        return
+    if not callable(getattr(tokenizer, "save_pretrained", None)):
+        raise TypeError(
+            f"tokenizer must be a transformers tokenizer (with save_pretrained), got {type(tokenizer).__name__}"
+        )
+    if len(tokenizer) > vocab_size:
+        raise ValueError(
+            f"tokenizer has {len(tokenizer)} tokens but the model's vocabulary {vocab_size}: pass the tokenizer the "
+            "model was trained with"
+        )
+    with tempfile.TemporaryDirectory(prefix="talk_hf-tokenizer-") as saved:
+        tokenizer.save_pretrained(saved)
+        entries = sorted(Path(saved).iterdir())
+        odd = [entry.name for entry in entries if entry.is_symlink() or not entry.is_file()]
+        clashing = [entry.name for entry in entries if entry.name in EXPORT_FILES]
+        if odd or clashing:
+            what = f"folders or links {odd}" if odd else f"files named as the export's own, {clashing}"
+            raise ValueError(
+                f"{type(tokenizer).__name__}.save_pretrained writes {what}: the export copies a tokenizer's plain "
+                "files only, beside its own; export without tokenizer= and copy its files yourself"
+            )
+        yield Path(saved), [entry.name for entry in entries]
+
+
 def _write_graphs(model, traced: TracedGraphs, folder: Path) -> dict:
-    """Write the ``traced`` encoder (encoder-decoders) and step, and the beam candidates graph, into
-    ``folder``: each graph's file name, by role."""
+    """Write the ``traced`` encoder (encoder-decoders) or prompt (causal LMs) and step, and the beam
+    candidates graph, into ``folder``: each graph's file name, by role."""
     files = {"decoder_step": STEP_FILE}
     if traced.encoder is not None:
         _to_onnx(traced.encoder, folder / ENCODER_FILE, traced.names["encoder"])
         files["encoder"] = ENCODER_FILE
+    if traced.prompt is not None:
+        _to_onnx(traced.prompt, folder / PROMPT_FILE, traced.names[PROMPT])
+        files[PROMPT] = PROMPT_FILE
     _to_onnx(traced.step, folder / STEP_FILE, traced.names["decoder_step"])
     vocab_size = model.get_output_embeddings().out_features
     onnx.save(candidates_graph(vocab_size, chunk_size(vocab_size), OPSET), folder / CANDIDATES_FILE)

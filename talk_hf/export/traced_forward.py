@@ -5,9 +5,10 @@ cross-attention projection of its output (what the generation cache computes onc
 `DecodingStepGraph` rebuilds the model's own generation cache from its inputs
 (`ConvCache.from_state`, `ConvEncoderDecoderCache.from_state`), calls the head's ``forward`` over one
 new token per row, as ``generate`` does, and returns the next-token logits and the cache's windows
-after the forward updated them.  Traced while exporting, every op takes its PyTorch path and the
-ops' host-side value checks step aside (`talk_hf.ops._backend.exporting`), so the graph holds the
-cores' own step forms (e.g. ``decoding_step``) and ``talk_hf.ops.linear`` as ``F.linear``.
+after the forward updated them; `PromptGraph` calls a causal LM's ``forward`` over a whole prompt
+with a new cache, as ``generate``'s first call does.  Traced while exporting, every op takes its
+PyTorch path and the ops' host-side value checks step aside (`talk_hf.ops._backend.exporting`), so
+the graphs hold the cores' own sequence and step forms and ``talk_hf.ops.linear`` as ``F.linear``.
 
 `graph_layout` finds, by running the model once, what a step reads of the source: the cross-attention
 keys and values its cache holds after a first token (the convolutional families), or, when the cache
@@ -135,5 +136,27 @@ class DecodingStepGraph(nn.Module):
                 use_cache=True,
                 logits_to_keep=1,
             )
-        windows = [layer.window for layer in split_cache(cache)[0].layers]
-        return (out.logits[:, -1], *windows)
+        return (out.logits[:, -1], *cache_windows(cache))
+
+
+class PromptGraph(DecodingStepGraph):
+    """A causal LM's whole prompt in one call: the head's own forward over T tokens per row with a new
+    cache, as ``generate``'s first call runs it (each core's sequence form).
+
+    Inputs: input_ids (B, T) int64; attention_mask (B, T) int64, 0 at (left) padding, else 1.
+
+    Outputs: logits (B, V) of the last position, then each window of the cache the forward filled
+    (B, history_size, C), the step graph's state inputs for the token after the prompt.
+    """
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        cache = self.model.new_cache()
+        out = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, cache=cache, use_cache=True, logits_to_keep=1
+        )
+        return (out.logits[:, -1], *cache_windows(cache))
+
+
+def cache_windows(cache) -> list[torch.Tensor]:
+    """The windows (B, history_size, C) of a generation cache's layers, in layer order."""
+    return [layer.window for layer in split_cache(cache)[0].layers]

@@ -1,0 +1,483 @@
+"""`talk_hf.onnx`: exported models driven by transformers' ``generate`` and ``pipeline`` as the PyTorch
+models are, token for token, with every strategy and logits processor (the same torch seed for
+sampling); a causal LM's prompt runs in one graph call; the folder carries config.json,
+generation_config.json and the tokenizer; bad folders, tokenizers and requests say what is wrong.
+
+Three exports, once per module: a TaLK LM (with a tokenizer), a DynamicConv encoder-decoder (exported
+over a copy of the LM's folder, which must lose the LM's tokenizer and prompt graph) and SliceNet
+(whose steps read the encoder output itself).  Each has an end token chosen so that a row ends early.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import AutoTokenizer, CompileConfig, DynamicCache, PreTrainedTokenizerFast, pipeline
+
+from talk_hf.cache import ConvCache
+from talk_hf.export import export_onnx, quantize_exported
+from talk_hf.export.folder_writes import remove_stale
+from talk_hf.onnx import ORTModelForCausalLM, ORTModelForSeq2SeqLM
+
+from ..models.helpers import BOS, EOS, PAD, VOCAB
+from .test_export import EXPORTED, _inputs
+
+pytest.importorskip("onnxruntime")
+
+NEW_TOKENS = 8
+
+
+def _tokenizer(size: int = VOCAB) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer of ``size`` tokens: the helpers' special ids, then the words w3, w4, ..."""
+    vocab = {"<s>": BOS, "<pad>": PAD, "</s>": EOS, **{f"w{i}": i for i in range(3, size)}}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="w3"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    specials = dict(bos_token="<s>", pad_token="<pad>", eos_token="</s>", unk_token="w3")
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, **specials)
+
+
+@dataclass
+class Served:
+    model: torch.nn.Module  # the PyTorch model
+    ort: ORTModelForCausalLM | ORTModelForSeq2SeqLM  # its export, loaded with from_pretrained
+    folder: Path
+    ids: torch.Tensor  # (3, S) sources (row 0 right-padded, row 1 left-padded) or prompts (row 0 left-padded)
+    mask: torch.Tensor
+
+    def both(self, **settings) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the PyTorch model's generate, the exported model's), each after torch.manual_seed(0)."""
+        settings = {"max_new_tokens": NEW_TOKENS, **settings}
+        tokens = []
+        for model in (self.model, self.ort):
+            torch.manual_seed(0)
+            tokens.append(model.generate(input_ids=self.ids, attention_mask=self.mask, **settings))
+        return tokens[0], tokens[1]
+
+
+def _export(name: str, folder: Path, tokenizer=None) -> Served:
+    case = EXPORTED[name]
+    model = case.model()
+    ids, mask = _inputs(case)
+    # The end token: row 0's third new token when nothing ends, so that row 0 ends early.
+    model.generation_config.eos_token_id = None
+    free = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False)
+    model.generation_config.eos_token_id = model.config.eos_token_id = int(
+        next(t for t in free[0, -NEW_TOKENS + 2 :] if t > PAD)
+    )
+    export_onnx(model, folder, tokenizer=tokenizer)
+    loader = ORTModelForSeq2SeqLM if case.is_seq2seq else ORTModelForCausalLM
+    return Served(model, loader.from_pretrained(folder, threads=1), folder, ids, mask)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return _tokenizer()
+
+
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory, tokenizer) -> Served:
+    return _export("talk-lm", tmp_path_factory.mktemp("exports") / "talk-lm", tokenizer)
+
+
+@pytest.fixture(scope="module")
+def seq2seq(tmp_path_factory, lm) -> Served:
+    """Exported into a copy of the LM's folder: a previous export's files it does not write must go."""
+    folder = shutil.copytree(lm.folder, tmp_path_factory.mktemp("exports") / "dynamic-seq2seq")
+    return _export("dynamic-seq2seq", folder)
+
+
+@pytest.fixture(scope="module")
+def slicenet(tmp_path_factory) -> Served:
+    return _export("slicenet", tmp_path_factory.mktemp("exports") / "slicenet")
+
+
+# Every decoding strategy and logits processor of transformers' generate (max_new_tokens=NEW_TOKENS
+# unless a setting says otherwise).
+SETTINGS = {
+    "greedy": dict(do_sample=False),
+    "greedy-min-new-tokens": dict(do_sample=False, min_new_tokens=NEW_TOKENS),
+    "beam": dict(num_beams=3),
+    "beam-length-penalty-early-stopping": dict(
+        num_beams=4, length_penalty=0.5, early_stopping=True, num_return_sequences=2
+    ),
+    "sampling": dict(do_sample=True),
+    "top-k-top-p-temperature": dict(do_sample=True, top_k=6, top_p=0.9, temperature=0.7),
+    "min-p-typical-p": dict(do_sample=True, min_p=0.05, typical_p=0.9),
+    "sampling-several-per-row": dict(do_sample=True, num_return_sequences=3),
+    "beam-sample": dict(do_sample=True, num_beams=3, temperature=1.3),
+    "repetition-penalty": dict(do_sample=False, repetition_penalty=1.5),
+    "no-repeat-ngram": dict(num_beams=2, no_repeat_ngram_size=2),
+    "forced-bos-eos": dict(do_sample=False, forced_bos_token_id=7, forced_eos_token_id=EOS),
+    "suppress-tokens": dict(do_sample=False, suppress_tokens=[5, 6, 9], begin_suppress_tokens=[EOS, 4]),
+    "bad-words": dict(do_sample=False, bad_words_ids=[[8], [10, 11]]),
+    "min-max-length": dict(do_sample=False, max_new_tokens=None, min_length=9, max_length=12),
+    # Without a cache generate feeds every token again at each step (a causal LM's prompt graph, an
+    # encoder-decoder's step graph token by token).
+    "no-cache": dict(num_beams=2, use_cache=False),
+}
+
+
+@pytest.mark.parametrize("settings", SETTINGS.values(), ids=SETTINGS)
+@pytest.mark.parametrize("kind", ["lm", "seq2seq"])
+def test_generate_equals_the_pytorch_models(request, kind, settings):
+    served = request.getfixturevalue(kind)
+    expected, tokens = served.both(**settings)
+    assert torch.equal(tokens, expected), (tokens, expected)
+
+
+@pytest.mark.parametrize("settings", ["greedy", "beam", "sampling", "greedy-min-new-tokens"])
+def test_slicenet_generate_equals_the_pytorch_models(slicenet, settings):
+    """SliceNet's steps read the encoder output itself (no cross-attention keys and values)."""
+    expected, tokens = slicenet.both(**SETTINGS[settings])
+    assert torch.equal(tokens, expected), (tokens, expected)
+
+
+@pytest.mark.parametrize("kind", ["lm", "seq2seq"])
+def test_every_steps_logits_equal_the_pytorch_models(request, kind):
+    """The logits of every step (beam search: every beam's) as generate sees them, to float32 rounding."""
+    served = request.getfixturevalue(kind)
+    settings = dict(max_new_tokens=NEW_TOKENS, num_beams=2, return_dict_in_generate=True, output_logits=True)
+    settings.update(min_new_tokens=NEW_TOKENS, output_scores=True)
+    outputs = [
+        model.generate(input_ids=served.ids, attention_mask=served.mask, **settings)
+        for model in (served.model, served.ort)
+    ]
+    assert torch.equal(outputs[0].sequences, outputs[1].sequences)
+    for expected, found in zip(outputs[0].logits, outputs[1].logits, strict=True):
+        torch.testing.assert_close(found, expected, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(outputs[1].sequences_scores, outputs[0].sequences_scores, atol=1e-4, rtol=1e-4)
+
+
+def test_a_chunked_prefill_equals_the_pytorch_models(lm):
+    """A causal LM's prompt in chunks of 2 tokens: the first on a new cache (the prompt graph), the others
+    going on from the cache (the step graph, token by token)."""
+    expected, tokens = lm.both(do_sample=False, prefill_chunk_size=2)
+    assert torch.equal(tokens, expected), (tokens, expected)
+
+
+def test_a_decoder_prompt_of_several_tokens_equals_the_pytorch_models(seq2seq):
+    """decoder_input_ids of several tokens: on a new cache, the step graph takes them one by one."""
+    prompt = torch.tensor([[EOS, 7, 8]] * 3)
+    expected, tokens = seq2seq.both(decoder_input_ids=prompt, num_beams=2)
+    assert torch.equal(tokens, expected) and torch.equal(tokens[:, :3], prompt)
+
+
+def _count_graph_calls(ort_model, monkeypatch) -> Counter:
+    calls = Counter()
+    for role in ("prompt", "step"):
+        graph = getattr(ort_model.exported, role)
+        run = graph.run
+        monkeypatch.setattr(graph, "run", lambda *args, _run=run, _role=role: (calls.update([_role]), _run(*args))[1])
+    return calls
+
+
+@pytest.mark.parametrize("length", [1, 5])
+def test_a_prompt_runs_in_one_graph_call(lm, monkeypatch, length):
+    """A causal LM's whole prompt (left-padded rows included) is one call of the prompt graph, whose logits
+    and windows equal the model's forward over a new cache; the next token is one call of the step graph."""
+    ids, mask = lm.ids[:, -length:], lm.mask[:, -length:]
+    calls = _count_graph_calls(lm.ort, monkeypatch)
+    found = lm.ort(input_ids=ids, attention_mask=mask, logits_to_keep=1)
+    assert calls == Counter(prompt=1)
+    cache = lm.model.new_cache()
+    with torch.no_grad():
+        expected = lm.model(input_ids=ids, attention_mask=mask, cache=cache, use_cache=True)
+    torch.testing.assert_close(found.logits, expected.logits[:, -1:], atol=1e-4, rtol=1e-4)
+    for ort_layer, layer in zip(found.cache.layers, cache.layers, strict=True):
+        torch.testing.assert_close(ort_layer.window, layer.window, atol=1e-5, rtol=1e-5)
+    following = torch.full((len(ids), 1), 9)
+    found = lm.ort(input_ids=following, attention_mask=torch.ones_like(following), cache=found.cache, logits_to_keep=1)
+    with torch.no_grad():
+        expected = lm.model(input_ids=following, attention_mask=torch.ones_like(following), cache=cache, use_cache=True)
+    assert calls == Counter(prompt=1, step=1)
+    torch.testing.assert_close(found.logits, expected.logits, atol=1e-4, rtol=1e-4)
+
+
+def test_the_graphs_write_into_the_given_tensors(lm):
+    """IOBinding: ONNX Runtime writes each output into the caller's tensor (no copy through numpy)."""
+    graph, exported = lm.ort.exported.prompt, lm.ort.exported
+    logits = torch.full((3, VOCAB), float("nan"))
+    windows = [torch.full((3, size, channels), float("nan")) for size, channels in exported.state_shapes]
+    graph.run(
+        {"input_ids": lm.ids, "attention_mask": lm.mask},
+        {"logits": logits, **dict(zip(exported.window_names, windows, strict=True))},
+    )
+    with torch.no_grad():
+        expected = lm.model(input_ids=lm.ids, attention_mask=lm.mask).logits[:, -1]
+    torch.testing.assert_close(logits, expected, atol=1e-4, rtol=1e-4)
+    assert not any(window.isnan().any() for window in windows)
+
+
+@pytest.mark.parametrize("settings", [dict(do_sample=False), dict(do_sample=True, top_k=5)], ids=["greedy", "sampling"])
+def test_text_generation_pipeline_equals_the_pytorch_models(lm, settings):
+    """pipeline("text-generation") with the exported folder's own tokenizer: the PyTorch model's texts."""
+    texts = ["w5 w6 w7 w8", "w9"]  # of different lengths: the pipeline pads on the left
+    outputs = []
+    for model in (lm.model, lm.ort):
+        generator = pipeline("text-generation", model=model, tokenizer=AutoTokenizer.from_pretrained(lm.folder))
+        torch.manual_seed(0)
+        outputs.append(generator(texts, max_new_tokens=NEW_TOKENS, **settings))
+    assert outputs[0] == outputs[1]
+    assert all(row[0]["generated_text"] != text for row, text in zip(outputs[1], texts, strict=True))
+
+
+def test_the_folder_carries_the_configurations_and_the_tokenizer(lm, seq2seq, tokenizer):
+    manifest = json.loads((lm.folder / "manifest.json").read_text())
+    tokenizer_files = {"tokenizer.json", "tokenizer_config.json"}
+    assert {"config.json", "generation_config.json", "decoder_prompt.onnx", *tokenizer_files} <= set(
+        manifest["written"]
+    )
+    assert all((lm.folder / name).is_file() for name in manifest["written"])
+    assert lm.ort.config.to_dict() == {**lm.model.config.to_dict(), "_name_or_path": str(lm.folder)}
+    assert lm.ort.generation_config.eos_token_id == lm.model.generation_config.eos_token_id != EOS
+    text = "w5 w17 w39"
+    assert AutoTokenizer.from_pretrained(lm.folder)(text)["input_ids"] == tokenizer(text)["input_ids"]
+    # A host without transformers reads tokenizer.json with the tokenizers library.
+    assert Tokenizer.from_file(str(lm.folder / "tokenizer.json")).encode(text).ids == tokenizer(text)["input_ids"]
+    # The encoder-decoder exported over the LM's folder left neither the LM's tokenizer nor its prompt graph.
+    left = {path.name for path in seq2seq.folder.iterdir()}
+    assert not left & (tokenizer_files | {"decoder_prompt.onnx"}) and "encoder.onnx" in left
+    assert set(json.loads((seq2seq.folder / "manifest.json").read_text())["written"]) == left
+
+
+def test_an_int8_folder_quantizes_the_prompt_graph_and_generates(lm, tmp_path):
+    import onnx
+
+    folder = shutil.copytree(lm.folder, tmp_path / "int8")
+    assert "decoder_prompt.onnx" in quantize_exported(folder)
+    assert any(node.op_type == "MatMulInteger" for node in onnx.load(folder / "decoder_prompt.onnx").graph.node)
+    tokens = ORTModelForCausalLM.from_pretrained(folder, threads=1).generate(
+        input_ids=lm.ids, attention_mask=lm.mask, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS
+    )
+    assert tokens.shape == (3, lm.ids.shape[1] + NEW_TOKENS) and torch.equal(tokens[:, : lm.ids.shape[1]], lm.ids)
+
+
+class _NoSaving:
+    def __len__(self):
+        return 10
+
+
+class _WritingFolders:
+    """A tokenizer whose save_pretrained writes ``names`` (a name ending in / as a folder)."""
+
+    def __init__(self, *names):
+        self.names = names
+
+    def __len__(self):
+        return 10
+
+    def save_pretrained(self, folder):
+        for name in self.names:
+            (Path(folder) / name.rstrip("/")).mkdir() if name.endswith("/") else (Path(folder) / name).write_text("{}")
+
+
+@pytest.mark.parametrize(
+    "tokenizer, error, message",
+    [
+        (_NoSaving(), TypeError, "tokenizer must be a transformers tokenizer .* got _NoSaving"),
+        (_tokenizer(VOCAB + 5), ValueError, f"tokenizer has {VOCAB + 5} tokens but the model's vocabulary {VOCAB}"),
+        (_WritingFolders("vocab.json", "extra/"), ValueError, r"writes folders or links \['extra'\]"),
+        (_WritingFolders("config.json"), ValueError, r"files named as the export's own, \['config.json'\]"),
+    ],
+    ids=["no-save-pretrained", "larger-vocabulary", "a-folder", "an-export-file"],
+)
+def test_export_refuses_a_bad_tokenizer_before_exporting(tmp_path, tokenizer, error, message):
+    with pytest.raises(error, match=message):
+        export_onnx(EXPORTED["dynamic-lm"].model(), tmp_path, tokenizer=tokenizer)
+    assert not list(tmp_path.iterdir())
+
+
+def test_export_refuses_to_replace_a_users_tokenizer_file(tmp_path):
+    (tmp_path / "tokenizer.json").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"holds \['tokenizer.json'\], which the export would replace"):
+        export_onnx(EXPORTED["dynamic-lm"].model(), tmp_path, tokenizer=_tokenizer())
+    assert [path.name for path in tmp_path.iterdir()] == ["tokenizer.json"]
+    assert (tmp_path / "tokenizer.json").read_text() == "mine"
+
+
+def test_only_the_plain_files_a_previous_export_wrote_are_removed(tmp_path):
+    """A manifest's ``written`` names that lead out of the folder or name a folder are left alone."""
+    folder, outside = tmp_path / "export", tmp_path / "victim"
+    (folder / "sub").mkdir(parents=True)
+    for path in (folder / "tokenizer.json", folder / "kept.json", outside):
+        path.write_text("x")
+    remove_stale(folder, ["tokenizer.json", "kept.json", "../victim", "sub", "", ".."], ["kept.json"])
+    assert sorted(path.name for path in folder.iterdir()) == ["kept.json", "sub"] and outside.exists()
+
+
+def _edit_json(folder: Path, name: str, **fields) -> None:
+    path = folder / name
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+
+@pytest.mark.parametrize(
+    "edit, loader, error, message",
+    [
+        (lambda folder: shutil.rmtree(folder), ORTModelForCausalLM, FileNotFoundError, "manifest.json does not exist"),
+        (
+            lambda folder: (folder / "config.json").unlink(),
+            ORTModelForCausalLM,
+            FileNotFoundError,
+            "has no config.json",
+        ),
+        (
+            lambda folder: (folder / "generation_config.json").unlink(),
+            ORTModelForCausalLM,
+            FileNotFoundError,
+            "has no generation_config.json",
+        ),
+        (
+            lambda folder: None,
+            ORTModelForSeq2SeqLM,
+            ValueError,
+            r"holds a causal LM \(talk_lm\): load it with ORTModelForCausalLM",
+        ),
+        (
+            lambda folder: _edit_json(folder, "config.json", model_type="dynamic_conv_lm"),
+            ORTModelForCausalLM,
+            ValueError,
+            "is of model type 'dynamic_conv_lm' but the manifest's graphs of 'talk_lm'",
+        ),
+        (
+            lambda folder: (
+                _edit_json(folder, "config.json", model_type="unheard_of"),
+                _edit_json(folder, "manifest.json", model_type="unheard_of"),
+            ),
+            ORTModelForCausalLM,
+            ValueError,
+            "import the package that registers its model type 'unheard_of'",
+        ),
+    ],
+    ids=["no-folder", "no-config", "no-generation-config", "other-kind", "mixed-exports", "unregistered-type"],
+)
+def test_from_pretrained_refuses_a_bad_folder(lm, tmp_path, edit, loader, error, message):
+    folder = shutil.copytree(lm.folder, tmp_path / "copy")
+    edit(folder)
+    with pytest.raises(error, match=message):
+        loader.from_pretrained(folder)
+
+
+def _lm_requests(lm):
+    ids = lm.ids
+    return {
+        "generate-output-attentions": (
+            lambda: lm.ort.generate(ids, max_new_tokens=2, output_attentions=True, return_dict_in_generate=True),
+            ValueError,
+            "output_attentions",
+        ),
+        "generate-output-hidden-states": (
+            lambda: lm.ort.generate(ids, max_new_tokens=2, output_hidden_states=True, return_dict_in_generate=True),
+            ValueError,
+            "output_hidden_states",
+        ),
+        "generate-prompt-lookup": (
+            lambda: lm.ort.generate(ids, max_new_tokens=2, prompt_lookup_num_tokens=2),
+            ValueError,
+            "cannot verify drafted tokens",
+        ),
+        "generate-compile-config": (
+            lambda: lm.ort.generate(ids, max_new_tokens=2, compile_config=CompileConfig()),
+            ValueError,
+            "without compile_config",
+        ),
+        "generate-inputs-embeds": (
+            lambda: lm.ort.generate(inputs_embeds=torch.zeros(3, 5, 16), max_new_tokens=2),
+            ValueError,
+            "inputs_embeds .the graphs embed",
+        ),
+        "forward-labels": (lambda: lm.ort(input_ids=ids, labels=ids), ValueError, "labels .the graphs compute no loss"),
+        "forward-every-logit": (lambda: lm.ort(input_ids=ids), ValueError, "logits_to_keep=0 with 5 new tokens"),
+        "forward-id-outside-vocabulary": (
+            lambda: lm.ort(input_ids=ids + VOCAB, logits_to_keep=1),
+            ValueError,
+            r"input_ids must hold token ids in \[0, 40\)",
+        ),
+        "forward-mask-of-2": (
+            lambda: lm.ort(input_ids=ids, attention_mask=lm.mask * 2, logits_to_keep=1),
+            ValueError,
+            "attention_mask must hold only 0",
+        ),
+        "forward-position-ids": (
+            lambda: lm.ort(input_ids=ids, position_ids=ids, logits_to_keep=1),
+            TypeError,
+            "unexpected keyword argument.s. position_ids",
+        ),
+        "forward-other-cache": (
+            lambda: lm.ort(input_ids=ids, cache=DynamicCache(), logits_to_keep=1),
+            TypeError,
+            "must be the ConvCache that ORTModelForCausalLM returned, got DynamicCache",
+        ),
+        "forward-other-models-cache": (
+            lambda: lm.ort(input_ids=ids, cache=ConvCache([7]), logits_to_keep=1),
+            ValueError,
+            r"history sizes \[7\]",
+        ),
+        "forward-cache-and-no-cache": (
+            lambda: lm.ort(input_ids=ids, cache=lm.ort.new_cache(), use_cache=False, logits_to_keep=1),
+            ValueError,
+            "use_cache=False with a generation cache",
+        ),
+        "to-cuda": (lambda: lm.ort.to("cuda"), ValueError, "cannot move or cast to 'cuda'"),
+        "half": (lambda: lm.ort.half(), ValueError, "cannot move or cast it"),
+        "train": (lambda: lm.ort.train(), ValueError, "is for inference"),
+        "save-pretrained": (lambda: lm.ort.save_pretrained(lm.folder / "saved"), ValueError, "copy that folder"),
+    }
+
+
+LM_REQUESTS = [
+    "generate-output-attentions",
+    "generate-output-hidden-states",
+    "generate-prompt-lookup",
+    "generate-compile-config",
+    "generate-inputs-embeds",
+    "forward-labels",
+    "forward-every-logit",
+    "forward-id-outside-vocabulary",
+    "forward-mask-of-2",
+    "forward-position-ids",
+    "forward-other-cache",
+    "forward-other-models-cache",
+    "forward-cache-and-no-cache",
+    "to-cuda",
+    "half",
+    "train",
+    "save-pretrained",
+]
+
+
+@pytest.mark.parametrize("request_name", LM_REQUESTS)
+def test_a_request_the_graphs_cannot_honour_is_refused_naming_it(lm, request_name):
+    call, error, message = _lm_requests(lm)[request_name]
+    with pytest.raises(error, match=message):
+        call()
+    assert lm.ort.to("cpu", torch.float32) is lm.ort.eval() is lm.ort
+
+
+def test_a_cache_of_other_rows_is_refused(lm):
+    cache = lm.ort(input_ids=lm.ids, logits_to_keep=1).cache
+    with pytest.raises(ValueError, match="the generation cache holds 3 rows but the input_ids 2"):
+        lm.ort(input_ids=lm.ids[:2, :1], cache=cache, logits_to_keep=1)
+
+
+def test_seq2seq_refuses_encoder_outputs_it_cannot_read(seq2seq):
+    model, ort, ids = seq2seq.model, seq2seq.ort, seq2seq.ids
+    start = torch.full((3, 1), EOS)
+    with torch.no_grad():
+        pytorch_encoder_outputs = model.get_encoder()(ids)
+    with pytest.raises(ValueError, match=r"encoder_outputs lacks \['cross_key_0', .* get_encoder\(\)"):
+        ort(encoder_outputs=pytorch_encoder_outputs, decoder_input_ids=start)
+    with pytest.raises(ValueError, match="pass input_ids .the source. or its encoder_outputs, not both"):
+        ort(input_ids=ids, encoder_outputs=ort.get_encoder()(ids), decoder_input_ids=start)
+    with pytest.raises(ValueError, match="pass decoder_input_ids"):
+        ort(input_ids=ids)
+    with pytest.raises(ValueError, match="the source has 3 rows but decoder_input_ids 2"):
+        ort(input_ids=ids, decoder_input_ids=start[:2])
+    with pytest.raises(ValueError, match="decoder_inputs_embeds .the graphs embed"):
+        ort(input_ids=ids, decoder_inputs_embeds=torch.zeros(3, 1, 16))
