@@ -179,6 +179,21 @@ def test_each_processor_gives_generates_tokens(exported, kind, name, beams):
     np.testing.assert_array_equal(entry.run(**settings), entry.generate(**settings))
 
 
+def test_the_repetition_penalty_skips_an_lm_prompts_left_padding(exported):
+    """The padding columns of a left-padded prompt hold the token that row 0 starts with under a strong
+    repetition penalty: generate does not penalise them (its mask), and neither does the runner."""
+    entry = exported("lm")
+    settings = dict(num_beams=1, max_new_tokens=NEW_TOKENS, repetition_penalty=5.0)
+    first = int(entry.run(**settings)[0, entry.prompt_length])
+    ids = entry.ids.clone()
+    ids[0, :2] = first  # row 0's two padding columns (mask 0)
+    with torch.no_grad():
+        expected = entry.model.generate(input_ids=ids, attention_mask=entry.mask, **settings).numpy()
+    tokens = entry.runner.generate(ids.numpy(), entry.mask.numpy(), **settings)
+    np.testing.assert_array_equal(tokens, expected)
+    assert tokens[0, entry.prompt_length] == first
+
+
 @pytest.mark.parametrize("name", ["bad_words_ids", "forced_bos_token_id", "suppress_tokens", "begin_suppress_tokens"])
 def test_the_processors_change_the_greedy_tokens(exported, name):
     """The settings above bite: without them the tokens are others."""
