@@ -162,6 +162,21 @@ def test_a_chunked_prefill_equals_the_pytorch_models(lm):
     assert torch.equal(tokens, expected), (tokens, expected)
 
 
+def test_a_folder_without_the_prompt_graph_feeds_the_prompt_token_by_token(lm, tmp_path):
+    """A causal LM exported before decoder_prompt.onnx: the step graph takes the prompt one token at a time."""
+    folder = shutil.copytree(lm.folder, tmp_path / "no-prompt")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for field in ("files", "graphs"):
+        del manifest[field]["decoder_prompt"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    (folder / "decoder_prompt.onnx").unlink()
+    older = ORTModelForCausalLM.from_pretrained(folder, threads=1)
+    assert older.exported.prompt is None
+    expected = lm.model.generate(input_ids=lm.ids, attention_mask=lm.mask, max_new_tokens=NEW_TOKENS, num_beams=2)
+    tokens = older.generate(input_ids=lm.ids, attention_mask=lm.mask, max_new_tokens=NEW_TOKENS, num_beams=2)
+    assert torch.equal(tokens, expected), (tokens, expected)
+
+
 def test_a_decoder_prompt_of_several_tokens_equals_the_pytorch_models(seq2seq):
     """decoder_input_ids of several tokens: on a new cache, the step graph takes them one by one."""
     prompt = torch.tensor([[EOS, 7, 8]] * 3)
