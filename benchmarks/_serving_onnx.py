@@ -5,7 +5,9 @@ temporary folder and returns an `OnnxRuntimeSystem` over it; `exported_int8_copy
 that folder's graphs (`talk_hf.export.quantize_exported`: ONNX Runtime's dynamic int8, as ``--int8``
 does).  Each model object is exported once per process, however many rows use it: the export is most
 of the time these rows take to prepare.  The runner (`talk_hf.export.OnnxGenerator`) decodes with
-numpy around the sessions, without talk_hf's model code.
+numpy around the sessions, without talk_hf's model code; `exported_model_copy` and
+`exported_model_int8_copy` load the same folders as `talk_hf.onnx.ORTModelForSeq2SeqLM`, which
+transformers' ``generate`` drives as it drives the PyTorch model.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ import atexit
 import shutil
 import tempfile
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from talk_hf.export import OnnxGenerator, check_exportable, export_onnx, quantize_exported
+from talk_hf.onnx import ORTModelForSeq2SeqLM
 
 
 def exportable(model) -> bool:
@@ -31,16 +35,18 @@ def exportable(model) -> bool:
 
 
 class OnnxRuntimeSystem:
-    """An exported model folder and one `OnnxGenerator` per thread count (ONNX Runtime fixes its
-    threads when a session is made)."""
+    """An exported model folder and, per thread count, what ``load(folder, threads=...)`` makes of it
+    (an `OnnxGenerator`, or an ``ORTModelForSeq2SeqLM`` through its ``from_pretrained``): ONNX Runtime
+    fixes its threads when a session is made."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, load: Callable = OnnxGenerator):
         self.folder = folder
-        self.generators: dict[int, OnnxGenerator] = {}
+        self.load = load
+        self.generators: dict[int, object] = {}
 
-    def generator(self, threads: int) -> OnnxGenerator:
+    def generator(self, threads: int):
         if threads not in self.generators:
-            self.generators[threads] = OnnxGenerator(self.folder, threads=threads)
+            self.generators[threads] = self.load(self.folder, threads=threads)
         return self.generators[threads]
 
 
@@ -68,13 +74,34 @@ def exported_copy(model) -> OnnxRuntimeSystem:
     return OnnxRuntimeSystem(_float32_export(model))
 
 
+# The int8 folder of each model object quantized so far.
+_int8_exports: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _int8_export(model) -> Path:
+    """A copy of ``model``'s float32 export with its graphs' weights in int8, made on the first call."""
+    if model not in _int8_exports:
+        folder = _export_folder()
+        shutil.copytree(_float32_export(model), folder, dirs_exist_ok=True)
+        quantize_exported(folder)
+        _int8_exports[model] = folder
+    return _int8_exports[model]
+
+
 def exported_int8_copy(model) -> OnnxRuntimeSystem:
     """``model`` exported to ONNX with both graphs' weights in int8 (`talk_hf.export.quantize_exported`:
     ONNX Runtime's dynamic quantization of a copy of the float32 export)."""
-    folder = _export_folder()
-    shutil.copytree(_float32_export(model), folder, dirs_exist_ok=True)
-    quantize_exported(folder)
-    return OnnxRuntimeSystem(folder)
+    return OnnxRuntimeSystem(_int8_export(model))
+
+
+def exported_model_copy(model) -> OnnxRuntimeSystem:
+    """``model``'s float32 export loaded as ``talk_hf.onnx.ORTModelForSeq2SeqLM`` (its ``generate``)."""
+    return OnnxRuntimeSystem(_float32_export(model), ORTModelForSeq2SeqLM.from_pretrained)
+
+
+def exported_model_int8_copy(model) -> OnnxRuntimeSystem:
+    """``model``'s int8 export loaded as ``talk_hf.onnx.ORTModelForSeq2SeqLM``."""
+    return OnnxRuntimeSystem(_int8_export(model), ORTModelForSeq2SeqLM.from_pretrained)
 
 
 def onnx_runtime_generate(system: OnnxRuntimeSystem, batch, setting) -> list[list[int]]:

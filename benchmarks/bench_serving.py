@@ -12,7 +12,9 @@ has no FFN or heads, its own ``small`` preset at that width and depth) and rando
 (`_serving.py`).  Rows (systems): Marian in transformers `generate`; each of our encoder-decoders in
 eager `generate`, compiled (its forward under ``torch.compile(fullgraph=True)``) and with its linear
 layers in int8 (`talk_hf.quantize_int8`); exported to ONNX and run by ONNX Runtime (`talk_hf.export`), in
-float32 and with ONNX Runtime's dynamic int8 (every family, SliceNet included); the same
+float32 and with ONNX Runtime's dynamic int8 (every family, SliceNet included), each by the folder's
+numpy runner and by transformers' ``generate`` over ``talk_hf.onnx.ORTModelForSeq2SeqLM`` ("ORTModel"
+rows, the int8 one compared with the runner's int8 tokens); the same
 Marian converted by CTranslate2's `TransformersConverter`, float32 and int8.
 
 In each setting, every round translates the round's next ``--sentences`` sentences with every row, the
@@ -74,7 +76,14 @@ from _serving import (
     translation_models,
 )
 from _serving_lm import measure_lm
-from _serving_onnx import exportable, exported_copy, exported_int8_copy, onnx_runtime_generate
+from _serving_onnx import (
+    exportable,
+    exported_copy,
+    exported_int8_copy,
+    exported_model_copy,
+    exported_model_int8_copy,
+    onnx_runtime_generate,
+)
 from _timing import Timing, interleaved, spread
 
 from talk_hf import quantize_int8
@@ -144,6 +153,12 @@ def compiled_copy(model: torch.nn.Module, backend: str = "inductor") -> torch.nn
     return model
 
 
+def exported_model_generate(system, batch: Batch, setting: Setting) -> list[list[int]]:
+    """`transformers_generate` of the exported folder loaded as ``talk_hf.onnx.ORTModelForSeq2SeqLM``
+    with the setting's threads (`_serving_onnx.OnnxRuntimeSystem`)."""
+    return transformers_generate(system.generator(setting.threads), batch, setting)
+
+
 def ctranslate2_translate(model: CTranslate2Model, batch: Batch, setting: Setting) -> list[list[int]]:
     """`Translator.translate_batch` of a converted model, exactly ``new_tokens`` tokens each."""
     results = model.translator(setting.threads).translate_batch(
@@ -173,6 +188,9 @@ def rows(ours: list[str], exportable: list[str], compile_backend: str = "inducto
             run = onnx_runtime_generate
             table[f"{name} ONNX Runtime"] = Row(name, run, exported_copy, ours=True, reference=name)
             table[f"{name} ONNX Runtime int8"] = Row(name, run, exported_int8_copy, "int8", ours=True, reference=name)
+            run, int8 = exported_model_generate, f"{name} ONNX Runtime int8"
+            table[f"{name} ORTModel"] = Row(name, run, exported_model_copy, ours=True, reference=name)
+            table[f"{name} ORTModel int8"] = Row(name, run, exported_model_int8_copy, "int8", ours=True, reference=int8)
     for precision in CTRANSLATE2_PRECISIONS:
         name = ctranslate2_row(precision)
         table[name] = Row(name, ctranslate2_translate, precision=precision, reference=MARIAN)
