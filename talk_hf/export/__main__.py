@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig
+from transformers import AutoConfig, AutoTokenizer
 
 from ..models.families import family_of
 from .folder_writes import check_replaceable
@@ -39,6 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
         "it, the export refuses to replace a file its manifest.json does not list; a previous export's are replaced)",
     )
     parser.add_argument(
+        "--no-tokenizer",
+        action="store_true",
+        help="do not copy the model folder's tokenizer (by default the export writes it beside the graphs when "
+        "model_dir holds one, so that the folder decodes text)",
+    )
+    parser.add_argument(
         "--int8",
         action="store_true",
         help="then quantize the graphs' weights to int8 (ONNX Runtime's dynamic quantization; after --check)",
@@ -65,6 +71,20 @@ def load_model(model_dir: str) -> torch.nn.Module:
     folder or a model type that is not the package's."""
     head_class = family_of(load_config(model_dir).model_type).head_class
     return head_class.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
+def load_tokenizer(model_dir: str):
+    """The tokenizer saved beside the model in ``model_dir`` (its tokenizer_config.json), or None when the
+    folder holds none; a tokenizer that does not load raises ValueError naming the folder."""
+    if not (Path(model_dir) / "tokenizer_config.json").is_file():
+        return None
+    try:
+        return AutoTokenizer.from_pretrained(model_dir)
+    except (OSError, ValueError, ImportError) as error:
+        raise ValueError(
+            f"{model_dir} holds a tokenizer_config.json whose tokenizer does not load ({error}); "
+            "fix it, or export without it (--no-tokenizer)"
+        ) from error
 
 
 def check_tokens(model, folder: str, seed: int = 0) -> list[str]:
@@ -109,8 +129,15 @@ def main(argv: list[str] | None = None) -> int:
         names = written_files(load_config(args.model_dir).is_encoder_decoder)
         check_replaceable(Path(args.output_dir), names, args.overwrite)  # before the model loads
         model = load_model(args.model_dir)
-        manifest = export_onnx(model, args.output_dir, exporter=args.exporter, overwrite=args.overwrite)
-        print(f"wrote {manifest.parent}: {model.config.model_type} ({type(model).__name__}), {args.exporter} exporter")
+        tokenizer = None if args.no_tokenizer else load_tokenizer(args.model_dir)
+        manifest = export_onnx(
+            model, args.output_dir, exporter=args.exporter, overwrite=args.overwrite, tokenizer=tokenizer
+        )
+        with_tokenizer = f", with its tokenizer ({type(tokenizer).__name__})" if tokenizer is not None else ""
+        print(
+            f"wrote {manifest.parent}: {model.config.model_type} ({type(model).__name__}), {args.exporter} exporter"
+            + with_tokenizer
+        )
         if args.check:
             for strategy in check_tokens(model, args.output_dir):
                 print(f"check: {strategy} tokens of {CHECK_ROWS} random inputs equal model.generate's")

@@ -86,7 +86,7 @@ class EncoderGraph(nn.Module):
         layers = self.model.get_decoder().layers
         keys_values = []
         for index in self.cross_layers:
-            keys_values.extend(layers[index].cross_attention._project_keys_values(hidden))
+            keys_values.extend(layers[index].cross_attention.project_keys_values(hidden))
         return (hidden, *keys_values)
 
 

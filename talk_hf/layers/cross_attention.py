@@ -35,8 +35,9 @@ class CrossAttentionBlock(nn.Module):
         """(B, L, d) -> (B, heads, L, head_dim)."""
         return x.view(x.shape[0], x.shape[1], self.heads, self.head_dim).transpose(1, 2)
 
-    def _project_keys_values(self, encoder_hidden: torch.Tensor):
-        """(B, S, d) encoder output -> (B, heads, S, head_dim) keys and values."""
+    def project_keys_values(self, encoder_hidden: torch.Tensor):
+        """(B, S, d) encoder output -> (B, heads, S, head_dim) keys and values: what the generation cache
+        keeps per source, and what an exported encoder computes for every decoding step (`talk_hf.export`)."""
         return self._split_heads(self.k_proj(encoder_hidden)), self._split_heads(self.v_proj(encoder_hidden))
 
     def forward(
@@ -61,7 +62,7 @@ class CrossAttentionBlock(nn.Module):
             ``(hidden, weights)``: (B, T, d) block output and the weights or None.
         """
         queries = self._split_heads(self.q_proj(self.residual.pre(hidden)))
-        keys, values = cross_attention_keys_values(cache, layer_idx, lambda: self._project_keys_values(encoder_hidden))
+        keys, values = cross_attention_keys_values(cache, layer_idx, lambda: self.project_keys_values(encoder_hidden))
         mask = None if encoder_mask is None else encoder_mask[:, None, None, :].to(torch.bool)
         dropout = self.attention_dropout if self.training else 0.0
         weights = None

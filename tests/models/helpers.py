@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
 
 import talk_hf
 from talk_hf.transformers_internals import CACHE_NAME
@@ -13,6 +15,17 @@ from . import toy_family
 
 VOCAB = 40
 PAD, BOS, EOS = 1, 0, 2
+
+
+def word_tokenizer(size: int = VOCAB) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer of ``size`` tokens: the special ids above, then the words w3, w4, ..."""
+    vocab = {"<s>": BOS, "<pad>": PAD, "</s>": EOS, **{f"w{i}": i for i in range(3, size)}}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="w3"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    specials = dict(bos_token="<s>", pad_token="<pad>", eos_token="</s>", unk_token="w3")
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, **specials)
+
+
 SIZES = dict(
     vocab_size=VOCAB,
     d_model=16,

@@ -255,7 +255,7 @@ def test_export_refuses_what_it_cannot_express(tmp_path):
 def test_export_restates_no_block():
     """talk_hf.export calls the model's modules: none of its modules imports the layers, the cores'
     ops or the models' internals (each block's math lives there), and none defines a module class
-    other than the two graph wrappers, whose forward calls the model's own."""
+    other than the graph wrappers, whose forward calls the model's own."""
     import talk_hf.export as package
 
     sources = {path.name: path.read_text() for path in Path(package.__file__).parent.glob("*.py")}
@@ -263,14 +263,15 @@ def test_export_restates_no_block():
     for name, text in sources.items():
         for internal in (*internals, "torch.nn.functional"):
             assert f"from {internal}" not in text and f"import {internal}" not in text, (name, internal)
-    modules = [
-        line
-        for text in sources.values()
-        for line in text.splitlines()
-        if line.startswith("class ") and "nn.Module" in line
-    ]
-    assert sorted(modules) == ["class DecodingStepGraph(nn.Module):", "class EncoderGraph(nn.Module):"]
-    assert "self.model(" in sources["traced_forward.py"] and "get_encoder()(" in sources["traced_forward.py"]
+    wrappers = {
+        "class DecodingStepGraph(nn.Module):",
+        "class EncoderGraph(nn.Module):",
+        "class PromptGraph(DecodingStepGraph):",
+    }
+    classes = [line for text in sources.values() for line in text.splitlines() if line.startswith("class ")]
+    assert sorted(line for line in classes if "Module" in line or "Graph)" in line) == sorted(wrappers)
+    traced = sources["traced_forward.py"]
+    assert traced.count("self.model(") == 3 and "get_encoder()(" in traced
 
 
 def _broken_copy(exported, tmp_path, edit) -> Path:
@@ -334,17 +335,36 @@ def test_runner_refuses_bad_json_and_bad_requests(exported, tmp_path):
         OnnxGenerator(exported("dynamic-lm").folder, optimization="max")
 
 
-@pytest.mark.parametrize("name", ["light_conv-seq2seq", "slicenet", "toy-seq2seq"])
-def test_command_line_exports_and_checks(tmp_path, capsys, name):
+# (model, the model folder's tokenizer: none, copied by the export, or left out with --no-tokenizer)
+COMMAND_LINE_CASES = [("light_conv-seq2seq", "copied"), ("slicenet", None), ("toy-seq2seq", "--no-tokenizer")]
+
+
+@pytest.mark.parametrize("name,tokenizer", COMMAND_LINE_CASES)
+def test_command_line_exports_and_checks(tmp_path, capsys, name, tokenizer):
     model = EXPORTED[name].model()
     model.save_pretrained(tmp_path / "model")
+    if tokenizer is not None:
+        helpers.word_tokenizer().save_pretrained(tmp_path / "model")
+    options = ["--no-tokenizer"] if tokenizer == "--no-tokenizer" else []
     # One export: the float32 graphs are checked against generate, then quantized in place.
-    assert main([str(tmp_path / "model"), str(tmp_path / "onnx"), "--check", "--int8"]) == 0
+    assert main([str(tmp_path / "model"), str(tmp_path / "onnx"), "--check", "--int8", *options]) == 0
     printed = capsys.readouterr().out
     assert "check: greedy tokens of 4 random inputs equal model.generate's" in printed
     assert printed.index("check:") < printed.index("int8: decoder_step.onnx, encoder.onnx")
     manifest = OnnxGenerator(tmp_path / "onnx").manifest
     assert manifest["head"] == type(model).__name__ and manifest["int8"]["weight_type"] == "QInt8"
+    assert (", with its tokenizer (" in printed) is (tokenizer == "copied")
+    assert ("tokenizer.json" in manifest["written"]) is (tokenizer == "copied")
+    assert (tmp_path / "onnx" / "tokenizer.json").is_file() is (tokenizer == "copied")
+
+
+def test_command_line_names_a_tokenizer_that_does_not_load(tmp_path, capsys):
+    EXPORTED["dynamic-lm"].model().save_pretrained(tmp_path / "model")
+    (tmp_path / "model" / "tokenizer_config.json").write_text('{"tokenizer_class": "NoSuchTokenizer"}')
+    assert main([str(tmp_path / "model"), str(tmp_path / "onnx")]) == 1
+    error = capsys.readouterr().err
+    assert "holds a tokenizer_config.json whose tokenizer does not load" in error and "--no-tokenizer" in error
+    assert not (tmp_path / "onnx").exists()
 
 
 def _first_step_logits(generator: OnnxGenerator, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:

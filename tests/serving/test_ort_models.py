@@ -18,29 +18,20 @@ from pathlib import Path
 
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import AutoTokenizer, CompileConfig, DynamicCache, PreTrainedTokenizerFast, pipeline
-
-from talk_hf.cache import ConvCache
-from talk_hf.export import export_onnx, quantize_exported
-from talk_hf.export.folder_writes import remove_stale
-from talk_hf.onnx import ORTModelForCausalLM, ORTModelForSeq2SeqLM
-
-from ..models.helpers import BOS, EOS, PAD, VOCAB
-from .test_export import EXPORTED, _inputs
+from tokenizers import Tokenizer
+from transformers import AutoTokenizer, CompileConfig, DynamicCache, pipeline
 
 pytest.importorskip("onnxruntime")
 
+from talk_hf.cache import ConvCache  # noqa: E402
+from talk_hf.export import export_onnx, quantize_exported  # noqa: E402
+from talk_hf.export.folder_writes import remove_stale  # noqa: E402
+from talk_hf.onnx import ORTModelForCausalLM, ORTModelForSeq2SeqLM  # noqa: E402
+
+from ..models.helpers import EOS, PAD, VOCAB, word_tokenizer  # noqa: E402
+from .test_export import EXPORTED, _inputs  # noqa: E402
+
 NEW_TOKENS = 8
-
-
-def _tokenizer(size: int = VOCAB) -> PreTrainedTokenizerFast:
-    """A word-level tokenizer of ``size`` tokens: the helpers' special ids, then the words w3, w4, ..."""
-    vocab = {"<s>": BOS, "<pad>": PAD, "</s>": EOS, **{f"w{i}": i for i in range(3, size)}}
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="w3"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    specials = dict(bos_token="<s>", pad_token="<pad>", eos_token="</s>", unk_token="w3")
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, **specials)
 
 
 @dataclass
@@ -78,7 +69,7 @@ def _export(name: str, folder: Path, tokenizer=None) -> Served:
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return _tokenizer()
+    return word_tokenizer()
 
 
 @pytest.fixture(scope="module")
@@ -297,7 +288,7 @@ class _WritingFolders:
     "tokenizer, error, message",
     [
         (_NoSaving(), TypeError, "tokenizer must be a transformers tokenizer .* got _NoSaving"),
-        (_tokenizer(VOCAB + 5), ValueError, f"tokenizer has {VOCAB + 5} tokens but the model's vocabulary {VOCAB}"),
+        (word_tokenizer(VOCAB + 5), ValueError, f"tokenizer has {VOCAB + 5} tokens but the model's vocabulary {VOCAB}"),
         (_WritingFolders("vocab.json", "extra/"), ValueError, r"writes folders or links \['extra'\]"),
         (_WritingFolders("config.json"), ValueError, r"files named as the export's own, \['config.json'\]"),
     ],
@@ -312,7 +303,7 @@ def test_export_refuses_a_bad_tokenizer_before_exporting(tmp_path, tokenizer, er
 def test_export_refuses_to_replace_a_users_tokenizer_file(tmp_path):
     (tmp_path / "tokenizer.json").write_text("mine")
     with pytest.raises(FileExistsError, match=r"holds \['tokenizer.json'\], which the export would replace"):
-        export_onnx(EXPORTED["dynamic-lm"].model(), tmp_path, tokenizer=_tokenizer())
+        export_onnx(EXPORTED["dynamic-lm"].model(), tmp_path, tokenizer=word_tokenizer())
     assert [path.name for path in tmp_path.iterdir()] == ["tokenizer.json"]
     assert (tmp_path / "tokenizer.json").read_text() == "mine"
 
