@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -27,6 +25,7 @@ from talk_hf.export.__main__ import main
 
 from ..models import helpers
 from ..models.helpers import CASES, PAD, VOCAB, Case
+from .torch_free import generate_without_torch
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxscript")
@@ -203,20 +202,9 @@ def test_runner_needs_neither_talk_hf_nor_torch(exported):
     """The folder's own runner.py decodes (greedy and beam search) in a process where importing talk_hf,
     torch or transformers fails."""
     entry = exported("talk-seq2seq")
-    expected = [entry.both(max_new_tokens=NEW_TOKENS, num_beams=beams)[0].tolist() for beams in (1, 3)]
-    script = (
-        "import sys, json, numpy as np\n"
-        "sys.modules.update(dict.fromkeys(['talk_hf', 'torch', 'transformers']))\n"
-        f"sys.path.insert(0, {str(entry.folder)!r})\n"
-        "import runner\n"
-        f"generator = runner.OnnxGenerator({str(entry.folder)!r}, threads=1)\n"
-        f"ids, mask = np.array({entry.ids.tolist()}), np.array({entry.mask.tolist()})\n"
-        f"tokens = [generator.generate(ids, mask, max_new_tokens={NEW_TOKENS}, num_beams=b) for b in (1, 3)]\n"
-        "print(json.dumps([t.tolist() for t in tokens]))\n"
-    )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == expected
+    requests = [dict(max_new_tokens=NEW_TOKENS, num_beams=beams) for beams in (1, 3)]
+    expected = [entry.both(**request)[0].tolist() for request in requests]
+    assert generate_without_torch(entry.folder, entry.ids.tolist(), entry.mask.tolist(), requests) == expected
 
 
 class _HostReadingCore(torch.nn.Module):

@@ -36,6 +36,8 @@ from talk_hf.export.__main__ import check_tokens, load_model
 from talk_hf.export.runner_logits import top_k
 from talk_hf.export.runner_settings import NOT_APPLIED, SAMPLING_ONLY
 
+from .torch_free import generate_without_torch
+
 pytest.importorskip("onnxscript")
 pytest.importorskip("onnxruntime")
 
@@ -424,18 +426,7 @@ def test_the_folders_runner_samples_and_processes_without_talk_hf_or_torch(expor
         dict(num_beams=3, no_repeat_ngram_size=2, repetition_penalty=1.3, max_new_tokens=6),
     ]
     expected = [entry.run(**request).tolist() for request in requests]
-    script = (
-        "import sys, json, numpy as np\n"
-        "sys.modules.update(dict.fromkeys(['talk_hf', 'torch', 'transformers']))\n"
-        f"sys.path.insert(0, {str(entry.folder)!r})\n"
-        "import runner\n"
-        f"generator = runner.OnnxGenerator({str(entry.folder)!r}, threads=1)\n"
-        f"ids, mask = np.array({entry.ids.tolist()}), np.array({entry.mask.tolist()})\n"
-        f"print(json.dumps([generator.generate(ids, mask, **r).tolist() for r in {requests!r}]))\n"
-    )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == expected
+    assert generate_without_torch(entry.folder, entry.ids.tolist(), entry.mask.tolist(), requests) == expected
 
 
 @pytest.mark.parametrize("seed", range(4))
