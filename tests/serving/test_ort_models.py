@@ -27,6 +27,7 @@ from talk_hf.cache import ConvCache  # noqa: E402
 from talk_hf.export import export_onnx, quantize_exported  # noqa: E402
 from talk_hf.export.folder_writes import remove_stale  # noqa: E402
 from talk_hf.onnx import ORTModelForCausalLM, ORTModelForSeq2SeqLM  # noqa: E402
+from talk_hf.transformers_internals import CACHE_NAME  # noqa: E402
 
 from ..models.helpers import EOS, PAD, VOCAB, word_tokenizer  # noqa: E402
 from .test_export import EXPORTED, _inputs  # noqa: E402
@@ -196,10 +197,15 @@ def test_a_prompt_runs_in_one_graph_call(lm, monkeypatch, length):
     with torch.no_grad():
         expected = lm.model(input_ids=ids, attention_mask=mask, cache=cache, use_cache=True)
     torch.testing.assert_close(found.logits, expected.logits[:, -1:], atol=1e-4, rtol=1e-4)
-    for ort_layer, layer in zip(found.cache.layers, cache.layers, strict=True):
+    for ort_layer, layer in zip(getattr(found, CACHE_NAME).layers, cache.layers, strict=True):
         torch.testing.assert_close(ort_layer.window, layer.window, atol=1e-5, rtol=1e-5)
     following = torch.full((len(ids), 1), 9)
-    found = lm.ort(input_ids=following, attention_mask=torch.ones_like(following), cache=found.cache, logits_to_keep=1)
+    found = lm.ort(
+        input_ids=following,
+        attention_mask=torch.ones_like(following),
+        cache=getattr(found, CACHE_NAME),
+        logits_to_keep=1,
+    )
     with torch.no_grad():
         expected = lm.model(input_ids=following, attention_mask=torch.ones_like(following), cache=cache, use_cache=True)
     assert calls == Counter(prompt=1, step=1)
@@ -467,7 +473,7 @@ def test_a_request_the_graphs_cannot_honour_is_refused_naming_it(lm, request_nam
 
 
 def test_a_cache_of_other_rows_is_refused(lm):
-    cache = lm.ort(input_ids=lm.ids, logits_to_keep=1).cache
+    cache = getattr(lm.ort(input_ids=lm.ids, logits_to_keep=1), CACHE_NAME)
     with pytest.raises(ValueError, match="the generation cache holds 3 rows but the input_ids 2"):
         lm.ort(input_ids=lm.ids[:2, :1], cache=cache, logits_to_keep=1)
 

@@ -18,6 +18,7 @@ the DynamicConv LM.  Their generation configurations (set by ``talk_hf.convert``
 
 from __future__ import annotations
 
+import inspect
 import json
 import shutil
 import subprocess
@@ -28,6 +29,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import transformers
+from packaging.version import Version
+from transformers import GenerationMixin
 
 from talk_hf.convert import convert_fairseq_checkpoint
 from talk_hf.export import OnnxGenerator, export_onnx
@@ -45,6 +49,30 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "fairseq"
 CONVERTED = {"seq2seq": "lightconv_iwslt_de_en_args", "lm": "lightconv_lm_dynamic_cfg"}
 NEW_TOKENS = 10
 PAD = 1
+
+
+# transformers 5.17's beam search sizes its candidates by ``config.vocab_size`` instead of the logits'
+# width, so ``model.generate(num_beams > 1)`` of an encoder-decoder whose decoder vocabulary differs
+# from its source vocabulary (the converted IWSLT fixture's) fails inside transformers; newer releases
+# read the logits.  Such comparisons are skipped there, naming why.
+BEAM_SEARCH_READS_CONFIG_VOCAB = "get_text_config().vocab_size" in inspect.getsource(GenerationMixin._beam_search)
+# Before transformers 5.24 the repetition penalty also counts a left-padded prompt's padding tokens.
+PENALTY_SKIPS_PADDING = Version(transformers.__version__) >= Version("5.24")
+
+
+def skip_if_generate_cannot_beam(model, beams: int) -> None:
+    """Skip the test where ``model.generate`` with ``beams`` beams fails in this transformers release
+    (`BEAM_SEARCH_READS_CONFIG_VOCAB`)."""
+    config = model.config
+    other_vocab = config.is_encoder_decoder and getattr(config, "decoder_vocab_size", None) not in (
+        None,
+        config.vocab_size,
+    )
+    if beams > 1 and other_vocab and BEAM_SEARCH_READS_CONFIG_VOCAB:
+        pytest.skip(
+            f"transformers {transformers.__version__}'s beam search takes config.vocab_size ({config.vocab_size}) for "
+            f"the logits' width ({config.decoder_vocab_size}): model.generate itself fails with beams here"
+        )
 
 
 @dataclass
@@ -67,6 +95,7 @@ class Exported:
         return self.runner.manifest["vocab_size"]
 
     def generate(self, **settings) -> np.ndarray:
+        skip_if_generate_cannot_beam(self.model, settings.get("num_beams", self.model.generation_config.num_beams or 1))
         with torch.no_grad():
             return self.model.generate(input_ids=self.ids, attention_mask=self.mask, **settings).numpy()
 
@@ -105,6 +134,7 @@ def test_converted_fairseq_models_export_token_equal(exported, kind):
     generation = entry.runner.manifest["generation"]
     assert generation["forced_eos_token_id"] == 2 and generation["suppress_tokens"] == [PAD]
     assert generation["min_length"] == 2 and generation["num_beams"] == 5
+    skip_if_generate_cannot_beam(entry.model, 5)
     assert check_tokens(entry.model, str(entry.folder)) == ["greedy", "beam-5 (the model's generation defaults)"]
 
 
@@ -184,6 +214,10 @@ def test_each_processor_gives_generates_tokens(exported, kind, name, beams):
 def test_the_repetition_penalty_skips_an_lm_prompts_left_padding(exported):
     """The padding columns of a left-padded prompt hold the token that row 0 starts with under a strong
     repetition penalty: generate does not penalise them (its mask), and neither does the runner."""
+    if not PENALTY_SKIPS_PADDING:
+        pytest.skip(
+            f"transformers {transformers.__version__}'s repetition penalty counts padding; the runner follows 5.24+"
+        )
     entry = exported("lm")
     settings = dict(num_beams=1, max_new_tokens=NEW_TOKENS, repetition_penalty=5.0)
     first = int(entry.run(**settings)[0, entry.prompt_length])
