@@ -17,21 +17,22 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from typing import IO
+from typing import IO, Protocol
 
 from _train_step import failure_of
 
 
-class Work:
-    """What a worker serves: ``ready`` once built, a dict per ``run()`` call, a dict at ``finish()``."""
+class Work(Protocol):
+    """What a worker serves: ``ready`` once built, a dict per ``run()`` call, a dict at ``finish()``.
+    The classes that serve it name it as their base, for `close`."""
 
     ready: dict
 
     def run(self) -> dict:
-        raise NotImplementedError
+        """One measured call's record."""
 
     def finish(self) -> dict:
-        raise NotImplementedError
+        """The work's last record, after its last call."""
 
     def close(self) -> None:
         """Release the work's process (a `Work` in this process holds none)."""
