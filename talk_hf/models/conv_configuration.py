@@ -10,6 +10,7 @@ the offending field.  The papers' presets of a family are built in ``paper_prese
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -269,6 +270,18 @@ class ConvSeq2SeqConfigBase(ConvLMConfigBase):
         if name == "vocab_size" and one_vocabulary:
             super().__setattr__("decoder_vocab_size", value)
         super().__setattr__(name, value)
+
+    def get_text_config(self, decoder=None, encoder=None):
+        """transformers' text configuration, except that the one asked for without naming a side reads
+        ``vocab_size`` as the target vocabulary, ``decoder_vocab_size``: generate sizes the scores of
+        generated tokens by it (beam search's candidates before transformers 5.24, transition scores,
+        watermarking, prompt lookup).  With two vocabularies that view is a shallow copy (written
+        fields do not reach this configuration; ``resize_token_embeddings`` writes both sizes itself)."""
+        if decoder is None and encoder is None and self.decoder_vocab_size not in (None, self.vocab_size):
+            target_view = copy.copy(self)
+            object.__setattr__(target_view, "vocab_size", self.decoder_vocab_size)
+            return target_view
+        return super().get_text_config(decoder=decoder, encoder=encoder)
 
     def fill_defaults(self) -> None:
         super().fill_defaults()
