@@ -113,6 +113,12 @@ class OnnxGenerator:
         checks.check_graph_shapes(self.manifest, self.sessions, self.folder)
         self.step_inputs = graphs["decoder_step"]["inputs"]
         self.source_inputs = self.step_inputs[3 + len(self.manifest["states"]) :]
+        states = [state["name"] for state in self.manifest["states"]]
+        step = dict(ids="input_ids", positions="positions", token_mask="token_mask", states=states)
+        step["source"] = self.source_inputs
+        self._step_feed = checks.GraphInputs(self.sessions["decoder_step"], "OnnxGenerator.step", step).feed
+        encoder, source = self.sessions.get("encoder"), dict(input_ids="input_ids", attention_mask="attention_mask")
+        self._encode_feed = encoder and checks.GraphInputs(encoder, "OnnxGenerator.encode", source).feed
         tokens = self.manifest["special_tokens"]
         eos = tokens.get("eos_token_id")
         self.eos = np.array([] if eos is None else np.atleast_1d(eos), dtype=np.int64)
@@ -129,8 +135,10 @@ class OnnxGenerator:
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> list[np.ndarray]:
         """Source (B, S) ids and mask -> the step's source inputs, in its order: the encoder's outputs
         of those names (e.g. each layer's cross-attention keys and values) and, as
-        ``encoder_attention_mask``, the mask."""
-        outputs = self.sessions["encoder"].run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
+        ``encoder_attention_mask``, the mask.  Arrays of another dtype, rank or shape are refused, naming them."""
+        if self._encode_feed is None:
+            raise ValueError(f"OnnxGenerator.encode: {self.folder} holds a causal LM, which has no encoder")
+        outputs = self.sessions["encoder"].run(None, self._encode_feed(input_ids, attention_mask))
         named = dict(zip(self.manifest["graphs"]["encoder"]["outputs"], outputs, strict=True))
         named["encoder_attention_mask"] = attention_mask
         return [named[name] for name in self.source_inputs]
@@ -138,9 +146,10 @@ class OnnxGenerator:
     def step(self, ids, positions, token_mask, states, source) -> tuple[np.ndarray, list[np.ndarray]]:
         """One token per row: ids, positions, token_mask (B, 1) int64, the histories and the source's
         inputs (encoder-decoders; empty for an LM), one row per step row (beam search repeats each
-        source row for its beams) -> logits (B, V) and the new histories."""
-        values = [ids, positions, token_mask, *states, *source]
-        logits, *states = self.sessions["decoder_step"].run(None, dict(zip(self.step_inputs, values, strict=True)))
+        source row for its beams) -> logits (B, V) and the new histories.  Arrays of another dtype, rank or
+        shape, rows that differ in number, or another count of states or source arrays are refused, naming them."""
+        feed = self._step_feed(ids, positions, token_mask, states, source)
+        logits, *states = self.sessions["decoder_step"].run(None, feed)
         return logits, states
 
     def candidates(self, logits: np.ndarray, beam_scores: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:

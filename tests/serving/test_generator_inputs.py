@@ -1,0 +1,186 @@
+"""`OnnxGenerator.step` and `encode` refuse arrays the graph cannot take, naming the argument and what it
+must be (`runner_checks.GraphInputs`), before ONNX Runtime runs: a wrong dtype or rank, a size the graph
+fixes, rows that differ in number between the ids, positions, mask, states and source (ONNX Runtime
+broadcasts a source of one row over every step row without a word), the source's length differing
+between its arrays, another count of states or source arrays, and ``encode`` of a causal LM.
+
+The tiny DynamicConv encoder-decoder is exported once per module (the causal LM once, for its test).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from talk_hf.export import OnnxGenerator, export_onnx
+
+from ..models.helpers import CASES
+
+pytest.importorskip("onnxruntime")
+
+SEQ2SEQ, LM = CASES[2], CASES[3]  # DynamicConv: two decoder states, cross-attention keys and values per layer
+ROWS = 2
+
+
+@pytest.fixture(scope="module")
+def generator(tmp_path_factory) -> OnnxGenerator:
+    folder = tmp_path_factory.mktemp(SEQ2SEQ.name)
+    export_onnx(SEQ2SEQ.model(), folder)
+    return OnnxGenerator(folder, threads=1)
+
+
+def _source_batch() -> tuple[np.ndarray, np.ndarray]:
+    """(ROWS, 5) source ids and mask, row 1 right-padded."""
+    ids = np.array([[5, 6, 7, 8, 9], [5, 6, 7, 1, 1]], np.int64)
+    return ids, np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], np.int64)
+
+
+def _step_arguments(generator: OnnxGenerator) -> dict:
+    """Valid arguments of ``step``: the decoder start token of every row, zero states, the source's inputs."""
+    start = np.full((ROWS, 1), SEQ2SEQ.config().decoder_start_token_id, np.int64)
+    return dict(
+        ids=start,
+        positions=np.zeros_like(start),
+        token_mask=np.ones_like(start),
+        states=generator.new_states(ROWS),
+        source=generator.encode(*_source_batch()),
+    )
+
+
+def _replace(name: str, change):
+    """An edit of ``step``'s arguments: the argument ``name`` (``states.0``: the first state) changed by ``change``."""
+
+    def edit(arguments: dict) -> None:
+        argument, _, index = name.partition(".")
+        if index:
+            arguments[argument] = list(arguments[argument])
+            arguments[argument][int(index)] = change(arguments[argument][int(index)])
+        else:
+            arguments[argument] = change(arguments[argument])
+
+    return edit
+
+
+ONE_ROW = "its dimension 0 must equal dimension 0 of ids \\(input_ids\\) \\(2\\)"
+BAD_STEPS = {
+    "ids-int32": (
+        _replace("ids", lambda ids: ids.astype(np.int32)),
+        r"ids \(input_ids\) must be a numpy array of dtype int64 and shape \(any, 1\), got dtype int32",
+    ),
+    "ids-a-list": (
+        _replace("ids", lambda ids: ids.tolist()),
+        r"ids \(input_ids\) must be a numpy array .* got list",
+    ),
+    "positions-rank-1": (
+        _replace("positions", lambda positions: positions[:, 0]),
+        r"positions must be a numpy array of dtype int64 and shape \(any, 1\), got dtype int64 and shape \(2,\)",
+    ),
+    "token-mask-two-columns": (
+        _replace("token_mask", lambda mask: np.ones((ROWS, 2), np.int64)),
+        r"token_mask must be of dtype int64 and shape \(any, 1\), got shape \(2, 2\)",
+    ),
+    "token-mask-one-row": (
+        _replace("token_mask", lambda mask: mask[:1]),
+        f"token_mask has shape \\(1, 1\\), but {ONE_ROW}",
+    ),
+    "state-float64": (
+        _replace("states.1", lambda state: state.astype(np.float64)),
+        r"states\[1\] \(state_1\) must be a numpy array of dtype float32 and shape \(any, 3, 16\), got dtype float64",
+    ),
+    "state-history": (
+        _replace("states.0", lambda state: np.zeros((ROWS, 3, 16), np.float32)),
+        r"states\[0\] \(state_0\) must be of dtype float32 and shape \(any, 2, 16\), got shape \(2, 3, 16\)",
+    ),
+    "state-three-rows": (
+        _replace("states.1", lambda state: np.zeros((3, 3, 16), np.float32)),
+        f"states\\[1\\] \\(state_1\\) has shape \\(3, 3, 16\\), but {ONE_ROW}",
+    ),
+    "a-state-missing": (
+        _replace("states", lambda states: states[:1]),
+        r"states must be a list of 2 arrays \(\['state_0', 'state_1'\]\), got 1 of them",
+    ),
+    "states-an-array": (
+        _replace("states", lambda states: states[0]),
+        "states must be a list of 2 arrays .* got ndarray",
+    ),
+    "source-missing": (
+        _replace("source", lambda source: []),
+        r"source must be a list of 5 arrays .* got 0 of them",
+    ),
+    "source-one-row": (  # broadcast over both rows by ONNX Runtime
+        _replace("source", lambda source: [array[:1] for array in source]),
+        f"source\\[0\\] \\(cross_key_0\\) has shape \\(1, 2, 5, 8\\), but {ONE_ROW}",
+    ),
+    "source-mask-shorter": (
+        _replace("source.4", lambda mask: mask[:, :3]),
+        r"source\[4\] \(encoder_attention_mask\) has shape \(2, 3\), but its dimension 1 must equal dimension 2 "
+        r"of source\[0\] \(cross_key_0\) \(5\)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", BAD_STEPS)
+def test_a_bad_step_argument_is_named(generator, name):
+    edit, message = BAD_STEPS[name]
+    arguments = _step_arguments(generator)
+    edit(arguments)
+    with pytest.raises(ValueError, match=f"^OnnxGenerator\\.step: {message}"):
+        generator.step(**arguments)
+
+
+def test_checked_arguments_reach_the_graph_by_name(generator):
+    """The step's logits and states are the graph's for the same inputs fed by name directly."""
+    arguments = _step_arguments(generator)
+    logits, states = generator.step(**arguments)
+    values = [
+        arguments["ids"],
+        arguments["positions"],
+        arguments["token_mask"],
+        *arguments["states"],
+        *arguments["source"],
+    ]
+    direct = generator.sessions["decoder_step"].run(None, dict(zip(generator.step_inputs, values, strict=True)))
+    for found, expected in zip([logits, *states], direct, strict=True):
+        np.testing.assert_array_equal(found, expected)
+
+
+BAD_SOURCES = {
+    "ids-int32": (
+        lambda ids, mask: (ids.astype(np.int32), mask),
+        r"input_ids must be a numpy array of dtype int64 and shape \(any, any\), got dtype int32 and shape \(2, 5\)",
+    ),
+    "ids-rank-1": (
+        lambda ids, mask: (ids[0], mask[0]),
+        r"input_ids must be a numpy array .* got dtype int64 and shape \(5,\)",
+    ),
+    "mask-float": (
+        lambda ids, mask: (ids, mask.astype(np.float32)),
+        "attention_mask must be a numpy array of dtype int64",
+    ),
+    "mask-shorter": (
+        lambda ids, mask: (ids, mask[:, :4]),
+        r"attention_mask has shape \(2, 4\), but its dimension 1 must equal dimension 1 of input_ids \(5\)",
+    ),
+    "mask-one-row": (
+        lambda ids, mask: (ids, mask[:1]),
+        r"attention_mask has shape \(1, 5\), but its dimension 0 must equal",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", BAD_SOURCES)
+def test_a_bad_source_is_named(generator, name):
+    change, message = BAD_SOURCES[name]
+    with pytest.raises(ValueError, match=f"^OnnxGenerator\\.encode: {message}"):
+        generator.encode(*change(*_source_batch()))
+
+
+def test_a_causal_lm_has_no_encoder(tmp_path):
+    export_onnx(LM.model(), tmp_path)
+    lm = OnnxGenerator(tmp_path, threads=1)
+    with pytest.raises(ValueError, match=f"OnnxGenerator.encode: {tmp_path} holds a causal LM, which has no encoder"):
+        lm.encode(*_source_batch())
+    with pytest.raises(
+        ValueError, match=r"OnnxGenerator.step: source must be a list of 0 arrays \(\[\]\), got 1 of them"
+    ):
+        lm.step(*(np.ones((ROWS, 1), np.int64) for _ in range(3)), lm.new_states(ROWS), [np.ones((ROWS, 5), np.int64)])
