@@ -49,6 +49,7 @@ __all__ = [
     "CacheLayerMixin",
     "DynamicCache",
     "EncoderDecoderCache",
+    "EncoderDecoderChunkedPrefillMixin",
     "FixedStateEncoderDecoderCache",
     "FixedStateGenerationMixin",
     "GradientCheckpointingLayer",
@@ -206,6 +207,42 @@ class FixedStateGenerationMixin:
             return None
         new_columns = attention_mask[:, attention_mask.shape[1] - inputs_embeds.shape[1] :]
         return new_columns.clone(memory_format=torch.contiguous_format)  # same strides at every step
+
+
+# The model_kwargs key under which `EncoderDecoderChunkedPrefillMixin` keeps the source mask.
+_SOURCE_MASK_WHILE_CHUNKED = "source_attention_mask_while_chunked"
+
+
+class EncoderDecoderChunkedPrefillMixin:
+    """A chunked prefill (``prefill_chunk_size``) of an encoder-decoder's decoder prompt that keeps the source mask whole.
+
+    transformers' ``GenerationMixin._prefill(input_ids, generation_config, model_kwargs, ...)`` (private;
+    same signature and chunk loop in 5.17 and 5.24) feeds the prompt in chunks and cuts
+    ``model_kwargs["attention_mask"]`` to the tokens fed so far, as a causal LM needs; for an
+    encoder-decoder that is the source's mask, (B, S), which it cuts to the decoder prompt's length,
+    while the decoder prompt's own ``decoder_attention_mask`` stays whole.  For the chunked prefill the
+    two trade places, so that transformers cuts the decoder's mask; ``prepare_inputs_for_generation``
+    hands each chunk's forward both masks under their own names.
+    """
+
+    def _prefill(self, input_ids, generation_config, model_kwargs: dict, *args, **kwargs):
+        if generation_config.prefill_chunk_size is None:
+            return super()._prefill(input_ids, generation_config, model_kwargs, *args, **kwargs)
+        has_decoder_mask = "decoder_attention_mask" in model_kwargs
+        model_kwargs[_SOURCE_MASK_WHILE_CHUNKED] = model_kwargs.pop("attention_mask", None)
+        model_kwargs["attention_mask"] = model_kwargs.pop("decoder_attention_mask", None)
+        outputs = super()._prefill(input_ids, generation_config, model_kwargs, *args, **kwargs)
+        decoder_mask = model_kwargs.pop("attention_mask", None)
+        if has_decoder_mask:
+            model_kwargs["decoder_attention_mask"] = decoder_mask
+        model_kwargs["attention_mask"] = model_kwargs.pop(_SOURCE_MASK_WHILE_CHUNKED)
+        return outputs
+
+    def prepare_inputs_for_generation(self, *args, **kwargs) -> dict:
+        if _SOURCE_MASK_WHILE_CHUNKED in kwargs:
+            kwargs["decoder_attention_mask"] = kwargs.pop("attention_mask", None)
+            kwargs["attention_mask"] = kwargs.pop(_SOURCE_MASK_WHILE_CHUNKED)
+        return super().prepare_inputs_for_generation(*args, **kwargs)
 
 
 class HeadClassKeepingResizeMixin:

@@ -41,6 +41,7 @@ from ..ops._backend import reads_backend_once
 from ..ops.documents import DocumentEdges
 from ..transformers_internals import (
     CACHE_NAME,
+    EncoderDecoderChunkedPrefillMixin,
     FixedStateGenerationMixin,
     HeadClassKeepingResizeMixin,
     ModuleTiedWeightsMixin,
@@ -54,6 +55,7 @@ from .input_checks import (
     PACKING_ARGUMENTS,
     InputNames,
     check_mask_values,
+    check_source_mask,
     embedding_positions,
     refuse_unknown_arguments,
 )
@@ -471,9 +473,10 @@ class ConvSeq2SeqModel(ConvPreTrainedModel):
                 output_hidden_states=output_hidden_states,
             )
         else:
-            check_mask_values("attention_mask", attention_mask)
             if not isinstance(encoder_outputs, BaseModelOutput):
                 encoder_outputs = BaseModelOutput(*encoder_outputs)
+            check_source_mask(attention_mask, encoder_outputs.last_hidden_state)
+            check_mask_values("attention_mask", attention_mask)
         if decoder_input_ids is None and decoder_inputs_embeds is None:
             raise ValueError("pass decoder_input_ids (or labels, which are shifted into decoder_input_ids)")
         cache = self._cache_for_forward(use_cache, cache, past_key_values, self.new_cache)
@@ -529,7 +532,7 @@ class ConvHeadBase(ConvPreTrainedModel, GenerationMixin):
         self.lm_head = value
 
 
-class ConvForConditionalGeneration(ConvHeadBase):
+class ConvForConditionalGeneration(EncoderDecoderChunkedPrefillMixin, ConvHeadBase):
     """Seq2seq model + LM head; subclasses set ``base_model_class`` (the family's `ConvSeq2SeqModel`)."""
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:

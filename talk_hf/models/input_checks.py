@@ -170,6 +170,18 @@ def check_stack_inputs(
         )
 
 
+def check_source_mask(attention_mask: torch.Tensor | None, encoder_hidden_states: torch.Tensor) -> None:
+    """Raise a ValueError unless the source's ``attention_mask`` is None or (B, S), the shape of the
+    (B, S, d) encoder output that it masks in the cross-attention (which would broadcast a (B, 1) mask)."""
+    source_shape = tuple(encoder_hidden_states.shape[:2])
+    if attention_mask is not None and tuple(attention_mask.shape) != source_shape:
+        raise ValueError(
+            f"attention_mask (the source's) must have the shape (batch, source length) = {source_shape} of "
+            f"encoder_outputs' last_hidden_state {tuple(encoder_hidden_states.shape)}, got {tuple(attention_mask.shape)}: "
+            "pass the mask the encoder was run with"
+        )
+
+
 def check_position_ids_shape(name: str, position_ids, rows: str | int, batch: int, length: int, per: str) -> None:
     """Raise a ValueError unless ``position_ids`` are integers of shape (B, T), (1, T) or (T,).
 
