@@ -28,6 +28,7 @@ from .averaging import weight_average
 from .batching import make_train_loader
 from .checkpoints import Progress
 from .folder_saves import full_disk_is_an_error
+from .messages import fail
 from .models import is_ours
 from .optimizer_steps import batches_that_fit, make_optimizer, total_steps
 from .pacing import STOP_AFTER_STEPS, Settings, SlowdownDetector, TrainingClock
@@ -222,9 +223,21 @@ def train_step(*, accelerator, model, optimizer, scheduler, group, loss_fn, clip
     Returns:
         (mean loss per target token, target tokens, seconds), all three over every process: the
         step's seconds are the slowest process's, so that all agree on when the time budget ends.
+
+    A step without a target token (every label -100) stops the run with an error, before any update:
+    its loss per token would be 0 / 0 (NaN weights). The scripts give every example at least one
+    target token (a target's end token, a block's or document's next tokens), so such a step means
+    labels broken upstream; skipping it would hide that and drop the step's examples without a word. The count is summed over every process, so all
+    stop together.
     """
     accumulation = accelerator.gradient_accumulation_steps
     tokens = accelerator.reduce(sum(b["labels"].ne(-100).sum() for b in group), "sum")
+    if tokens == 0:
+        fail(
+            f"an optimizer step's {len(group)} micro-batch(es) on each of {accelerator.num_processes} process(es) "
+            "hold no target token (every label is -100), so there is no loss per token to train on: every "
+            "training example needs at least one target token; check the data and the collator's labels"
+        )
     # backward divides by `accumulation` and DDP averages over processes: undo both.
     scale = accelerator.num_processes * accumulation / tokens
     total = 0.0

@@ -1,9 +1,10 @@
-"""The training loop: our kernels are built before its clock starts."""
+"""The training loop: our kernels are built before its clock starts; a step without target tokens stops the run."""
 
 from functools import partial
 
 import pytest
 import torch
+from accelerate import Accelerator
 from common import loop, signals
 from common.pacing import TrainingClock
 
@@ -46,3 +47,36 @@ def test_our_kernels_are_prepared_before_the_training_clock_starts(model_type, t
     steps, _ = read_log(tmp_path)
     assert prepared == (["cpu"] if model_type == "talk" else [])
     assert len(steps) == 2 and steps[-1]["seconds"] < 3600.0  # training time without the hour
+
+
+def _train_step(model, labels):
+    """One `loop.train_step` of a linear model on a micro-batch with these labels, on the CPU."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def loss_fn(model, batch):
+        mask = batch["labels"].ne(-100)
+        return (model(batch["inputs"]).squeeze(-1) * mask).sum(), mask.sum()
+
+    batch = {"inputs": torch.ones(*labels.shape, 2), "labels": labels}
+    return loop.train_step(
+        accelerator=Accelerator(cpu=True),
+        model=model,
+        optimizer=optimizer,
+        scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0),
+        group=[batch],
+        loss_fn=loss_fn,
+        clip_norm=1.0,
+        clock=TrainingClock(now=lambda: 0.0),
+    )
+
+
+def test_a_step_without_target_tokens_stops_before_any_update():
+    """All labels -100: a clear error, and the weights as they were (no NaN update, no ZeroDivisionError)."""
+    model = torch.nn.Linear(2, 1)
+    before = [parameter.detach().clone() for parameter in model.parameters()]
+    with pytest.raises(SystemExit, match=r"hold no target token \(every label is -100\)"):
+        _train_step(model, torch.full((2, 3), -100))
+    assert all(torch.equal(now, then) for now, then in zip(model.parameters(), before, strict=True))
+    loss, tokens, _ = _train_step(model, torch.tensor([[5, -100, -100], [-100, -100, -100]]))
+    assert tokens == 1 and torch.isfinite(torch.tensor(loss))
+    assert not all(torch.equal(now, then) for now, then in zip(model.parameters(), before, strict=True))
