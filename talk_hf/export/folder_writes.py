@@ -5,7 +5,11 @@ wrote, so a previous export's folder can be exported into again) unless the call
 `remove_stale` deletes what a previous export wrote and the new one does not.
 `staging_folder` and `publish` write every file into a hidden folder inside the target first and then
 rename them into place, the manifest last: a failure before `publish` leaves the folder as it was, and
-a rename replaces a symlink of the same name, never the file it points to.
+a rename replaces a symlink of the same name, never the file it points to.  While `publish` renames, a
+note in the folder (``MOVING_IN``, written atomically first and removed last) lists the files and where
+they come from: the runner refuses a folder holding it (`runner_checks.read_manifest`: its graphs may be
+another export's than its manifest's), and `finish_publish` moves the rest in after a process was killed
+or a rename failed midway.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .runner_checks import FORMAT, MANIFEST_NAME
+from .runner_checks import FORMAT, MANIFEST_NAME, MOVING_IN, finish_advice
 
 STAGING_PREFIX = ".talk_hf-staging-"
 
@@ -36,7 +40,8 @@ def previous_export_files(folder: Path) -> set[str]:
     if written is None:
         files = manifest.get("files")
         written = [*(files.values() if isinstance(files, dict) else []), MANIFEST_NAME, "runner.py"]
-    return {name for name in written if isinstance(name, str)} if isinstance(written, list) else set()
+    moved = (_moving_in(folder, refuse=False) or {}).get("files", [])  # an unfinished publish's files, some moved in
+    return {name for name in [*written, *moved] if isinstance(name, str)} if isinstance(written, list) else set()
 
 
 def check_replaceable(folder: Path, names: Iterable[str], overwrite: bool) -> None:
@@ -72,14 +77,86 @@ def staging_folder(folder: Path) -> Iterator[Path]:
     try:
         yield staging
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        note = _moving_in(folder, refuse=False)
+        if note is None or note["staging"] != staging.name:  # a publish that stopped midway keeps its files
+            shutil.rmtree(staging, ignore_errors=True)
 
 
-def publish(staging: Path, folder: Path, names: Iterable[str]) -> None:
+def publish(staging: Path, folder: Path, names: Iterable[str], writer: str = "export") -> None:
     """Rename the files ``names`` from ``staging`` into ``folder``, replacing those of the same names,
-    the manifest last (a reader finds the new manifest only beside the new files)."""
-    for name in sorted(names, key=lambda name: name == MANIFEST_NAME):
-        os.replace(staging / name, folder / name)
+    the manifest last (a reader finds the new manifest only beside the new files).
+
+    First the ``MOVING_IN`` note (the staging folder, the files in order, and the ``writer``,
+    ``"export"`` or ``"quantize_exported"``, whose run again finishes a publish that stopped midway:
+    `runner_checks.finish_advice`) goes into ``folder``, replacing an earlier unfinished publish's (whose
+    staging folder is deleted); it is removed once every file is in.
+
+    Raises:
+        OSError: a rename failed; the message says what to run again.
+    """
+    order = sorted(names, key=lambda name: name == MANIFEST_NAME)
+    earlier = _moving_in(folder, refuse=False)
+    (staging / MOVING_IN).write_text(json.dumps({"staging": staging.name, "files": order, "writer": writer}))
+    os.replace(staging / MOVING_IN, folder / MOVING_IN)
+    if earlier is not None and earlier["staging"] != staging.name:
+        shutil.rmtree(folder / earlier["staging"], ignore_errors=True)
+    _move_in(staging, folder, order, writer)
+
+
+def finish_publish(folder: Path) -> bool:
+    """Move in the rest of the files of a `publish` into ``folder`` that stopped midway (its ``MOVING_IN``
+    note), from its staging folder; False when there is none.
+
+    Raises:
+        ValueError: the note is damaged, or files it lists as not yet moved are gone from its staging
+            folder: the folder cannot be finished, only written again (the message says how).
+    """
+    note = _moving_in(folder)
+    if note is None:
+        return False
+    staging, files = folder / note["staging"], note["files"]
+    left = [name for name in files if (staging / name).is_file()]
+    if not staging.is_dir() or files[len(files) - len(left) :] != left:  # the files moved form a prefix
+        raise ValueError(
+            f"{folder / MOVING_IN} lists files that were being moved into {folder} from {staging}, but some of them "
+            f"are gone, so the folder cannot be finished: export the model again (python -m talk_hf.export MODEL_DIR "
+            f"{folder}), then quantize it if it was being quantized"
+        )
+    _move_in(staging, folder, left, note["writer"])
+    shutil.rmtree(staging, ignore_errors=True)
+    return True
+
+
+def _move_in(staging: Path, folder: Path, names: list[str], writer: str) -> None:
+    """Rename ``names`` from ``staging`` into ``folder`` in order, then remove the ``MOVING_IN`` note."""
+    for name in names:
+        try:
+            os.replace(staging / name, folder / name)
+        except OSError as error:
+            raise OSError(
+                f"moving {name} into {folder} failed ({error}), so the folder holds some new files beside old "
+                f"ones and is refused until you {finish_advice(folder, writer)}"
+            ) from error
+    (folder / MOVING_IN).unlink()
+
+
+def _moving_in(folder: Path, refuse: bool = True) -> dict | None:
+    """The ``MOVING_IN`` note of ``folder``, or None without one.  A damaged note (not as `publish` writes
+    it): ValueError, or None when not ``refuse``."""
+    path = folder / MOVING_IN
+    if not path.exists():
+        return None
+    try:
+        note = json.loads(path.read_text())
+    except (OSError, ValueError):
+        note = None
+    files = note.get("files") if isinstance(note, dict) else None
+    if isinstance(files, list) and isinstance(note.get("writer"), str) and _plain_name(note.get("staging")):
+        if note["staging"].startswith(STAGING_PREFIX) and all(_plain_name(name) for name in files):
+            return note
+    if refuse:
+        raise ValueError(f"{path} is damaged (not as talk_hf writes it): export the model again into {folder}")
+    return None
 
 
 def remove_stale(folder: Path, previous: Iterable[str], names: Iterable[str]) -> None:
@@ -87,5 +164,10 @@ def remove_stale(folder: Path, previous: Iterable[str], names: Iterable[str]) ->
     ``names`` (the new export's), each a plain file name of ``folder`` (a symlink: the link itself)."""
     for stale in set(previous) - set(names):
         path = folder / stale
-        if Path(stale).name == stale and stale not in ("", ".", "..") and (path.is_symlink() or path.is_file()):
+        if _plain_name(stale) and (path.is_symlink() or path.is_file()):
             path.unlink()
+
+
+def _plain_name(name) -> bool:
+    """Whether ``name`` is a file name in a folder: a string without folders, not ``.`` or ``..``."""
+    return isinstance(name, str) and Path(name).name == name and name not in ("", ".", "..")

@@ -28,11 +28,18 @@ import numpy as np
 import onnxruntime as ort
 
 # The files of the runner that the export copies into the folder.
-RUNNER_FILES = ("runner.py", "runner_checks.py", "runner_settings.py", "runner_logits.py", "runner_decoding.py")
+RUNNER_FILES = (
+    "runner.py",
+    "runner_checks.py",
+    "runner_inputs.py",
+    "runner_settings.py",
+    "runner_logits.py",
+    "runner_decoding.py",
+)
 
 if __package__:  # talk_hf.export.runner
     from . import runner_checks as checks
-    from . import runner_decoding, runner_logits, runner_settings
+    from . import runner_decoding, runner_inputs, runner_logits, runner_settings
 else:  # the copy in an exported folder, imported as the top-level module ``runner``
     import hashlib
     import importlib
@@ -67,6 +74,7 @@ else:  # the copy in an exported folder, imported as the top-level module ``runn
 
     checks, runner_decoding = _beside("runner_checks"), _beside("runner_decoding")
     runner_logits, runner_settings = _beside("runner_logits"), _beside("runner_settings")
+    runner_inputs = _beside("runner_inputs")
 
 CANDIDATES = checks.CANDIDATES
 
@@ -116,9 +124,9 @@ class OnnxGenerator:
         states = [state["name"] for state in self.manifest["states"]]
         step = dict(ids="input_ids", positions="positions", token_mask="token_mask", states=states)
         step["source"] = self.source_inputs
-        self._step_feed = checks.GraphInputs(self.sessions["decoder_step"], "OnnxGenerator.step", step).feed
+        self._step_feed = runner_inputs.GraphInputs(self.sessions["decoder_step"], "OnnxGenerator.step", step).feed
         encoder, source = self.sessions.get("encoder"), dict(input_ids="input_ids", attention_mask="attention_mask")
-        self._encode_feed = encoder and checks.GraphInputs(encoder, "OnnxGenerator.encode", source).feed
+        self._encode_feed = encoder and runner_inputs.GraphInputs(encoder, "OnnxGenerator.encode", source).feed
         tokens = self.manifest["special_tokens"]
         eos = tokens.get("eos_token_id")
         self.eos = np.array([] if eos is None else np.atleast_1d(eos), dtype=np.int64)

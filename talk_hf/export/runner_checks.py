@@ -11,8 +11,8 @@ request never reaches a raw ONNX Runtime, ``KeyError`` or ``IndexError`` failure
 * `check_graph_shapes`: the graphs ONNX Runtime loaded declare the manifest's state shapes and vocabulary;
 * `checked_inputs`: what transformers' ``generate`` refuses of the inputs (ids outside the vocabulary,
   a mask of other values than 0 and 1, float ids, an empty batch); the settings are checked by
-  `runner_settings.resolved_settings`;
-* `GraphInputs`: the arrays of ``OnnxGenerator.step`` / ``encode`` against the inputs the graph declares.
+  `runner_settings.resolved_settings` (and the arrays of ``OnnxGenerator.step`` / ``encode`` by
+  `runner_inputs.GraphInputs`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import numpy as np
 from .runner_settings import GENERATION_FIELDS, check_setting, is_int
 
 MANIFEST_NAME = "manifest.json"
+# In an exported folder only while an export or quantize_exported renames its files into it (folder_writes.publish).
+MOVING_IN = ".talk_hf-moving-in.json"
 # Version 2: the step takes the source's inputs one row per step row.
 FORMAT, FORMAT_VERSION = "talk_hf-onnx", 2
 REQUIRED_FIELDS = ("model_type", "is_encoder_decoder", "files", "graphs", "states", "vocab_size", "special_tokens")
@@ -72,7 +74,12 @@ def confined_file(folder: Path, field: str, name) -> Path:
 def read_manifest(folder: str | Path) -> dict:
     """The checked manifest of an exported folder (`check_manifest`); FileNotFoundError / ValueError naming
     what is wrong."""
-    path = Path(folder) / MANIFEST_NAME
+    path, moving_in = Path(folder) / MANIFEST_NAME, Path(folder) / MOVING_IN
+    if moving_in.exists():
+        raise ValueError(
+            f"{folder} is half written: the export or quantize_exported that wrote it stopped while renaming its files "
+            f"in ({moving_in} lists them), so its graphs may not be its manifest's: {_finish(moving_in)}"
+        )
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: export the model first (python -m talk_hf.export)")
     try:
@@ -81,6 +88,23 @@ def read_manifest(folder: str | Path) -> dict:
         raise ValueError(f"{path} is not valid JSON: {error}") from None
     check_manifest(manifest, path)
     return manifest
+
+
+def finish_advice(folder: Path, writer) -> str:
+    """What to run to finish ``folder`` after its ``writer`` (``"quantize_exported"``; else the export) stopped
+    while moving its files in."""
+    if writer == "quantize_exported":
+        return f"run talk_hf.export.quantize_exported({str(folder)!r}) again, which moves the rest in"
+    return f"export the model again (python -m talk_hf.export MODEL_DIR {folder})"
+
+
+def _finish(moving_in: Path) -> str:
+    """`finish_advice` for the writer named by the ``moving_in`` note."""
+    try:
+        writer = json.loads(moving_in.read_text()).get("writer")
+    except (OSError, ValueError, AttributeError):
+        writer = None
+    return finish_advice(moving_in.parent, writer)
 
 
 def check_manifest(manifest, path: Path) -> None:
@@ -223,82 +247,3 @@ def _array(name: str, value) -> np.ndarray:
         return np.asarray(value)
     except ValueError as error:  # ragged rows
         raise ValueError(f"{name} must be a (batch, length) array, rows of equal length: {error}") from None
-
-
-# ONNX Runtime's names of the graphs' input types, as numpy dtypes.
-_DTYPES = {"tensor(int64)": np.dtype(np.int64), "tensor(float)": np.dtype(np.float32), "tensor(bool)": np.dtype(bool)}
-
-
-class GraphInputs:
-    """The inputs one graph declares, to check the arrays of each call against before ONNX Runtime runs.
-
-    Each array must be a numpy array of the input's dtype and rank, with its fixed sizes; a size the graph
-    names (a symbolic dimension: the step's rows, the source's length) must be equal in every input that
-    names it.  A few compares per input, cheap enough for every decoding step.
-
-    Args:
-        session: the graph's ONNX Runtime session.
-        call: the method that feeds it, for messages (``"OnnxGenerator.step"``).
-        parameters: each parameter of ``call``, in its order -> the graph input its array feeds, or the
-            list of graph inputs its sequence of arrays feeds, in order.
-    """
-
-    def __init__(self, session, call: str, parameters: dict[str, str | list[str]]):
-        self.call, self.parameters = call, parameters
-        self.labels = {}  # each graph input -> the argument of ``call`` that feeds it, for messages
-        for parameter, names in parameters.items():
-            if isinstance(names, str):
-                self.labels[names] = parameter if parameter == names else f"{parameter} ({names})"
-            else:
-                self.labels.update({name: f"{parameter}[{i}] ({name})" for i, name in enumerate(names)})
-        # Each input's dtype (None: unchecked), rank, (axis, size) of its fixed and named sizes, and all that in words.
-        self.declared = {
-            x.name: (
-                _DTYPES.get(x.type),
-                len(x.shape),
-                [(axis, size) for axis, size in enumerate(x.shape) if is_int(size)],
-                [(axis, size) for axis, size in enumerate(x.shape) if isinstance(size, str)],
-                f"dtype {_DTYPES.get(x.type, x.type)} and shape ({', '.join(str(s) if is_int(s) else 'any' for s in x.shape)})",
-            )
-            for x in session.get_inputs()
-        }
-        if sorted(self.labels) != sorted(self.declared):
-            raise ValueError(f"{call} feeds the inputs {list(self.labels)}, but its graph takes {list(self.declared)}")
-
-    def feed(self, *values) -> dict[str, np.ndarray]:
-        """The session's feed {graph input: array} of ``values``, the arguments of ``call`` in the order of
-        ``parameters``; ValueError naming the argument and what it must be, before anything runs."""
-        feed = {}
-        for (parameter, names), value in zip(self.parameters.items(), values, strict=True):
-            if isinstance(names, str):
-                feed[names] = value
-            elif isinstance(value, (list, tuple)) and len(value) == len(names):
-                feed.update(zip(names, value, strict=True))
-            else:
-                got = f"{len(value)} of them" if isinstance(value, (list, tuple)) else type(value).__name__
-                raise ValueError(f"{self.call}: {parameter} must be a list of {len(names)} arrays ({names}), got {got}")
-        sizes = {}  # a named size -> (its value, the graph input and dimension that set it)
-        for name, value in feed.items():
-            dtype, rank, fixed, named, expected = self.declared[name]
-            wrong_dtype = type(value) is not np.ndarray or (dtype is not None and value.dtype != dtype)
-            if wrong_dtype or value.ndim != rank:
-                got = (
-                    f"dtype {value.dtype} and shape {value.shape}"
-                    if isinstance(value, np.ndarray)
-                    else type(value).__name__
-                )
-                raise ValueError(f"{self.call}: {self.labels[name]} must be a numpy array of {expected}, got {got}")
-            shape = value.shape
-            for axis, size in fixed:
-                if shape[axis] != size:
-                    raise ValueError(f"{self.call}: {self.labels[name]} must be of {expected}, got shape {shape}")
-            for axis, symbol in named:
-                first = sizes.get(symbol)
-                if first is None:
-                    sizes[symbol] = (shape[axis], name, axis)
-                elif first[0] != shape[axis]:
-                    raise ValueError(
-                        f"{self.call}: {self.labels[name]} has shape {shape}, but its dimension {axis} must equal dimension "
-                        f"{first[2]} of {self.labels[first[1]]} ({first[0]}): the graph takes them of one size"
-                    )
-        return feed

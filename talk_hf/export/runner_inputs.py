@@ -1,0 +1,92 @@
+"""The arrays of a call of ``OnnxGenerator.step`` or ``encode`` against the inputs its graph declares.
+
+Copied beside ``runner.py`` into every exported folder, so like it this file imports nothing but numpy
+and the runner's files beside it.  `GraphInputs.feed` refuses, naming the argument and what it must be,
+what ONNX Runtime would refuse with its own error or, worse, run: a wrong dtype, rank or fixed size,
+rows that differ in number between the arrays (a source of one row would be broadcast over every step
+row), another count of states or source arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .runner_settings import is_int
+
+# ONNX Runtime's names of the graphs' input types, as numpy dtypes.
+_DTYPES = {"tensor(int64)": np.dtype(np.int64), "tensor(float)": np.dtype(np.float32), "tensor(bool)": np.dtype(bool)}
+
+
+class GraphInputs:
+    """The inputs one graph declares, to check the arrays of each call against before ONNX Runtime runs.
+
+    Each array must be a numpy array of the input's dtype and rank, with its fixed sizes; a size the graph
+    names (a symbolic dimension: the step's rows, the source's length) must be equal in every input that
+    names it.  A few compares per input, cheap enough for every decoding step.
+
+    Args:
+        session: the graph's ONNX Runtime session.
+        call: the method that feeds it, for messages (``"OnnxGenerator.step"``).
+        parameters: each parameter of ``call``, in its order -> the graph input its array feeds, or the
+            list of graph inputs its sequence of arrays feeds, in order.
+    """
+
+    def __init__(self, session, call: str, parameters: dict[str, str | list[str]]):
+        self.call, self.parameters = call, parameters
+        self.labels = {}  # each graph input -> the argument of ``call`` that feeds it, for messages
+        for parameter, names in parameters.items():
+            if isinstance(names, str):
+                self.labels[names] = parameter if parameter == names else f"{parameter} ({names})"
+            else:
+                self.labels.update({name: f"{parameter}[{i}] ({name})" for i, name in enumerate(names)})
+        # Each input's dtype (None: unchecked), rank, (axis, size) of its fixed and named sizes, and all that in words.
+        self.declared = {
+            x.name: (
+                _DTYPES.get(x.type),
+                len(x.shape),
+                [(axis, size) for axis, size in enumerate(x.shape) if is_int(size)],
+                [(axis, size) for axis, size in enumerate(x.shape) if isinstance(size, str)],
+                f"dtype {_DTYPES.get(x.type, x.type)} and shape ({', '.join(str(s) if is_int(s) else 'any' for s in x.shape)})",
+            )
+            for x in session.get_inputs()
+        }
+        if sorted(self.labels) != sorted(self.declared):
+            raise ValueError(f"{call} feeds the inputs {list(self.labels)}, but its graph takes {list(self.declared)}")
+
+    def feed(self, *values) -> dict[str, np.ndarray]:
+        """The session's feed {graph input: array} of ``values``, the arguments of ``call`` in the order of
+        ``parameters``; ValueError naming the argument and what it must be, before anything runs."""
+        feed = {}
+        for (parameter, names), value in zip(self.parameters.items(), values, strict=True):
+            if isinstance(names, str):
+                feed[names] = value
+            elif isinstance(value, (list, tuple)) and len(value) == len(names):
+                feed.update(zip(names, value, strict=True))
+            else:
+                got = f"{len(value)} of them" if isinstance(value, (list, tuple)) else type(value).__name__
+                raise ValueError(f"{self.call}: {parameter} must be a list of {len(names)} arrays ({names}), got {got}")
+        sizes = {}  # a named size -> (its value, the graph input and dimension that set it)
+        for name, value in feed.items():
+            dtype, rank, fixed, named, expected = self.declared[name]
+            wrong_dtype = type(value) is not np.ndarray or (dtype is not None and value.dtype != dtype)
+            if wrong_dtype or value.ndim != rank:
+                got = (
+                    f"dtype {value.dtype} and shape {value.shape}"
+                    if isinstance(value, np.ndarray)
+                    else type(value).__name__
+                )
+                raise ValueError(f"{self.call}: {self.labels[name]} must be a numpy array of {expected}, got {got}")
+            shape = value.shape
+            for axis, size in fixed:
+                if shape[axis] != size:
+                    raise ValueError(f"{self.call}: {self.labels[name]} must be of {expected}, got shape {shape}")
+            for axis, symbol in named:
+                first = sizes.get(symbol)
+                if first is None:
+                    sizes[symbol] = (shape[axis], name, axis)
+                elif first[0] != shape[axis]:
+                    raise ValueError(
+                        f"{self.call}: {self.labels[name]} has shape {shape}, but its dimension {axis} must equal dimension "
+                        f"{first[2]} of {self.labels[first[1]]} ({first[0]}): the graph takes them of one size"
+                    )
+        return feed
