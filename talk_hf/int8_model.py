@@ -13,7 +13,9 @@ and says what to do instead (do it to the floating-point model, then quantize):
   ``method="dynamic"`` (fbgemm, CPU only) a move off the CPU;
 * ``tie_weights()``, ``resize_token_embeddings()``;
 * ``save_pretrained`` however it is called (bound, or ``PreTrainedModel.save_pretrained(model, d)``),
-  before anything is written, and ``push_to_hub`` before it reaches the Hub;
+  before anything is written, and ``push_to_hub`` before anything is uploaded: bound, before it reaches
+  the Hub; called unbound (``PushToHubMixin.push_to_hub(model, repo)``), transformers creates the
+  repository before it saves, and the refusal comes at the save;
 * ``generate(..., compile_config=...)`` with ``method="dynamic"`` (a ``ValueError``, before the first
   decoding step): torch.compile cannot trace fbgemm's packed weights.  ``method="weight_only"``
   compiles.
@@ -31,7 +33,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from .transformers_internals import is_save_pretrained
+from .transformers_internals import is_push_to_hub, is_save_pretrained
 
 # Where `quantize_int8` records what it did on the model.
 RECORD_ATTRIBUTE = "int8_quantization"
@@ -156,19 +158,27 @@ class Int8PreTrainedModel(Int8Module):
     @property
     def hf_quantizer(self):
         """None, as for any model transformers did not quantize itself, except to transformers'
-        ``save_pretrained``, which reads it before writing anything: the save is refused there."""
-        if is_save_pretrained(sys._getframe(1)):
+        ``save_pretrained``, which reads it before writing anything: the save is refused there, and so is
+        an unbound ``push_to_hub`` that saves through it."""
+        caller = sys._getframe(1)
+        if is_save_pretrained(caller) and is_push_to_hub(caller.f_back):
+            self._refuse_to_save(
+                "push_to_hub",
+                "nothing was uploaded (called unbound, transformers' push_to_hub creates the Hub repository, when "
+                "missing, before it saves: such a repository stays empty)",
+            )
+        if is_save_pretrained(caller):
             self._refuse_to_save("save_pretrained")
         return None
 
     def push_to_hub(self, *args, **kwargs):
         self._refuse_to_save("push_to_hub")
 
-    def _refuse_to_save(self, operation: str) -> None:
+    def _refuse_to_save(self, operation: str, done: str = "nothing was written or uploaded") -> None:
         self._refuse(
             operation,
-            "its packed int8 weights would not load back with from_pretrained, so nothing was written or "
-            "uploaded: save the floating-point model and call quantize_int8 after loading it",
+            f"its packed int8 weights would not load back with from_pretrained, so {done}: save the "
+            "floating-point model and call quantize_int8 after loading it",
         )
 
     def _valid_auto_compile_criteria(self, model_kwargs: dict, generation_config) -> bool:

@@ -42,6 +42,10 @@ from transformers.utils import logging
 # says so), as every built-in model's forward does.  Lives in ``transformers.utils.generic``.
 from transformers.utils.generic import can_return_tuple
 
+# The mixin whose ``push_to_hub`` creates the Hub repository, saves with ``save_pretrained`` and uploads
+# (``transformers.utils.hub``); `is_push_to_hub` recognises its frame.
+from transformers.utils.hub import PushToHubMixin
+
 __all__ = [
     "ACT2FN",
     "CACHE_NAME",
@@ -57,6 +61,7 @@ __all__ = [
     "ModuleTiedWeightsMixin",
     "activation_checkpointing_enabled",
     "is_loaded_from_checkpoint",
+    "is_push_to_hub",
     "is_save_pretrained",
     "can_return_tuple",
     "cross_attention_keys_values",
@@ -315,3 +320,10 @@ def is_save_pretrained(frame: FrameType) -> bool:
     Checked against 5.24; the read has opened the method since the 4.x releases.
     """
     return frame.f_code is PreTrainedModel.save_pretrained.__code__
+
+
+def is_push_to_hub(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs transformers' ``PushToHubMixin.push_to_hub`` (which ``PreTrainedModel.push_to_hub``
+    calls), however it was called.  It creates the Hub repository and reads its model card, then calls
+    ``save_pretrained`` (checked against 5.24)."""
+    return frame is not None and frame.f_code is PushToHubMixin.push_to_hub.__code__
