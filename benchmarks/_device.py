@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -84,8 +85,37 @@ def run_metadata(device: torch.device | str) -> dict:
 
 
 def add_device_option(parser) -> None:
-    """``--device``: the visible GPU when there is one, else the CPU."""
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    """``--device``: the visible GPU when there is one, else the CPU; a name torch cannot read is refused."""
+    parser.add_argument("--device", type=device_name_of, default="cuda" if torch.cuda.is_available() else "cpu")
+
+
+def device_name_of(text: str) -> str:
+    """``text`` when it names a torch device (``cpu``, ``cuda``, ``cuda:1`` ...); argparse's error otherwise."""
+    try:
+        torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is no torch device name (cpu, cuda, cuda:1 ...)") from None
+    return text
+
+
+def check_device_runs(device: str) -> None:
+    """Stop with a message saying why, when ``device`` cannot run here: CUDA with a torch built
+    without it or with no GPU visible, a GPU index past the visible ones, a device type other than
+    cpu and cuda (the benchmarks time and measure memory on those two only)."""
+    parsed = torch.device(device)
+    if parsed.type == "cpu":
+        return
+    if parsed.type != "cuda":
+        problem = f"the benchmarks run on cpu or cuda devices, not {parsed.type}"
+    elif not torch.backends.cuda.is_built():
+        problem = f"this torch ({torch.__version__}) is built without CUDA: install a CUDA build"
+    elif torch.cuda.device_count() == 0:
+        problem = f"no CUDA GPU is visible (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})"
+    elif (parsed.index or 0) >= torch.cuda.device_count():
+        problem = f"GPU {parsed.index} is not visible ({torch.cuda.device_count()} visible, numbered from 0)"
+    else:
+        return
+    raise SystemExit(f"error: --device {device}: {problem}; or pass --device cpu")
 
 
 def add_cpu_options(parser) -> None:
@@ -98,10 +128,16 @@ def parse_cpu_args(parser):
     """Parse the command line of a benchmark with `add_cpu_options`: set torch's CPU threads from
     ``--threads`` and seed torch with 0, so every run times the same inputs."""
     args = parser.parse_args()
+    apply_cpu_args(args)
+    return args
+
+
+def apply_cpu_args(args) -> None:
+    """What `parse_cpu_args` does with parsed options, for a process that receives them parsed (a
+    forked measuring process): torch's CPU threads from ``--threads``, torch seeded with 0."""
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    return args
 
 
 def write_report(report: dict, out: Path | None, default_name: str, announce: bool = True) -> None:

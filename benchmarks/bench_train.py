@@ -48,7 +48,7 @@ import subprocess
 import sys
 
 import torch
-from _device import run_metadata, write_report
+from _device import check_device_runs, run_metadata, write_report
 from _long_source import run_rows
 from _long_source_work import make_work
 from _models import ModelShape, build_model, causal_lm_models, seq2seq_models
@@ -124,6 +124,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    check_device_runs(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.one:

@@ -1,10 +1,12 @@
-"""bench_train.py's command line refuses timing settings that time nothing, before any model runs."""
+"""bench_train.py's command line refuses timing settings that time nothing and devices that cannot run here,
+before any model runs."""
 
 import re
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
@@ -72,3 +74,27 @@ def test_a_long_source_child_gets_the_mode_the_shape_and_the_beams():
     assert child[0] == "--long-source" and "--source-length" not in child
     assert all(f"{flag} {value}" in " ".join(child) for flag, value in [("--encoder-layers", 3), ("--beams", 4)])
     assert bench_train.parse_args(child).encoder_layers == 3  # the child reads it back
+
+
+@pytest.mark.parametrize(
+    ("device", "cuda_built", "gpus", "message"),
+    [
+        ("cuda", False, 0, r"--device cuda: this torch \(.*\) is built without CUDA"),
+        ("cuda", True, 0, r"--device cuda: no CUDA GPU is visible"),
+        ("cuda:1", True, 1, r"--device cuda:1: GPU 1 is not visible \(1 visible, numbered from 0\)"),
+        ("mps", False, 0, r"--device mps: the benchmarks run on cpu or cuda devices, not mps"),
+    ],
+)
+def test_a_device_that_cannot_run_here_stops_the_run_before_any_model(device, cuda_built, gpus, message, monkeypatch):
+    """Checked at the start (torch's raw AssertionError came from the first model's .to(device))."""
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: cuda_built)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(bench_train, "run_in_subprocess", pytest.fail)  # no model may be measured
+    with pytest.raises(SystemExit, match=message + r".*; or pass --device cpu"):
+        bench_train.main(["--device", device, "--blocks", "16", "--tokens", "32"])
+
+
+def test_a_device_name_torch_cannot_read_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        bench_train.parse_args(["--device", "gpu0"])
+    assert "argument --device: 'gpu0' is no torch device name (cpu, cuda, cuda:1 ...)" in capsys.readouterr().err
