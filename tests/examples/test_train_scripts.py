@@ -172,44 +172,48 @@ def test_interrupted_run_resumes_exactly(tmp_path):
     assert best.get("averaged") == (3 if whole_evals[-1]["valid_ppl"] == best["valid_ppl"] else None)
 
 
+def assert_same_training(expected_records, records, keys=("loss", "valid_loss", "bleu", "tokens")):
+    """Record by record, ``keys`` equal up to the order of float32 additions (relative 1e-5)."""
+    for a, b in zip(expected_records, records, strict=True):
+        for key in keys:
+            if key in a:
+                assert b[key] == pytest.approx(a[key], rel=1e-5), (key, a, b)
+
+
 def test_two_processes_match_one_with_the_same_global_batch_and_resume_as_one(tmp_path):
     """2 gloo processes x 1 micro-batch == 1 process x 2 accumulated micro-batches.
 
     Both see the same micro-batches in each step and normalise by the same global token count, so
     only the order of float32 additions differs (DDP's all-reduce vs accumulation): a relative
     tolerance of 1e-5 covers that, while other data or another normalisation shows at 1e-3 (the
-    losses of consecutive steps here already differ by that much). A two-process run cut after its
-    save at step 2 resumes in one process only with --allow_changed_args, and then goes on with
-    the batches the two processes had not trained.
+    losses of consecutive steps here already differ by that much). The two-process run is cut
+    after step 3, with its state saved (and the model evaluated) at step 2: its steps and its
+    evaluation are the one-process run's. It resumes in one process only with --allow_changed_args,
+    and then goes on with the batches the two processes had not trained: the resumed run's whole
+    log and final weights are the one-process run's.
     """
-    args = [*TRANSLATION, *"--model_type transformer --dropout 0 --max_steps 4 --eval_every 4".split()]
+    args = [*TRANSLATION, *"--model_type transformer --dropout 0 --max_steps 4 --eval_every 2".split()]
     args += ["--test_split", ""]
     run("translation/train.py", *args, "--output_dir", tmp_path / "one", "--gradient_accumulation_steps", 2)
-    two = {"launcher": TWO_PROCESSES, "env": {"ACCELERATE_USE_CPU": "1"}}
-    run("translation/train.py", *args, "--output_dir", tmp_path / "two", **two)
     one_steps, one_evals = read_log(tmp_path / "one")
-    two_steps, two_evals = read_log(tmp_path / "two")
-    assert [r["tokens"] for r in one_steps] == [r["tokens"] for r in two_steps]
-    for a, b in zip(one_steps + one_evals, two_steps + two_evals, strict=True):
-        for key in ("loss", "valid_loss", "bleu"):
-            if key in a:
-                assert b[key] == pytest.approx(a[key], rel=1e-5), (key, a, b)
-    for name, tensor in AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "one" / "last").state_dict().items():
-        other = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "two" / "last").state_dict()[name]
-        torch.testing.assert_close(other, tensor, rtol=1e-4, atol=1e-5)
+    assert [r["step"] for r in one_evals] == [2, 4]
 
     cut, stop = tmp_path / "cut", {STOP_AFTER_STEPS: "3", "ACCELERATE_USE_CPU": "1"}
     run("translation/train.py", *args, "--output_dir", cut, "--save_every", 2, launcher=TWO_PROCESSES, env=stop)
+    two_steps, two_evals = read_log(cut)
+    assert [r["step"] for r in two_steps] == [1, 2, 3] and [r["step"] for r in two_evals] == [2]
+    assert_same_training(one_steps[:3] + one_evals[:1], two_steps + two_evals)
+
     as_one = [*args, "--output_dir", cut, "--resume", "--gradient_accumulation_steps", 2]
     with pytest.raises(AssertionError, match="--num_processes 2 then, 1 now"):
         run("translation/train.py", *as_one)
     output = run("translation/train.py", *as_one, "--allow_changed_args")
     assert "resuming with 1 process(es) where the saved run had 2: epoch 0 goes on from its batch 4" in output
     resumed_steps, resumed_evals = read_log(cut)
-    for a, b in zip(two_steps + two_evals, resumed_steps + resumed_evals, strict=True):
-        for key in ("loss", "valid_loss", "bleu", "tokens"):
-            if key in a:
-                assert b[key] == pytest.approx(a[key], rel=1e-5), (key, a, b)
+    assert_same_training(one_steps + one_evals, resumed_steps + resumed_evals)
+    one = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "one" / "last").state_dict()
+    for name, tensor in AutoModelForSeq2SeqLM.from_pretrained(cut / "last").state_dict().items():
+        torch.testing.assert_close(tensor, one[name], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.gpu
