@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.utils.cpp_extension as cpp_extension
 
-from talk_hf.ops import _extension, dynamic_conv, light_conv, prepare_backend, talk_conv
+from talk_hf.ops import _extension, build, dynamic_conv, light_conv, prepare_backend, talk_conv
 from talk_hf.ops._build import build_folder, build_lock, build_record, build_tools
 from talk_hf.ops._extension import ExtensionUnavailable
 from talk_hf.version import __version__
@@ -399,29 +399,24 @@ def test_preflight_without_kernel_sources(tmp_path, monkeypatch):
         _extension.build_directory("cuda")
 
 
-def test_build_entry_point(private_cpu_build):
-    result = subprocess.run(
-        [sys.executable, "-m", "talk_hf.ops.build", "--cpu"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=dict(os.environ),  # the copy's $TALK_HF_BUILD_DIR
-    )
-    assert result.returncode == 0, result.stderr
-    assert f"cpu: reused in {private_cpu_build}" in result.stdout
-    if not torch.cuda.is_available():
-        failed = subprocess.run(
-            [sys.executable, "-m", "talk_hf.ops.build", "--cuda"], capture_output=True, text=True, timeout=60
-        )
-        assert failed.returncode == 1 and "cuda: FAILED" in failed.stderr and "Fix:" in failed.stderr
-        # Without flags: what this machine can build, and what it skipped and why, exit 0
-        everything = subprocess.run(
-            [sys.executable, "-m", "talk_hf.ops.build"],
-            capture_output=True,
-            text=True,
-            timeout=180,
-            env=dict(os.environ),  # the copy's $TALK_HF_BUILD_DIR
-        )
-        assert everything.returncode == 0, everything.stderr
-        assert f"cpu: reused in {private_cpu_build}" in everything.stdout
-        assert "cuda: skipped: " in everything.stdout and "(fix: " in everything.stdout
+def run_build_command(*flags: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    """``python -m talk_hf.ops.build <flags>`` in a fresh process (this one's $TALK_HF_BUILD_DIR)."""
+    command = [sys.executable, "-m", "talk_hf.ops.build", *flags]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
+
+
+def test_build_entry_point(private_cpu_build, fresh_loader, capsys):
+    if torch.cuda.is_available():  # without flags the command would build the CUDA kernels too: minutes
+        result = run_build_command("--cpu")
+        assert result.returncode == 0, result.stderr
+        assert f"cpu: reused in {private_cpu_build}" in result.stdout
+        return
+    assert build.main(["--cpu"]) == 0  # the command's --cpu, in this process
+    assert capsys.readouterr().out == f"cpu: reused in {private_cpu_build}\n"
+    failed = run_build_command("--cuda", timeout=60)
+    assert failed.returncode == 1 and "cuda: FAILED" in failed.stderr and "Fix:" in failed.stderr
+    # Without flags: what this machine can build, and what it skipped and why, exit 0
+    everything = run_build_command()
+    assert everything.returncode == 0, everything.stderr
+    assert f"cpu: reused in {private_cpu_build}" in everything.stdout
+    assert "cuda: skipped: " in everything.stdout and "(fix: " in everything.stdout
