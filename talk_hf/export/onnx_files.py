@@ -36,6 +36,7 @@ import torch
 from ..int8_model import refuse_if_int8
 from ..version import __version__
 from . import runner
+from .attention_lowering import TRANSLATIONS
 from .beam_graph import INPUTS, OUTPUTS, candidates_graph, chunk_size
 from .folder_writes import check_replaceable, previous_export_files, publish, remove_stale, staging_folder
 from .graphs import TracedGraphs, check_head, start_token, trace_graphs
@@ -76,6 +77,7 @@ def _to_onnx(program: torch.export.ExportedProgram, path: Path, names: dict) -> 
             dynamo=True,
             verbose=False,
             external_data=False,
+            custom_translation_table=TRANSLATIONS,
         )
 
 

@@ -124,9 +124,9 @@ class DecodingStepGraph(nn.Module):
             keys_values = [tuple(source[name] for name in cross_names(index)) for index in self.layout.cross_layers]
             cache = self.cache_class.from_state(windows, next_positions, keys_values)
             encoder_output = source.get(ENCODER_OUTPUT)
-            if encoder_output is None:  # the cached keys and values are all a step reads of the source
-                keys = keys_values[0][0]
-                encoder_output = keys.new_zeros(keys.shape[0], 0, keys.shape[1] * keys.shape[3])
+            if encoder_output is None:  # the cached keys and values are all a step reads of the source:
+                keys = keys_values[0][0]  # (B, S, 0), the source's length without its features
+                encoder_output = keys.new_zeros(keys.shape[0], keys.shape[2], 0)
             out = self.model(
                 encoder_outputs=(encoder_output,),
                 attention_mask=source[SOURCE_MASK],
@@ -136,7 +136,7 @@ class DecodingStepGraph(nn.Module):
                 use_cache=True,
                 logits_to_keep=1,
             )
-        return (out.logits[:, -1], *cache_windows(cache))
+        return (last_logits(out.logits), *cache_windows(cache))
 
 
 class PromptGraph(DecodingStepGraph):
@@ -154,7 +154,13 @@ class PromptGraph(DecodingStepGraph):
         out = self.model(
             input_ids=input_ids, attention_mask=attention_mask, cache=cache, use_cache=True, logits_to_keep=1
         )
-        return (out.logits[:, -1], *cache_windows(cache))
+        return (last_logits(out.logits), *cache_windows(cache))
+
+
+def last_logits(logits: torch.Tensor) -> torch.Tensor:
+    """The (B, V) logits of the last position of (B, T, V) ``logits``: a view when T is 1 (the heads
+    keep one position for ``logits_to_keep=1``), which ONNX Runtime hands on without copying."""
+    return logits.squeeze(1) if logits.shape[1] == 1 else logits[:, -1]
 
 
 def cache_windows(cache) -> list[torch.Tensor]:
