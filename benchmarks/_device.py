@@ -128,16 +128,10 @@ def parse_cpu_args(parser):
     """Parse the command line of a benchmark with `add_cpu_options`: set torch's CPU threads from
     ``--threads`` and seed torch with 0, so every run times the same inputs."""
     args = parser.parse_args()
-    apply_cpu_args(args)
-    return args
-
-
-def apply_cpu_args(args) -> None:
-    """What `parse_cpu_args` does with parsed options, for a process that receives them parsed (a
-    forked measuring process): torch's CPU threads from ``--threads``, torch seeded with 0."""
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    return args
 
 
 def write_report(report: dict, out: Path | None, default_name: str, announce: bool = True) -> None:
