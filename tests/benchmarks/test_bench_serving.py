@@ -12,6 +12,10 @@ import pytest
 pytest.importorskip("ctranslate2")  # the serving extra
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import bench_serving  # noqa: E402
+
 TINY = {
     "--d-model": 32,  # SliceNet's timing signal needs d >= 32
     "--layers": 1,
@@ -119,10 +123,12 @@ def _lm_only(device: str, out: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_the_translation_section_refuses_a_gpu(tmp_path):
+def test_the_translation_section_refuses_a_gpu(tmp_path, monkeypatch, capsys):
     options = ["--device", "cuda", "--lm-d-model", "16", "--out", str(tmp_path / "never.json")]
-    run = subprocess.run([sys.executable, "bench_serving.py", *options], cwd=BENCHMARKS, capture_output=True, text=True)
-    assert run.returncode == 2 and "--no-translation" in run.stderr
+    monkeypatch.setattr(sys, "argv", ["bench_serving.py", *options])
+    with pytest.raises(SystemExit) as exited:
+        bench_serving.main()
+    assert exited.value.code == 2 and "--no-translation" in capsys.readouterr().err
     assert not (tmp_path / "never.json").exists()
 
 
