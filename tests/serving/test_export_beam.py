@@ -12,10 +12,8 @@ import json
 import numpy as np
 import pytest
 
-from talk_hf.export import OnnxGenerator, export_onnx
+from talk_hf.export import OnnxGenerator
 from talk_hf.export.beam_graph import candidates_graph, chunk_size, model_at_oldest_ir
-
-from .test_export import EXPORTED, _inputs
 
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
@@ -67,18 +65,18 @@ def test_chunk_size_leaves_eight_chunks_to_rank_in_small_vocabularies():
     assert [chunk_size(vocab) for vocab in (8000, 512, 40, 3)] == [64, 64, 5, 1]
 
 
-def test_a_folder_without_the_candidates_graph_decodes_greedily_and_names_the_re_export(tmp_path):
+def test_a_folder_without_the_candidates_graph_decodes_greedily_and_names_the_re_export(shared_exports, tmp_path):
     """A folder without beam_candidates.onnx (no such file or manifest entry): greedy decoding runs, beam
     search is refused with the command that re-exports the model."""
-    case = EXPORTED["dynamic-lm"]
-    export_onnx(case.model(), tmp_path)
-    ids, mask = (tensor.numpy() for tensor in _inputs(case))
-    greedy = OnnxGenerator(tmp_path, threads=1).generate(ids, mask)
-    (tmp_path / "beam_candidates.onnx").unlink()
-    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    exported = shared_exports("dynamic-lm")
+    folder = exported.copy(tmp_path / "export")
+    ids, mask = exported.ids.numpy(), exported.mask.numpy()
+    greedy = OnnxGenerator(folder, threads=1).generate(ids, mask)
+    (folder / "beam_candidates.onnx").unlink()
+    manifest = json.loads((folder / "manifest.json").read_text())
     del manifest["files"]["beam_candidates"], manifest["graphs"]["beam_candidates"]
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    older = OnnxGenerator(tmp_path, threads=1)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    older = OnnxGenerator(folder, threads=1)
     np.testing.assert_array_equal(older.generate(ids, mask), greedy)
     with pytest.raises(
         ValueError, match=r"has no beam_candidates.onnx .* re-export the model \(python -m talk_hf.export"

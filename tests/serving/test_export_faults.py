@@ -23,7 +23,7 @@ from talk_hf.export.folder_writes import STAGING_PREFIX
 from talk_hf.export.runner import RUNNER_FILES
 
 from ..models.helpers import VOCAB
-from .test_export import EXPORTED, _inputs
+from .exported import EXPORTED, inputs
 
 pytest.importorskip("onnxruntime")
 
@@ -31,11 +31,10 @@ SEQ2SEQ, LM = EXPORTED["dynamic-seq2seq"], EXPORTED["dynamic-lm"]
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory) -> Path:
-    """The float32 export of the tiny DynamicConv encoder-decoder (never changed: tests tamper with copies)."""
-    folder = tmp_path_factory.mktemp("dynamic-seq2seq")
-    export_onnx(SEQ2SEQ.model(), folder)
-    return folder
+def exported(shared_exports) -> Path:
+    """The session's float32 export of the tiny DynamicConv encoder-decoder (never changed: tests tamper
+    with copies)."""
+    return shared_exports("dynamic-seq2seq").folder
 
 
 def _copy(exported: Path, tmp_path: Path) -> Path:
@@ -93,7 +92,7 @@ def test_a_symlink_inside_the_folder_is_read(exported, tmp_path):
     folder = _copy(exported, tmp_path)
     (folder / "encoder.onnx").rename(folder / "encoder-real.onnx")
     (folder / "encoder.onnx").symlink_to("encoder-real.onnx")
-    ids, mask = (tensor.numpy() for tensor in _inputs(SEQ2SEQ))
+    ids, mask = (tensor.numpy() for tensor in inputs(SEQ2SEQ))
     expected = OnnxGenerator(exported).generate(ids, mask, max_new_tokens=4)
     np.testing.assert_array_equal(OnnxGenerator(folder).generate(ids, mask, max_new_tokens=4), expected)
 
@@ -229,7 +228,7 @@ def test_a_huge_max_new_tokens_allocates_only_the_steps_taken(exported, tmp_path
     terabytes) returns as soon as the search ends: every token but one ends a beam here."""
     ends = [token for token in range(VOCAB) if token != 5]
     folder = _edit_manifest(_copy(exported, tmp_path), _set("special_tokens.eos_token_id", ends))
-    ids, mask = (tensor.numpy() for tensor in _inputs(SEQ2SEQ))
+    ids, mask = (tensor.numpy() for tensor in inputs(SEQ2SEQ))
     tokens = OnnxGenerator(folder, threads=1).generate(ids, mask, max_new_tokens=10**12, num_beams=2)
     assert tokens.shape[0] == len(ids) and tokens.shape[1] <= 4
 
@@ -285,11 +284,10 @@ def test_overwrite_help_names_the_files_it_replaces(capsys):
 
 
 def test_a_previous_export_is_replaced_and_its_stale_files_removed(exported, tmp_path):
-    """Re-exporting into an export's folder needs no overwrite; a causal LM exported over an encoder-decoder's
-    export removes the encoder.onnx that export wrote, and a user's other files stay."""
+    """Exporting into an export's folder needs no overwrite: a causal LM exported over an encoder-decoder's
+    export replaces its files, removes the encoder.onnx that export wrote, and a user's other files stay."""
     folder = _copy(exported, tmp_path)
     (folder / "notes.txt").write_text("keep me")
-    export_onnx(SEQ2SEQ.model(), folder)
     export_onnx(LM.model(), folder)
     written = ["beam_candidates.onnx", "decoder_step.onnx", "manifest.json", *sorted(RUNNER_FILES)]
     written = sorted([*written, "config.json", "decoder_prompt.onnx", "generation_config.json"])

@@ -1,6 +1,8 @@
 """`talk_hf.export` of SliceNet beyond the shared tests of test_export.py: the model's other options (the
 paper's residuals and timing, regular and sub-separable convolutions, one-tap steps, a final LayerNorm,
-untied and unshared embeddings) decode the tokens of ``model.generate``, greedy and beam."""
+untied and unshared embeddings) decode the tokens of ``model.generate``, greedy and beam.  Each option's
+model has one encoder and one decoder layer (the two-layer model is test_export.py's): each layer more
+is a larger graph to export, and no option depends on the number of layers."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ import torch
 
 from talk_hf.export import OnnxGenerator, export_onnx
 
-from .test_export import BEAM_SETTINGS, EXPORTED, NEW_TOKENS, _inputs
+from .exported import EXPORTED, NEW_TOKENS, inputs
+from .test_export import BEAM_SETTINGS
 
 pytest.importorskip("onnxruntime")
 
@@ -33,10 +36,10 @@ OPTIONS = {
 @pytest.mark.parametrize("options", OPTIONS)
 def test_options_decode_the_tokens_of_generate(tmp_path, options):
     case = EXPORTED["slicenet"]
-    model = case.model(**OPTIONS[options])
+    model = case.model(encoder_layers=1, decoder_layers=1, **OPTIONS[options])
     export_onnx(model, tmp_path)
     generator = OnnxGenerator(tmp_path, threads=1)
-    ids, mask = _inputs(case)
+    ids, mask = inputs(case)
     longer_than_every_window = dict(num_beams=1, max_new_tokens=3 * NEW_TOKENS, min_new_tokens=3 * NEW_TOKENS)
     for settings in [longer_than_every_window, *BEAM_SETTINGS]:
         with torch.no_grad():

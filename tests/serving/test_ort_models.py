@@ -3,9 +3,10 @@ models are, token for token, with every strategy and logits processor (the same 
 sampling); a causal LM's prompt runs in one graph call; the folder carries config.json,
 generation_config.json and the tokenizer; bad folders, tokenizers and requests say what is wrong.
 
-Three exports, once per module: a TaLK LM (with a tokenizer), a DynamicConv encoder-decoder (exported
-over a copy of the LM's folder, which must lose the LM's tokenizer and prompt graph) and SliceNet
-(whose steps read the encoder output itself).  Each has an end token chosen so that a row ends early.
+Three of the session's shared exports (`exported.SharedExports`): a TaLK LM (with a tokenizer), a
+DynamicConv encoder-decoder (exported over a copy of the LM's folder, which must lose the LM's tokenizer
+and prompt graph) and SliceNet (whose steps read the encoder output itself).  Each has an end token
+chosen so that a row ends early.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from talk_hf.export.folder_writes import remove_stale  # noqa: E402
 from talk_hf.onnx import ORTModelForCausalLM, ORTModelForSeq2SeqLM  # noqa: E402
 from talk_hf.transformers_internals import CACHE_NAME  # noqa: E402
 
-from ..models.helpers import EOS, PAD, VOCAB, word_tokenizer  # noqa: E402
-from .test_export import EXPORTED, _inputs  # noqa: E402
+from ..models.helpers import EOS, VOCAB, word_tokenizer  # noqa: E402
+from .exported import EXPORTED, SharedExports  # noqa: E402
 
 NEW_TOKENS = 8
 
@@ -53,19 +54,13 @@ class Served:
         return tokens[0], tokens[1]
 
 
-def _export(name: str, folder: Path, tokenizer=None) -> Served:
-    case = EXPORTED[name]
-    model = case.model()
-    ids, mask = _inputs(case)
-    # The end token: row 0's third new token when nothing ends, so that row 0 ends early.
-    model.generation_config.eos_token_id = None
-    free = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False)
-    model.generation_config.eos_token_id = model.config.eos_token_id = int(
-        next(t for t in free[0, -NEW_TOKENS + 2 :] if t > PAD)
+def _served(shared_exports: SharedExports, name: str) -> Served:
+    """The session's export of ``name``, loaded with from_pretrained, beside a new copy of its model."""
+    shared = shared_exports(name)
+    loader = ORTModelForSeq2SeqLM if EXPORTED[name].is_seq2seq else ORTModelForCausalLM
+    return Served(
+        shared.model(), loader.from_pretrained(shared.folder, threads=1), shared.folder, shared.ids, shared.mask
     )
-    export_onnx(model, folder, tokenizer=tokenizer)
-    loader = ORTModelForSeq2SeqLM if case.is_seq2seq else ORTModelForCausalLM
-    return Served(model, loader.from_pretrained(folder, threads=1), folder, ids, mask)
 
 
 @pytest.fixture(scope="module")
@@ -74,20 +69,20 @@ def tokenizer():
 
 
 @pytest.fixture(scope="module")
-def lm(tmp_path_factory, tokenizer) -> Served:
-    return _export("talk-lm", tmp_path_factory.mktemp("exports") / "talk-lm", tokenizer)
+def lm(shared_exports) -> Served:
+    """Exported with the word tokenizer."""
+    return _served(shared_exports, "talk-lm")
 
 
 @pytest.fixture(scope="module")
-def seq2seq(tmp_path_factory, lm) -> Served:
+def seq2seq(shared_exports) -> Served:
     """Exported into a copy of the LM's folder: a previous export's files it does not write must go."""
-    folder = shutil.copytree(lm.folder, tmp_path_factory.mktemp("exports") / "dynamic-seq2seq")
-    return _export("dynamic-seq2seq", folder)
+    return _served(shared_exports, "dynamic-seq2seq")
 
 
 @pytest.fixture(scope="module")
-def slicenet(tmp_path_factory) -> Served:
-    return _export("slicenet", tmp_path_factory.mktemp("exports") / "slicenet")
+def slicenet(shared_exports) -> Served:
+    return _served(shared_exports, "slicenet")
 
 
 # Every decoding strategy and logits processor of transformers' generate (max_new_tokens=NEW_TOKENS
