@@ -16,8 +16,9 @@ of generate's that the runner does not apply is refused, naming it (`runner_sett
 The graphs' float32 logits match PyTorch's to rounding, so greedy and beam tokens differ from
 generate's only where two candidates tie to within it; sampled tokens follow generate's distribution
 with numpy's random numbers, not torch's.
-A causal LM's prompt runs token by token through the step graph (left padding allowed).  The state
-of every layer keeps its shape from step to step; beam search reorders its rows.
+A causal LM's prompt runs in one call of its prompt graph (left padding allowed; token by token
+through the step graph in a folder exported without one).  The state of every layer keeps its shape
+from step to step; beam search reorders its rows.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ else:  # the copy in an exported folder, imported as the top-level module ``runn
     runner_logits, runner_settings = _beside("runner_logits"), _beside("runner_settings")
     runner_inputs = _beside("runner_inputs")
 
-CANDIDATES = checks.CANDIDATES
+CANDIDATES, PROMPT = checks.CANDIDATES, checks.PROMPT
 
 
 def _session(path: Path, graph: dict, options: ort.SessionOptions) -> ort.InferenceSession:
@@ -127,6 +128,8 @@ class OnnxGenerator:
         self._step_feed = runner_inputs.GraphInputs(self.sessions["decoder_step"], "OnnxGenerator.step", step).feed
         encoder, source = self.sessions.get("encoder"), dict(input_ids="input_ids", attention_mask="attention_mask")
         self._encode_feed = encoder and runner_inputs.GraphInputs(encoder, "OnnxGenerator.encode", source).feed
+        prompt = self.sessions.get(PROMPT)
+        self._prompt_feed = prompt and runner_inputs.GraphInputs(prompt, "OnnxGenerator.read_prompt", source).feed
         tokens = self.manifest["special_tokens"]
         eos = tokens.get("eos_token_id")
         self.eos = np.array([] if eos is None else np.atleast_1d(eos), dtype=np.int64)
@@ -158,6 +161,23 @@ class OnnxGenerator:
         shape, rows that differ in number, or another count of states or source arrays are refused, naming them."""
         feed = self._step_feed(ids, positions, token_mask, states, source)
         logits, *states = self.sessions["decoder_step"].run(None, feed)
+        return logits, states
+
+    def read_prompt(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+        """A causal LM's (B, T) prompt ids and mask (int64; 0 at left padding) -> the logits (B, V) after
+        it and each layer's history: one call of the prompt graph, or, in a folder exported without
+        it, one step per prompt token.  Arrays of another dtype or rank, or of two shapes, are refused, naming them."""
+        if self._prompt_feed:
+            logits, *states = self.sessions[PROMPT].run(None, self._prompt_feed(input_ids, attention_mask))
+            return logits, states
+        if self._encode_feed:
+            raise ValueError(
+                f"OnnxGenerator.read_prompt: {self.folder} holds an encoder-decoder, whose prompt is its source: encode it"
+            )
+        states, positions = self.new_states(input_ids.shape[0]), np.maximum(np.cumsum(attention_mask, axis=1) - 1, 0)
+        for t in range(input_ids.shape[1]):
+            token = slice(t, t + 1)
+            logits, states = self.step(input_ids[:, token], positions[:, token], attention_mask[:, token], states, [])
         return logits, states
 
     def candidates(self, logits: np.ndarray, beam_scores: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -203,10 +223,8 @@ class OnnxGenerator:
             logits, states = self.step(prompt, positions, np.ones_like(prompt), self.new_states(batch), source)
             seen, padding = np.ones((batch, 1), np.int64), np.zeros(batch, np.int64)
         else:
-            source, prompt, states = [], ids, self.new_states(batch)
-            positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
-            for t in range(ids.shape[1]):
-                logits, states = self.step(ids[:, t : t + 1], positions[:, t : t + 1], mask[:, t : t + 1], states, [])
+            source, prompt = [], ids
+            logits, states = self.read_prompt(ids, mask)
             seen, padding = mask.sum(axis=1, keepdims=True), np.argmax(mask != 0, axis=1)
         processors = runner_logits.LogitsProcessors(settings, self.eos, prompt_length, np.repeat(padding, beams))
         decoding = runner_decoding.Decoding(self, logits, states, source, seen, prompt, settings, processors, rng)
