@@ -12,6 +12,7 @@ prompt graph).
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -68,16 +69,28 @@ def end_token(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> 
     return int(next(token for token in free[0, -NEW_TOKENS + 2 :] if token > PAD))
 
 
+def fingerprint(folder: Path) -> dict[str, str]:
+    """Every entry under ``folder``, by relative path: a file's SHA-256, a link's target."""
+    return {
+        str(path.relative_to(folder)): str(path.readlink())
+        if path.is_symlink()
+        else hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.rglob("*"))
+        if path.is_symlink() or path.is_file()
+    }
+
+
 @dataclass(frozen=True)
 class SharedExport:
-    """One model's export: its folder (never to be changed), the end token its model was exported with,
-    and the (3, S) inputs of `inputs`."""
+    """One model's export: its folder (never to be changed; `fingerprint` of it as exported), the end
+    token its model was exported with, and the (3, S) inputs of `inputs`."""
 
     name: str
     folder: Path
     eos: int
     ids: torch.Tensor
     mask: torch.Tensor
+    exported_files: dict[str, str]
 
     def model(self) -> torch.nn.Module:
         """A new copy of the exported model (the case's seeded weights, this export's end token), so
@@ -104,6 +117,14 @@ class SharedExports:
             self.done[name] = self._export(name)
         return self.done[name]
 
+    def check_unchanged(self) -> None:
+        """AssertionError naming each shared folder whose files a test changed (it should have changed
+        a `SharedExport.copy`)."""
+        changed = [
+            str(export.folder) for export in self.done.values() if fingerprint(export.folder) != export.exported_files
+        ]
+        assert not changed, f"tests changed the shared exports {changed}: change a SharedExport.copy instead"
+
     def _export(self, name: str) -> SharedExport:
         model = EXPORTED[name].model()
         ids, mask = inputs(EXPORTED[name])
@@ -113,4 +134,4 @@ class SharedExports:
         if name in EXPORTED_OVER:
             self(EXPORTED_OVER[name]).copy(folder)
         export_onnx(model, folder, tokenizer=word_tokenizer() if name == WITH_TOKENIZER else None)
-        return SharedExport(name, folder, eos, ids, mask)
+        return SharedExport(name, folder, eos, ids, mask, fingerprint(folder))

@@ -11,11 +11,13 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from talk_hf.export import OnnxGenerator, export_onnx, quantize_exported
 from talk_hf.export.__main__ import main
@@ -23,7 +25,7 @@ from talk_hf.export.folder_writes import STAGING_PREFIX
 from talk_hf.export.runner import RUNNER_FILES
 
 from ..models.helpers import VOCAB
-from .exported import EXPORTED, inputs
+from .exported import EXPORTED, SharedExport, SharedExports, fingerprint, inputs
 
 pytest.importorskip("onnxruntime")
 
@@ -46,15 +48,6 @@ def _edit_manifest(folder: Path, edit) -> Path:
     edit(manifest)
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return folder
-
-
-def _contents(folder: Path) -> dict[str, bytes | str]:
-    """Every entry under ``folder``: a file's bytes, a symlink's target."""
-    return {
-        str(path.relative_to(folder)): str(path.readlink()) if path.is_symlink() else path.read_bytes()
-        for path in sorted(folder.rglob("*"))
-        if path.is_symlink() or path.is_file()
-    }
 
 
 def _outside_file(tmp_path: Path, folder: Path) -> Path:
@@ -81,11 +74,33 @@ def test_manifest_files_stay_inside_the_folder(exported, tmp_path, how, reader):
     folder = _copy(exported, tmp_path)
     victim = _outside_file(tmp_path, folder)
     _lead_out(how, folder, victim)
-    victim_bytes, before = victim.read_bytes(), _contents(folder)
+    victim_bytes, before = victim.read_bytes(), fingerprint(folder)
     with pytest.raises(ValueError, match=r"manifest.json field files.encoder must be .*inside the exported folder"):
         quantize_exported(folder) if reader == "quantize_exported" else OnnxGenerator(folder)
     assert victim.read_bytes() == victim_bytes
-    assert _contents(folder) == before
+    assert fingerprint(folder) == before
+
+
+def test_a_test_that_changes_a_shared_export_is_named(tmp_path):
+    """The serving tests' shared exports (exported.py) are checked at the session's end: a file changed,
+    added or removed in a shared folder fails the session, naming the folder."""
+    exports = SharedExports(tmp_path)
+    folder = tmp_path / "dynamic-lm"
+    folder.mkdir()
+    (folder / "manifest.json").write_text("{}")
+    ids = torch.ones(1, 1, dtype=torch.long)
+    exports.done["dynamic-lm"] = SharedExport("dynamic-lm", folder, 2, ids, ids, fingerprint(folder))
+    exports.check_unchanged()
+    for change in (
+        lambda: (folder / "manifest.json").write_text("{ }"),
+        lambda: (folder / "extra.onnx").write_text(""),
+        lambda: (folder / "manifest.json").unlink(),
+    ):
+        change()
+        with pytest.raises(AssertionError, match=re.escape(f"tests changed the shared exports ['{folder}']")):
+            exports.check_unchanged()
+        (folder / "extra.onnx").unlink(missing_ok=True)
+        (folder / "manifest.json").write_text("{}")
 
 
 def test_a_symlink_inside_the_folder_is_read(exported, tmp_path):
@@ -104,10 +119,10 @@ def test_quantizing_a_damaged_export_leaves_the_folder_as_it_was(exported, tmp_p
     folder = _copy(exported, tmp_path)
     assert list(json.loads((folder / "manifest.json").read_text())["files"])[0] == "decoder_step"
     (folder / "encoder.onnx").write_bytes(b"not an onnx graph")
-    before = _contents(folder)
+    before = fingerprint(folder)
     with pytest.raises(ValueError, match=r"encoder.onnx \(manifest.json field files.encoder\) could not be quantized"):
         quantize_exported(folder)
-    assert _contents(folder) == before
+    assert fingerprint(folder) == before
     assert not [path for path in folder.iterdir() if path.name.startswith(STAGING_PREFIX)]
     shutil.copyfile(exported / "encoder.onnx", folder / "encoder.onnx")
     assert sorted(quantize_exported(folder)) == ["decoder_step.onnx", "encoder.onnx"]
@@ -248,18 +263,18 @@ def _user_folder(tmp_path: Path) -> Path:
 
 def test_export_refuses_to_replace_a_users_files(tmp_path):
     folder = _user_folder(tmp_path)
-    before = _contents(folder)
+    before = fingerprint(folder)
     with pytest.raises(
         FileExistsError, match=r"holds \['encoder.onnx', 'manifest.json', 'runner.py'\].*overwrite=True"
     ):
         export_onnx(SEQ2SEQ.model(), folder)
-    assert _contents(folder) == before
+    assert fingerprint(folder) == before
 
 
 def test_command_line_refuses_a_users_files_unless_overwrite(tmp_path, capsys):
     SEQ2SEQ.model().save_pretrained(tmp_path / "model")
     folder = _user_folder(tmp_path)
-    before = _contents(folder)
+    before = fingerprint(folder)
     command = [str(tmp_path / "model"), str(folder)]
     capsys.readouterr()
     assert main(command) == 1
@@ -269,7 +284,7 @@ def test_command_line_refuses_a_users_files_unless_overwrite(tmp_path, capsys):
         and "['encoder.onnx', 'manifest.json', 'runner.py']" in error
         and "--overwrite" in error
     )
-    assert _contents(folder) == before
+    assert fingerprint(folder) == before
     assert main([*command, "--overwrite"]) == 0
     assert (folder / "notes.txt").read_text() == "keep me"
     assert all((folder / name).read_bytes() != text.encode() for name, text in USER_FILES.items())
