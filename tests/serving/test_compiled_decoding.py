@@ -56,23 +56,18 @@ def _generate(model, compile_backend: str | None, seed: int = 0, **settings) -> 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 @pytest.mark.parametrize(
-    "runs",
-    [[{"do_sample": False}, {"do_sample": True, "top_k": 5}], [{"do_sample": False, "num_beams": 3}]],
-    ids=["greedy-then-sampling", "beam3"],
+    "settings",
+    [{"do_sample": False}, {"do_sample": False, "num_beams": 3}, {"do_sample": True, "top_k": 5}],
+    ids=["greedy", "beam3", "sampling"],
 )
-def test_a_compiled_step_is_one_static_graph_and_decodes_the_eager_tokens(case, runs):
-    """Each of ``runs`` (generate settings, one after the other on the same model) decodes the eager
-    tokens; greedy decoding and sampling share one compiled step (compiled once: a compilation costs far
-    more than the decoding)."""
+def test_a_compiled_step_is_one_static_graph_and_decodes_the_eager_tokens(case, settings):
     model = case.model()
-    expected = [_generate(model, None, **settings) for settings in runs]
+    expected = _generate(model, None, **settings)
     torch._dynamo.reset()
     counters.clear()
-    for settings, tokens in zip(runs, expected, strict=True):
-        assert torch.equal(_generate(model, "eager", **settings), tokens), (
-            f"{case.name}: compiled decoding chose other tokens ({settings})"
-        )
-    graphs, expected_graphs = counters["stats"]["unique_graphs"], GRAPHS[_compile_switch(runs[0])]
+    tokens = _generate(model, "eager", **settings)
+    assert torch.equal(tokens, expected), f"{case.name}: compiled decoding chose other tokens"
+    graphs, expected_graphs = counters["stats"]["unique_graphs"], GRAPHS[_compile_switch(settings)]
     assert graphs == expected_graphs, f"{case.name}: {graphs} graphs for {NEW_TOKENS} steps (recompiled per step)"
 
 
