@@ -18,7 +18,6 @@ the DynamicConv LM.  Their generation configurations (set by ``talk_hf.convert``
 
 from __future__ import annotations
 
-import inspect
 import json
 import shutil
 import subprocess
@@ -31,7 +30,6 @@ import pytest
 import torch
 import transformers
 from packaging.version import Version
-from transformers import GenerationMixin
 
 from talk_hf.convert import convert_fairseq_checkpoint
 from talk_hf.export import OnnxGenerator, export_onnx
@@ -51,28 +49,8 @@ NEW_TOKENS = 10
 PAD = 1
 
 
-# transformers 5.17's beam search sizes its candidates by ``config.vocab_size`` instead of the logits'
-# width, so ``model.generate(num_beams > 1)`` of an encoder-decoder whose decoder vocabulary differs
-# from its source vocabulary (the converted IWSLT fixture's) fails inside transformers; newer releases
-# read the logits.  Such comparisons are skipped there, naming why.
-BEAM_SEARCH_READS_CONFIG_VOCAB = "get_text_config().vocab_size" in inspect.getsource(GenerationMixin._beam_search)
 # Before transformers 5.24 the repetition penalty also counts a left-padded prompt's padding tokens.
 PENALTY_SKIPS_PADDING = Version(transformers.__version__) >= Version("5.24")
-
-
-def skip_if_generate_cannot_beam(model, beams: int) -> None:
-    """Skip the test where ``model.generate`` with ``beams`` beams fails in this transformers release
-    (`BEAM_SEARCH_READS_CONFIG_VOCAB`)."""
-    config = model.config
-    other_vocab = config.is_encoder_decoder and getattr(config, "decoder_vocab_size", None) not in (
-        None,
-        config.vocab_size,
-    )
-    if beams > 1 and other_vocab and BEAM_SEARCH_READS_CONFIG_VOCAB:
-        pytest.skip(
-            f"transformers {transformers.__version__}'s beam search takes config.vocab_size ({config.vocab_size}) for "
-            f"the logits' width ({config.decoder_vocab_size}): model.generate itself fails with beams here"
-        )
 
 
 @dataclass
@@ -95,7 +73,6 @@ class Exported:
         return self.runner.manifest["vocab_size"]
 
     def generate(self, **settings) -> np.ndarray:
-        skip_if_generate_cannot_beam(self.model, settings.get("num_beams", self.model.generation_config.num_beams or 1))
         with torch.no_grad():
             return self.model.generate(input_ids=self.ids, attention_mask=self.mask, **settings).numpy()
 
@@ -134,7 +111,6 @@ def test_converted_fairseq_models_export_token_equal(exported, kind):
     generation = entry.runner.manifest["generation"]
     assert generation["forced_eos_token_id"] == 2 and generation["suppress_tokens"] == [PAD]
     assert generation["min_length"] == 2 and generation["num_beams"] == 5
-    skip_if_generate_cannot_beam(entry.model, 5)
     assert check_tokens(entry.model, str(entry.folder)) == ["greedy", "beam-5 (the model's generation defaults)"]
 
 
