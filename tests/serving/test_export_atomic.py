@@ -3,7 +3,8 @@ a quantization or export that stops while renaming its files in (a failed rename
 note that makes the runner refuse the folder, naming what to run again, and `quantize_exported` run again
 moves the rest in; quantizing logs no advice of ONNX Runtime's to pre-process the graphs.
 
-The tiny DynamicConv encoder-decoder is exported once per module; each test damages a copy.
+The tests use the session's export of the tiny DynamicConv encoder-decoder (`exported.SharedExports`); each
+test damages, quantizes or publishes into a copy of it.
 """
 
 from __future__ import annotations
@@ -16,38 +17,31 @@ from pathlib import Path
 
 import pytest
 
-from talk_hf.export import OnnxGenerator, export_onnx, quantize_exported
+from talk_hf.export import OnnxGenerator, quantize_exported
 from talk_hf.export import int8 as export_int8
 from talk_hf.export.folder_writes import STAGING_PREFIX, publish, staging_folder
 from talk_hf.export.runner_checks import MANIFEST_NAME, MOVING_IN
 from talk_hf.onnx import ORTModelForSeq2SeqLM
 
-from ..models.helpers import CASES
+from .exported import SharedExport
 
 pytest.importorskip("onnxruntime")
 
-SEQ2SEQ = CASES[2]  # DynamicConv
 GRAPHS = ["decoder_step.onnx", "encoder.onnx"]  # the graphs quantize_exported moves in, in this order
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory) -> Path:
-    """The float32 export (never changed: tests damage copies)."""
-    folder = tmp_path_factory.mktemp(SEQ2SEQ.name)
-    export_onnx(SEQ2SEQ.model(), folder)
-    return folder
+def exported(shared_exports) -> SharedExport:
+    """The session's float32 export (its folder is never changed: tests damage copies)."""
+    return shared_exports("dynamic-seq2seq")
 
 
 @pytest.fixture(scope="module")
 def quantized(exported, tmp_path_factory) -> Path:
-    """The export quantized without interruption."""
-    folder = shutil.copytree(exported, tmp_path_factory.mktemp("int8") / "export")
+    """A copy of the export quantized without interruption."""
+    folder = exported.copy(tmp_path_factory.mktemp("int8") / "export")
     quantize_exported(folder)
     return folder
-
-
-def _copy(exported: Path, tmp_path: Path) -> Path:
-    return shutil.copytree(exported, tmp_path / "export")
 
 
 def _contents(folder: Path) -> dict[str, bytes]:
@@ -75,7 +69,7 @@ def test_an_interrupted_quantization_is_refused_then_finished(exported, quantize
     decoder_step.onnx was moved in: the folder holds an int8 step beside the float32 encoder and manifest,
     and every reader refuses it, naming the fix; quantize_exported then finishes it into the folder an
     uninterrupted quantization gives."""
-    folder = _copy(exported, tmp_path)
+    folder = exported.copy(tmp_path / "export")
     error = OSError("disk gone") if stop == "rename-fails" else KeyboardInterrupt()
     moved = _stop_at(monkeypatch, "encoder.onnx", error)
     with pytest.raises(type(error)) as raised:
@@ -101,7 +95,7 @@ def test_an_interrupted_quantization_is_refused_then_finished(exported, quantize
 
 
 def test_a_quantization_whose_staged_files_are_lost_cannot_be_finished(exported, tmp_path, monkeypatch):
-    folder = _copy(exported, tmp_path)
+    folder = exported.copy(tmp_path / "export")
     _stop_at(monkeypatch, "encoder.onnx", OSError("disk gone"))
     with pytest.raises(OSError):
         quantize_exported(folder)
@@ -116,14 +110,14 @@ def test_an_interrupted_export_names_the_export_and_a_new_one_replaces_it(export
     """An export's files moved in by `publish` (as export_onnx does, here without tracing again): stopped
     after the first, the runner names the export to run again; the next export's publish supersedes the note
     and deletes the stopped one's staging folder."""
-    folder, names = _copy(exported, tmp_path), sorted(GRAPHS + [MANIFEST_NAME])
+    folder, names = exported.copy(tmp_path / "export"), sorted(GRAPHS + [MANIFEST_NAME])
     _stop_at(monkeypatch, "encoder.onnx", OSError("disk gone"))
     with (
         pytest.raises(OSError, match=r"refused until you export the model again \(python -m talk_hf.export"),
         staging_folder(folder) as staging,
     ):
         for name in names:
-            shutil.copyfile(exported / name, staging / name)
+            shutil.copyfile(exported.folder / name, staging / name)
         publish(staging, folder, names)
     monkeypatch.undo()
     with pytest.raises(
@@ -132,14 +126,14 @@ def test_an_interrupted_export_names_the_export_and_a_new_one_replaces_it(export
         OnnxGenerator(folder)
     with staging_folder(folder) as staging:
         for name in names:
-            shutil.copyfile(exported / name, staging / name)
+            shutil.copyfile(exported.folder / name, staging / name)
         publish(staging, folder, names)
     assert not [path for path in folder.iterdir() if path.name.startswith(STAGING_PREFIX) or path.name == MOVING_IN]
     OnnxGenerator(folder)
 
 
 def test_a_damaged_note_is_refused(exported, tmp_path):
-    folder = _copy(exported, tmp_path)
+    folder = exported.copy(tmp_path / "export")
     (folder / MOVING_IN).write_text('{"staging": "../elsewhere", "files": ["encoder.onnx"], "writer": "export"}')
     before = _contents(folder)
     with pytest.raises(ValueError, match=r"is half written: .*: export the model again \(python -m talk_hf.export"):
@@ -152,7 +146,7 @@ def test_a_damaged_note_is_refused(exported, tmp_path):
 def test_quantizing_logs_no_preprocessing_advice(exported, tmp_path, caplog):
     """ONNX Runtime advises pre-processing at every quantize_dynamic; only that message is dropped."""
     with caplog.at_level(logging.WARNING):
-        quantize_exported(_copy(exported, tmp_path))
+        quantize_exported(exported.copy(tmp_path / "export"))
         with export_int8._without_preprocessing_advice():
             logging.warning("%s (another message of the root logger)", "kept")
     messages = [record.getMessage() for record in caplog.records]

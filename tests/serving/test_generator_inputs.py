@@ -4,7 +4,8 @@ fixes, rows that differ in number between the ids, positions, mask, states and s
 broadcasts a source of one row over every step row without a word), the source's length differing
 between its arrays, another count of states or source arrays, and ``encode`` of a causal LM.
 
-The tiny DynamicConv encoder-decoder is exported once per module (the causal LM once, for its test).
+The tests read the session's exports of the tiny DynamicConv encoder-decoder and causal LM
+(`exported.SharedExports`).
 """
 
 from __future__ import annotations
@@ -12,21 +13,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from talk_hf.export import OnnxGenerator, export_onnx
+from talk_hf.export import OnnxGenerator
 
-from ..models.helpers import CASES
+from .exported import EXPORTED
 
 pytest.importorskip("onnxruntime")
 
-SEQ2SEQ, LM = CASES[2], CASES[3]  # DynamicConv: two decoder states, cross-attention keys and values per layer
+SEQ2SEQ = EXPORTED["dynamic-seq2seq"]  # DynamicConv: two decoder states, cross-attention keys and values per layer
 ROWS = 2
 
 
 @pytest.fixture(scope="module")
-def generator(tmp_path_factory) -> OnnxGenerator:
-    folder = tmp_path_factory.mktemp(SEQ2SEQ.name)
-    export_onnx(SEQ2SEQ.model(), folder)
-    return OnnxGenerator(folder, threads=1)
+def generator(shared_exports) -> OnnxGenerator:
+    return OnnxGenerator(shared_exports(SEQ2SEQ.name).folder, threads=1)
 
 
 def _source_batch() -> tuple[np.ndarray, np.ndarray]:
@@ -175,10 +174,10 @@ def test_a_bad_source_is_named(generator, name):
         generator.encode(*change(*_source_batch()))
 
 
-def test_a_causal_lm_has_no_encoder(tmp_path):
-    export_onnx(LM.model(), tmp_path)
-    lm = OnnxGenerator(tmp_path, threads=1)
-    with pytest.raises(ValueError, match=f"OnnxGenerator.encode: {tmp_path} holds a causal LM, which has no encoder"):
+def test_a_causal_lm_has_no_encoder(shared_exports):
+    folder = shared_exports("dynamic-lm").folder
+    lm = OnnxGenerator(folder, threads=1)
+    with pytest.raises(ValueError, match=f"OnnxGenerator.encode: {folder} holds a causal LM, which has no encoder"):
         lm.encode(*_source_batch())
     with pytest.raises(
         ValueError, match=r"OnnxGenerator.step: source must be a list of 0 arrays \(\[\]\), got 1 of them"
