@@ -158,8 +158,9 @@ class PromptGraph(DecodingStepGraph):
 
 
 def last_logits(logits: torch.Tensor) -> torch.Tensor:
-    """The (B, V) logits of the last position of (B, T, V) ``logits``: a view when T is 1 (the heads
-    keep one position for ``logits_to_keep=1``), which ONNX Runtime hands on without copying."""
+    """The (B, V) logits of the last position of (B, T, V) ``logits``: a squeeze when T is 1 (the heads
+    keep one position for ``logits_to_keep=1``; ONNX Runtime still copies it into the graph's output),
+    else the last position."""
     return logits.squeeze(1) if logits.shape[1] == 1 else logits[:, -1]
 
 
