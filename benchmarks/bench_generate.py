@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 
 import torch
-from _device import add_cpu_options, add_device_option, parse_cpu_args, run_metadata, write_report
+from _device import add_cpu_options, add_device_option, check_device_runs, parse_cpu_args, run_metadata, write_report
 from _models import ModelShape, add_shape_options, baseline_of, build_model, causal_lm_models, seq2seq_models
 from _timing import Stopwatch, Timing, interleaved
 
@@ -188,6 +188,7 @@ def main() -> None:
     )
     add_cpu_options(parser)
     args = parse_cpu_args(parser)
+    check_device_runs(args.device)
 
     models = build_models(args)
     results = {}

@@ -43,7 +43,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _device import RESULTS, add_device_option, device_name, process_status_bytes  # noqa: E402
+from _device import RESULTS, add_device_option, check_device_runs, device_name, process_status_bytes  # noqa: E402
 from _timing import Stopwatch, interleaved  # noqa: E402
 
 import talk_hf  # noqa: E402
@@ -423,6 +423,7 @@ def write_results(out: Path, *, environment: dict, shape: dict, references: Refe
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    check_device_runs(args.device)
     if args.peak_of:
         case, backend = Case.from_peak_of(args.peak_of)
         report_cpu_peak(case, backend=backend)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 
 import torch
-from _device import add_cpu_options, add_device_option, parse_cpu_args, run_metadata, write_report
+from _device import add_cpu_options, add_device_option, check_device_runs, parse_cpu_args, run_metadata, write_report
 from _models import ModelShape, add_shape_options, build_model, causal_lm_models
 from _timing import Stopwatch, interleaved
 
@@ -143,6 +143,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     add_cpu_options(parser)
     args = parse_cpu_args(parser)
+    check_device_runs(args.device)
 
     following = next_token_table(args)
     results = {}

@@ -27,3 +27,28 @@ def test_cpu_family_reads_the_vendor(tmp_path, vendor, family):
 
 def test_cpu_family_without_cpuinfo(tmp_path):
     assert cpu_family(tmp_path / "missing") == platform.machine().lower()
+
+
+@pytest.mark.parametrize(
+    ("script", "never_reached"),
+    [
+        ("bench_generate", "build_models"),
+        ("bench_speculative", "next_token_table"),
+        ("bench_ops", "measure_references"),
+    ],
+)
+def test_every_script_with_a_device_option_stops_on_a_device_that_cannot_run(script, never_reached, monkeypatch):
+    """--device cuda on a torch built without CUDA stops at the start with check_device_runs' message
+    (torch's raw AssertionError came from the first .to(device)), before anything is built or measured."""
+    import importlib
+
+    import torch
+
+    module = importlib.import_module(script)
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: False)
+    monkeypatch.setattr(module, never_reached, pytest.fail)
+    monkeypatch.setattr(sys, "argv", [f"{script}.py", "--device", "cuda"])
+    with pytest.raises(
+        SystemExit, match=r"--device cuda: this torch \(.*\) is built without CUDA.*; or pass --device cpu"
+    ):
+        module.main()
