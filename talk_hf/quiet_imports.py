@@ -49,7 +49,7 @@ _DROPPED = {
 
 
 @contextmanager
-def _dropping(logger: logging.Logger, is_dropped: Callable[[logging.LogRecord], bool]) -> Iterator[None]:
+def dropping_records(logger: logging.Logger, is_dropped: Callable[[logging.LogRecord], bool]) -> Iterator[None]:
     """Drop the records of ``logger`` for which ``is_dropped(record)`` holds, inside the block."""
 
     def keep(record: logging.LogRecord) -> bool:
@@ -67,7 +67,7 @@ def import_transformers_quietly() -> None:
     torchao's import-time log lines (module docstring).  Does nothing once it is imported."""
     with ExitStack() as stack:
         for logger_name, is_dropped in _DROPPED.items():
-            stack.enter_context(_dropping(logging.getLogger(logger_name), is_dropped))
+            stack.enter_context(dropping_records(logging.getLogger(logger_name), is_dropped))
         importlib.import_module("transformers.modeling_utils")
 
 

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
+from ..quiet_imports import dropping_records
 from .folder_writes import finish_publish, publish, staging_folder
 from .runner_checks import CANDIDATES, MANIFEST_NAME, confined_file, read_manifest
 
@@ -68,7 +67,7 @@ def quantize_exported(folder: str | Path) -> list[str]:
             graph = confined_file(folder, f"files.{role}", name)
             try:
                 convolutions = [node.name for node in onnx.load(graph).graph.node if node.op_type == "Conv"]
-                with _without_preprocessing_advice():
+                with dropping_records(logging.getLogger(), _is_preprocessing_advice):
                     quantize_dynamic(graph, staging / name, weight_type=QuantType.QInt8, nodes_to_exclude=convolutions)
             except Exception as error:  # onnx's DecodeError / ValidationError, ONNX Runtime's errors: one message
                 raise ValueError(
@@ -81,16 +80,5 @@ def quantize_exported(folder: str | Path) -> list[str]:
     return list(graphs.values())
 
 
-@contextmanager
-def _without_preprocessing_advice() -> Iterator[None]:
-    """Drop ONNX Runtime's `PREPROCESSING_ADVICE` from the root logger while in the block, nothing else."""
-    root = logging.getLogger()
-
-    def advice(record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(PREPROCESSING_ADVICE)
-
-    root.addFilter(advice)
-    try:
-        yield
-    finally:
-        root.removeFilter(advice)
+def _is_preprocessing_advice(record: logging.LogRecord) -> bool:
+    return record.getMessage().startswith(PREPROCESSING_ADVICE)

@@ -22,6 +22,7 @@ from talk_hf.export import int8 as export_int8
 from talk_hf.export.folder_writes import STAGING_PREFIX, publish, staging_folder
 from talk_hf.export.runner_checks import MANIFEST_NAME, MOVING_IN
 from talk_hf.onnx import ORTModelForSeq2SeqLM
+from talk_hf.quiet_imports import dropping_records
 
 from .exported import SharedExport
 
@@ -147,7 +148,7 @@ def test_quantizing_logs_no_preprocessing_advice(exported, tmp_path, caplog):
     """ONNX Runtime advises pre-processing at every quantize_dynamic; only that message is dropped."""
     with caplog.at_level(logging.WARNING):
         quantize_exported(exported.copy(tmp_path / "export"))
-        with export_int8._without_preprocessing_advice():
+        with dropping_records(logging.getLogger(), export_int8._is_preprocessing_advice):
             logging.warning("%s (another message of the root logger)", "kept")
     messages = [record.getMessage() for record in caplog.records]
     assert not [message for message in messages if export_int8.PREPROCESSING_ADVICE in message]
