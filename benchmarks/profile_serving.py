@@ -156,10 +156,9 @@ def profile_setting(systems: dict, baseline, batches, setting: Setting) -> dict:
     ]
     for function in functions.values():
         function(0)  # warm-up (sessions' first runs, CTranslate2's loading), not counted
-    for clock in clocks.values():
-        clock.seconds.clear(), clock.calls.clear()
+    clocks.update({name: OrtClock() for name in clocks})  # the warm-up's runs are not counted
     timings = interleaved(functions, rounds=len(batches), warmup=0, rotate=True)
-    tokens = sum(batch.input_ids.shape[0] for round_batches in batches for batch in round_batches) * setting.new_tokens
+    tokens = sum(batch.input_ids.shape[0] for per_round in batches for batch in per_round) * setting.new_tokens
     report = {name: split_time(timings[name].total_s, clocks[name], tokens) for name in systems}
     ctranslate2_s = timings["CTranslate2"].total_s
     report["CTranslate2"] = {
