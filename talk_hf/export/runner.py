@@ -161,7 +161,7 @@ class OnnxGenerator:
         shape, rows that differ in number, or another count of states or source arrays are refused, naming them."""
         feed = self._step_feed(ids, positions, token_mask, states, source)
         logits, *states = self.sessions["decoder_step"].run(None, feed)
-        return logits, states
+        return _by_row(logits), states
 
     def read_prompt(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
         """A causal LM's (B, T) prompt ids and mask (int64; 0 at left padding) -> the logits (B, V) after
@@ -169,7 +169,7 @@ class OnnxGenerator:
         it, one step per prompt token.  Arrays of another dtype or rank, or of two shapes, are refused, naming them."""
         if self._prompt_feed:
             logits, *states = self.sessions[PROMPT].run(None, self._prompt_feed(input_ids, attention_mask))
-            return logits, states
+            return _by_row(logits), states
         if self._encode_feed:
             raise ValueError(
                 f"OnnxGenerator.read_prompt: {self.folder} holds an encoder-decoder, whose prompt is its source: encode it"
@@ -229,6 +229,13 @@ class OnnxGenerator:
         processors = runner_logits.LogitsProcessors(settings, self.eos, prompt_length, np.repeat(padding, beams))
         decoding = runner_decoding.Decoding(self, logits, states, source, seen, prompt, settings, processors, rng)
         return decoding.greedy() if beams == 1 else decoding.beam_search()
+
+
+def _by_row(logits: np.ndarray) -> np.ndarray:
+    """A graph's logits output as (B, V): a view of the (B, 1, V) that the graphs give (the LM head's
+    own output), or the (B, V) of a folder exported by an older talk_hf as it is (`checks.check_graph_shapes`
+    allows those two)."""
+    return logits.reshape(logits.shape[0], -1)
 
 
 def _sampling_generator(seed, sampling: bool) -> np.random.Generator | None:

@@ -8,7 +8,8 @@ request never reaches a raw ONNX Runtime, ``KeyError`` or ``IndexError`` failure
 * `read_manifest` / `check_manifest`: the manifest's fields, their types and ranges (token ids within
   the vocabulary, state sizes, graph names), and every ``files`` entry confined to the folder
   (`confined_file`: a plain file name, not a symlink that leads out);
-* `check_graph_shapes`: the graphs ONNX Runtime loaded declare the manifest's state shapes and vocabulary;
+* `check_graph_shapes`: the graphs ONNX Runtime loaded declare the manifest's state shapes and vocabulary,
+  and logits of a shape the runner reads;
 * `checked_inputs`: what transformers' ``generate`` refuses of the inputs (ids outside the vocabulary,
   a mask of other values than 0 and 1, float ids, an empty batch); the settings are checked by
   `runner_settings.resolved_settings` (and the arrays of ``OnnxGenerator.step`` / ``encode`` by
@@ -205,7 +206,8 @@ def _check_special_tokens(tokens, path: Path, vocab: int, seq2seq: bool) -> None
 
 def check_graph_shapes(manifest: dict, sessions: dict, folder: Path) -> None:
     """The loaded step graph declares each state input as the manifest's (batch, history_size, channels)
-    and logits of the manifest's vocabulary size (``sessions``: role -> ONNX Runtime session)."""
+    and logits of the manifest's vocabulary size, and the step and prompt graphs logits (batch, 1, vocab)
+    or, as an older talk_hf exported them, (batch, vocab) (``sessions``: role -> ONNX Runtime session)."""
     path = Path(folder) / MANIFEST_NAME
     declared = {x.name: x.shape for x in sessions["decoder_step"].get_inputs()}
     for i, state in enumerate(manifest["states"]):
@@ -216,6 +218,13 @@ def check_graph_shapes(manifest: dict, sessions: dict, folder: Path) -> None:
     logits = sessions["decoder_step"].get_outputs()[0].shape
     if is_int(logits[-1]) and logits[-1] != manifest["vocab_size"]:
         raise _Field(path, "vocab_size").error(f"the step graph's logits size {logits[-1]}", manifest["vocab_size"])
+    for role in ("decoder_step", PROMPT):
+        shape = sessions[role].get_outputs()[0].shape if role in sessions else [0, 1, 0]
+        if len(shape) not in (2, 3) or (len(shape) == 3 and shape[1] != 1):
+            raise ValueError(
+                f"{Path(folder) / manifest['files'][role]} gives logits of shape {shape}, but the runner reads "
+                "(batch, 1, vocab) or, from an older export, (batch, vocab): re-export the model"
+            )
 
 
 def checked_inputs(input_ids, attention_mask, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:

@@ -32,6 +32,7 @@ class BoundGraph:
             raise ValueError(f"{path} declares inputs or outputs of types no export writes: {unknown}; re-export it")
         self.input_types = {value.name: _TORCH_TYPES[value.type] for value in session.get_inputs()}
         self.output_names = [value.name for value in session.get_outputs()]
+        self.output_ranks = {value.name: len(value.shape) for value in session.get_outputs()}
 
     def run(self, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor]) -> None:
         """Run the graph on ``inputs`` (every input by name), writing each output into the tensor of its

@@ -57,7 +57,7 @@ class ExportedDecoder:
                 one row per step row; empty for a causal LM.
 
         Returns:
-            (B, V) float32 logits of each row's last token.
+            (B, 1, V) float32 logits of each row's last token.
         """
         self._check_cache(cache, input_ids.shape[0])
         if not cache.has_past and self.prompt is not None:
@@ -99,10 +99,12 @@ class ExportedDecoder:
 
     def _run(self, graph: BoundGraph, inputs: dict, cache: ConvCache, token_mask: torch.Tensor) -> torch.Tensor:
         """Run ``graph`` on ``inputs``; keep its new windows in ``cache`` and count the T tokens of
-        ``token_mask`` (B, T) there; return its logits (B, V)."""
+        ``token_mask`` (B, T) there; return its logits (B, 1, V): the graph's own output, or a view of the
+        (B, V) that a graph exported by an older talk_hf gives (told apart by the output's rank)."""
         batch, length = token_mask.shape
         windows = [torch.empty(batch, size, channels, dtype=torch.float32) for size, channels in self.state_shapes]
-        logits = torch.empty(batch, self.vocab_size, dtype=torch.float32)
+        per_row = (1, self.vocab_size) if graph.output_ranks[self.logits_name] == 3 else (self.vocab_size,)
+        logits = torch.empty(batch, *per_row, dtype=torch.float32)
         graph.run(inputs, {self.logits_name: logits, **dict(zip(self.window_names, windows, strict=True))})
         cache.count_new_tokens(token_mask, batch, length, token_mask.device)
         for layer, window in zip(cache.layers, windows, strict=True):
@@ -111,4 +113,4 @@ class ExportedDecoder:
             layer.window = window  # the graph's output is the new state; beam search reorders it in place
             layer.seen.add_(length)
             layer.has_past = True
-        return logits
+        return logits.view(batch, 1, self.vocab_size)

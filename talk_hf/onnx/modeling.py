@@ -165,7 +165,7 @@ class ORTModelBase(FixedStateGenerationMixin, PreTrainedModel, GenerationMixin):
         covers_past = mask is not None and mask.dim() == 2 and ids is not None and mask.shape[1] != ids.shape[-1]
         past = conv_cache.get_seq_length() if covers_past else 0
         ids, token_mask = new_tokens(names, ids, mask, past, self.exported.vocab_size, logits_to_keep)
-        return self.exported(ids, token_mask, conv_cache, source).unsqueeze(1)
+        return self.exported(ids, token_mask, conv_cache, source)
 
 
 class ORTModelForCausalLM(ORTModelBase):

@@ -128,7 +128,8 @@ def test_a_bad_step_argument_is_named(generator, name):
 
 
 def test_checked_arguments_reach_the_graph_by_name(generator):
-    """The step's logits and states are the graph's for the same inputs fed by name directly."""
+    """The step's logits and states are the graph's for the same inputs fed by name directly (the logits
+    (B, V), a view of the graph's (B, 1, V))."""
     arguments = _step_arguments(generator)
     logits, states = generator.step(**arguments)
     values = [
@@ -139,6 +140,8 @@ def test_checked_arguments_reach_the_graph_by_name(generator):
         *arguments["source"],
     ]
     direct = generator.sessions["decoder_step"].run(None, dict(zip(generator.step_inputs, values, strict=True)))
+    assert direct[0].shape == (len(logits), 1, logits.shape[1])
+    direct[0] = direct[0][:, 0]
     for found, expected in zip([logits, *states], direct, strict=True):
         np.testing.assert_array_equal(found, expected)
 

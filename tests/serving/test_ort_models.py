@@ -210,14 +210,14 @@ def test_a_prompt_runs_in_one_graph_call(lm, monkeypatch, length):
 def test_the_graphs_write_into_the_given_tensors(lm):
     """IOBinding: ONNX Runtime writes each output into the caller's tensor (no copy through numpy)."""
     graph, exported = lm.ort.exported.prompt, lm.ort.exported
-    logits = torch.full((3, VOCAB), float("nan"))
+    logits = torch.full((3, 1, VOCAB), float("nan"))
     windows = [torch.full((3, size, channels), float("nan")) for size, channels in exported.state_shapes]
     graph.run(
         {"input_ids": lm.ids, "attention_mask": lm.mask},
         {"logits": logits, **dict(zip(exported.window_names, windows, strict=True))},
     )
     with torch.no_grad():
-        expected = lm.model(input_ids=lm.ids, attention_mask=lm.mask).logits[:, -1]
+        expected = lm.model(input_ids=lm.ids, attention_mask=lm.mask).logits[:, -1:]
     torch.testing.assert_close(logits, expected, atol=1e-4, rtol=1e-4)
     assert not any(window.isnan().any() for window in windows)
 
