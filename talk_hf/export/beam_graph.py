@@ -21,6 +21,12 @@ of a row monotonically, a chunk's maximum plus the score is the maximum of the c
 values are the same float32 sums as over the whole (batch, beams * V) array, and gathering in index
 order keeps TopK's tie order (lowest index first).  A vocabulary that is not a multiple of ``chunk``
 is padded with -inf columns, which rank last (the runner never keeps more than the finite values).
+
+The log-softmax is ONNX Runtime's fused LogSoftmax over the whole array, not the raw logits' chunk
+maxima with a per-row ``max + log(sum(exp(logits - max)))`` applied to the gathered chunks only: every
+exponential is needed either way, and as Sub, Exp and ReduceSum nodes that sum took 1.10-1.15x the
+graph's time at (160, 8,000) logits on one thread, and its sums equalled torch's ``log_softmax``
+(what ``generate`` ranks) bit for bit less often (58% of the top sums against 89%).
 """
 
 from __future__ import annotations

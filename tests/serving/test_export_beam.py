@@ -55,6 +55,36 @@ def test_candidates_equal_a_full_sort(vocab, chunk, batch, beams, ties):
         np.testing.assert_array_equal(top_scores, np.take_along_axis(sums, expected, axis=1))
 
 
+@pytest.mark.parametrize("vocab", [40, 43, 1000])
+@pytest.mark.parametrize("ties", [False, True])
+def test_candidates_rank_as_generates_log_softmax_plus_score(vocab, ties):
+    """Against what transformers' beam search ranks, torch's float32 ``log_softmax(logits) + beam score``
+    sorted stably: the same indices (ties lowest index first), the sums to within their rounding.
+
+    The graph's log-softmax is ONNX Runtime's, whose sum of exponentials rounds apart from torch's in
+    some rows (about 1 in 9 of the top sums differs from torch's in its last bit), so the ties here are
+    those that hold in any rounding: equal logits within a row, and equal rows under equal beam scores.
+    Sums equal only in exact arithmetic (equal rows under scores 2 apart, tokens whose logits are 2 apart)
+    can round apart in one and tie in the other, and then rank apart."""
+    torch = pytest.importorskip("torch")
+    batch, beams = 4, 3
+    rng = np.random.default_rng(vocab)
+    logits = rng.standard_normal((batch * beams, vocab)).astype(np.float32) * 3
+    scores = rng.standard_normal((batch, beams)).astype(np.float32)
+    if ties:  # equal logits within each row; equal rows under equal scores
+        logits, scores = np.round(logits), np.repeat(np.round(scores[:, :1]), beams, axis=1)
+        logits[1::2] = logits[: len(logits) // 2 * 2 : 2]
+    log_probs = torch.log_softmax(torch.from_numpy(logits), dim=-1).numpy()
+    sums = (log_probs.reshape(batch, beams, vocab) + scores[:, :, None]).reshape(batch, -1)
+    count = 2 * beams
+    expected = np.argsort(-sums, axis=1, kind="stable")[:, :count]
+    session = _session(candidates_graph(vocab, chunk_size(vocab)))
+    feed = {"logits": logits, "beam_scores": scores, "count": np.array([count])}
+    top_scores, top_indices = session.run(None, feed)
+    np.testing.assert_array_equal(top_indices, expected)
+    np.testing.assert_allclose(top_scores, np.take_along_axis(sums, expected, axis=1), rtol=0, atol=1e-5)
+
+
 def test_the_graph_carries_the_oldest_ir_version_of_its_opset():
     """IR 8 for opset 18, whatever onnx writes by default (IR 14 from onnx 1.23, which ONNX Runtime
     before 1.32 refuses): any runtime that runs the opset loads the file."""
