@@ -267,11 +267,11 @@ class ConvCache(Cache):
         """
         if attention_mask is not None and attention_mask.shape[1] != length:
             return positions_from_mask(attention_mask, length, 0, device)
-        steps = (
-            torch.arange(length, device=device).unsqueeze(0)
-            if attention_mask is None
-            else attention_mask.long().cumsum(-1) - 1
-        )
+        if attention_mask is None:
+            steps = torch.arange(length, device=device).unsqueeze(0)
+        else:  # a one-column running count is the column itself (a decoding step: no cumsum to trace)
+            real = attention_mask.long()
+            steps = (real if length == 1 else real.cumsum(-1)) - 1
         if self.next_positions is not None:
             steps = steps + self.next_positions.unsqueeze(1)
         return steps.clamp(min=0)

@@ -53,11 +53,12 @@ class DynamicConvCore(_ConvCore):
         document_edges: the `DocumentEdges` of packed rows (taps outside a token's document read
         zero), only without a context, or None."""
         batch, length, _ = u.shape
-        weight = self.normalize(self.weight_proj(u).view(batch, length, self.heads, self.kernel_size))
+        logits = self.weight_proj(u)
+        if context is not None and length == 1:  # a decoding step: the new token's (B, H, K) kernel, viewed as such
+            return dynamic_conv_step(context, self.normalize(logits.view(batch, self.heads, self.kernel_size)))
+        weight = self.normalize(logits.view(batch, length, self.heads, self.kernel_size))
         if context is None:
             return dynamic_conv(u, weight, self.padding_l, document_edges=document_edges)
-        if length == 1:
-            return dynamic_conv_step(context, weight[:, 0])
         return dynamic_conv(context, pad_to_context(weight, context), self.padding_l)[:, -length:]
 
 
@@ -81,6 +82,6 @@ class LightConvCore(_ConvCore, InitializesItself):
         weight = self.normalize(self.weight).to(u.dtype)
         if context is None:
             return light_conv(u, weight, self.padding_l, document_edges=document_edges)
-        if u.shape[1] == 1:
-            return dynamic_conv_step(context, weight.expand(u.shape[0], -1, -1))
+        if u.shape[1] == 1:  # the (1, H, K) kernel serves every row
+            return dynamic_conv_step(context, weight.unsqueeze(0))
         return light_conv(context, weight, self.padding_l)[:, -u.shape[1] :]

@@ -43,16 +43,18 @@ def token_multiplier(attention_mask: torch.Tensor | None, length: int, dtype: to
     """The mixer blocks' padding zeroing, made once per layer stack rather than in every block.
 
     Args:
-        attention_mask: (B, past + T) with 1 (or True) at real tokens, or None.
+        attention_mask: (B, past + T) with 1 (or True) at real tokens and 0 (False) at padding, or None
+            (the models check its values: `talk_hf.models.input_checks.check_mask_values`).
         length: T, the new tokens (the mask's last T columns).
         dtype: the hidden states' dtype.
 
     Returns:
-        (B, T, 1) of ``dtype``, 1 at real tokens and 0 at padding, or None.
+        (B, T, 1) of ``dtype``, 1 at real tokens and 0 at padding, or None: the mask's values as they
+        are, cast once (a traced step holds one Cast).
     """
     if attention_mask is None:
         return None
-    return attention_mask[:, attention_mask.shape[1] - length :, None].bool().to(dtype)
+    return attention_mask[:, attention_mask.shape[1] - length :, None].to(dtype)
 
 
 def takes_document_edges(core_class: type) -> bool:

@@ -53,7 +53,8 @@ def last_token_sum(context: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
     Args:
         context: (B, K, C) the K inputs the last token's window covers, oldest first (the last row is
             the token's own input).
-        kernel: (B, H, K) the token's per-head tap weights (H divides C), already normalised.
+        kernel: (B, H, K) the token's per-head tap weights (H divides C), already normalised, or
+            (1, H, K) the same weights for every row.
 
     Returns:
         (B, 1, C) of context's dtype, accumulated in float32 (float64 for float64 input).

@@ -99,7 +99,8 @@ def dynamic_conv_step(context: torch.Tensor, weight: torch.Tensor) -> torch.Tens
 
     Args:
         context: (B, K, C) the token's K - 1 previous inputs (zeros before the start), then its own.
-        weight: (B, H, K) the token's kernel, already normalised; H must divide C.
+        weight: (B, H, K) the token's kernel, already normalised, or (1, H, K) one kernel for every row
+            (LightConv's); H must divide C.
 
     Returns:
         (B, 1, C) of context's dtype, accumulated in float32 (float64 for float64 input): what
@@ -107,10 +108,10 @@ def dynamic_conv_step(context: torch.Tensor, weight: torch.Tensor) -> torch.Tens
     """
     check_tensor("context", context, 3, "(B, K, C)")
     check_tensor("weight", weight, 3, "(B, H, K)")
-    if weight.shape[0] != context.shape[0] or weight.shape[2] != context.shape[1]:
+    if weight.shape[0] not in (1, context.shape[0]) or weight.shape[2] != context.shape[1]:
         raise ValueError(
-            f"weight must have shape (B, H, K) = ({context.shape[0]}, H, {context.shape[1]}) for a context of shape "
-            f"{tuple(context.shape)}, got {tuple(weight.shape)}"
+            f"weight must have shape (B, H, K) or (1, H, K) with B = {context.shape[0]} and K = {context.shape[1]} "
+            f"for a context of shape {tuple(context.shape)}, got {tuple(weight.shape)}"
         )
     check_heads_divide_channels(context.shape[2], weight.shape[1], "weight.shape[1]")
     check_same_device_and_dtype("context", context, weight=weight)

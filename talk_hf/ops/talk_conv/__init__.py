@@ -105,10 +105,13 @@ def talk_conv_step(context: torch.Tensor, offset_left: torch.Tensor, max_left: i
     check_heads_divide_channels(context.shape[2], offset_left.shape[2], "offset_left.shape[-1]")
     check_int("max_left", max_left, 0, MAX_REACH)
     check_same_device_and_dtype("context", context, offset_left=offset_left)
-    taps = context.shape[1]
-    reach = offset_left.to(accumulation_dtype(context.dtype)).transpose(1, 2) * max_left  # (B, H, 1)
-    rows_back = torch.arange(taps - 1, -1, -1, device=context.device, dtype=reach.dtype)  # oldest row first
-    kernel = (reach - rows_back + 1).clamp(0.0, 1.0) / (max_left + 1)
+    dtype = accumulation_dtype(context.dtype)
+    norm = max_left + 1
+    # clamp(reach - j + 1, 0, 1) / norm with the division folded into the constants: a multiply, an add
+    # and a clamp (the traced step's fewest nodes).  1 - j for the taps, oldest row first: (K,).
+    one_minus_rows_back = torch.arange(2 - context.shape[1], 2, device=context.device, dtype=dtype)
+    reach_share = offset_left.to(dtype).transpose(1, 2) * (max_left / norm)  # (B, H, 1): reach / norm
+    kernel = (reach_share + one_minus_rows_back / norm).clamp(0.0, 1.0 / norm)  # (B, H, K)
     return last_token_sum(context, kernel)
 
 

@@ -1,0 +1,29 @@
+"""What the decoding step's graph leaves out, node by node (at batch 1 with int8 weights the step is
+bound by its small nodes, not its matrix products): TaLK's tap weights fold their normaliser into the
+constants (no Div), a step's positions take the one mask column as its count (no CumSum), LightConv's
+one kernel serves every row (no Expand to the batch), and DynamicConv's kernel is viewed as the step's
+(B, H, K) (no Gather of the token's row)."""
+
+from __future__ import annotations
+
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+STEP_MODELS = ["talk-seq2seq", "dynamic-seq2seq", "light_conv-seq2seq", "talk-lm"]
+
+
+@pytest.mark.parametrize("name", STEP_MODELS)
+def test_the_step_holds_no_division_running_count_or_batch_expansion(shared_exports, name):
+    graph = onnx.load(shared_exports(name).folder / "decoder_step.onnx").graph
+    op_types = {node.op_type for node in graph.node}
+    assert not op_types & {"Div", "CumSum", "Expand"}, sorted(op_types)
+
+
+@pytest.mark.parametrize("name", STEP_MODELS)
+def test_the_step_gathers_only_from_weights_and_inputs(shared_exports, name):
+    """The embedding's lookup and the row's position: no Gather of a computed tensor (a kernel's row)."""
+    graph = onnx.load(shared_exports(name).folder / "decoder_step.onnx").graph
+    sources = {tensor.name for tensor in graph.initializer} | {value.name for value in graph.input}
+    gathered = [node.input[0] for node in graph.node if node.op_type == "Gather"]
+    assert gathered and all(source in sources for source in gathered), gathered
