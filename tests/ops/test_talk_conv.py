@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from talk_hf.ops import talk_conv
+from talk_hf.ops import DocumentEdges, talk_conv
 from talk_hf.ops.talk_conv.talk_naive import naive_talk_conv
 from talk_hf.ops.talk_conv.talk_torch import MIN_BLOCK
 
@@ -113,6 +113,58 @@ def test_windows_longer_than_a_block(max_right):
     # Traced, the PyTorch path cannot read the offsets' maximum and takes the long-window sum always.
     compiled = torch.compile(op, backend="aot_eager", fullgraph=True)
     torch.testing.assert_close(compiled(*inputs), out)
+
+
+class TaLKCore(torch.nn.Module):
+    """talk_conv with fixed reaches over packed rows, as a module to trace."""
+
+    def __init__(self, max_left, max_right):
+        super().__init__()
+        self.max_left, self.max_right = max_left, max_right
+
+    def forward(self, x, offset_left, offset_right, position_ids):
+        edges = DocumentEdges(position_ids)
+        return talk_conv(x, offset_left, offset_right, self.max_left, self.max_right, document_edges=edges)
+
+
+@pytest.mark.parametrize("max_right", [0, 2])
+def test_exported_for_every_length(max_right):
+    """Traced by torch.export with a symbolic T, as an export traces it, the PyTorch path cuts blocks
+    of twice the longest window (8 or 12 rows here) and reads zero rows for the block pieces a window
+    lacks: offsets up to 3 make windows inside one block, crossing into the next and spanning three or
+    more, in packed rows (documents of 9 and the rest) and a plain one; forward as the definition's at
+    three lengths of one graph, gradients checked numerically."""
+    max_left = 3
+
+    def inputs(length):
+        x, _, _ = make_inputs(2, length, 4, 2, max_left, max_right)
+        offsets = [
+            3 * offsets_off_the_grid((2, length, 2), 3 * reach) if reach else None for reach in (max_left, max_right)
+        ]
+        position_ids = torch.stack([torch.cat([torch.arange(9), torch.arange(length - 9)]), torch.arange(length)])
+        return x, *offsets, position_ids
+
+    example = inputs(23)
+    length = torch.export.Dim("length", min=9)
+    dynamic_shapes = [None if tensor is None else {1: length} for tensor in example]
+    program = torch.export.export(  # as talk_hf.export traces
+        TaLKCore(max_left, max_right),
+        example,
+        dynamic_shapes=dynamic_shapes,
+        strict=False,
+        prefer_deferred_runtime_asserts_over_guards=True,
+    )
+    traced = program.module()
+    for length in (12, 23, 40):
+        x, offset_left, offset_right, position_ids = inputs(length)
+        expected = naive_talk_conv(x, offset_left, offset_right, max_left, max_right, position_ids)
+        assert_close_to_reference(traced(x, offset_left, offset_right, position_ids), expected, torch.float64)
+    floats = [tensor.requires_grad_() for tensor in (x, offset_left, offset_right) if tensor is not None]
+
+    def on_floats(*tensors):
+        return traced(*tensors, position_ids) if max_right else traced(*tensors, None, position_ids)
+
+    assert torch.autograd.gradcheck(on_floats, floats, eps=1e-6, atol=1e-7, fast_mode=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])

@@ -5,11 +5,14 @@ long T).  It cuts time into blocks of a fixed length L, takes a float32 (float64
 prefix sum inside each block, and sums a window from at most three pieces: the prefix sums at its
 two edges, the total of the block its left edge lies in when the window crosses into the next one,
 and, only for a window longer than a block (an offset far above 1), the blocks in between, as a
-difference of their running totals.  Block lengths and indices depend on the shapes alone, so the
-path traces into one graph (``torch.compile(fullgraph=True)``) and reads nothing back to the host
-but its offsets' check.  Traced for a symbolic T (an export's dynamic length) the blocks are twice the
-longest window and the general form, which holds for any number of blocks, is traced.  Memory stays O(B*T*C).  In a packed row each edge is clamped into its
-token's document instead of the row, token by token; the rest is unchanged.
+difference of their running totals.  Each piece is read as whole rows of a head's channels
+(`rows_at`: one gather of B * T * H rows), and a window without a block piece reads a zero row, so
+nothing is selected per channel.  Block lengths and indices depend on the shapes alone, so the path
+traces into one graph (``torch.compile(fullgraph=True)``) and reads nothing back to the host but its
+offsets' check.  Traced for a symbolic T (an export's dynamic length) the blocks are twice the
+longest window and the general form, which holds for any number of blocks, is traced.  Memory stays
+O(B*T*C).  In a packed row each edge is clamped into its token's document instead of the row, token
+by token; the rest is unchanged.
 """
 
 from __future__ import annotations
@@ -52,6 +55,18 @@ def block_length(length: int | torch.SymInt, max_left: int, max_right: int) -> i
     return min(max(MIN_BLOCK, longest), length + 2)
 
 
+def rows_at(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """values (B, rows, C) at the (B, T, H) row indices, head h reading its own R = C / H channels of
+    its row -> (B, T, H, R).  One gather of whole R-channel rows (values seen as B * rows * H rows of
+    R), not one index per channel."""
+    batch, rows, channels = values.shape
+    heads = index.shape[2]
+    first_row_of_batch = (torch.arange(batch, device=index.device) * (rows * heads)).view(batch, 1, 1)
+    flat_index = index * heads + first_row_of_batch + torch.arange(heads, device=index.device)
+    picked = values.reshape(-1, channels // heads).index_select(0, flat_index.reshape(-1))
+    return picked.view(*index.shape, channels // heads)
+
+
 def talk_conv_torch(
     x: torch.Tensor,
     offset_left: torch.Tensor,
@@ -73,7 +88,6 @@ def talk_conv_torch(
         return x.clone()
     batch, length, channels = x.shape
     heads = offset_left.shape[2]
-    head_size = channels // heads
     compute_dtype = accumulation_dtype(x.dtype)
     normalizer = float(max_left + max_right + 1)
 
@@ -113,32 +127,27 @@ def talk_conv_torch(
     within_blocks = x_padded.view(batch, num_blocks, block, channels).cumsum(2)
     within = within_blocks.view(batch, padded_length, channels)
 
-    def at(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        """values (B, rows, C) at the (B, T, H) row indices -> (B, T, H, R)."""
-        values = values.view(batch, values.shape[1], heads, head_size)
-        return values.gather(1, index.unsqueeze(-1).expand(batch, length, heads, head_size))
-
     # P[r + 1] - P[l] = within[r + 1] - within[l] in one block; a window that crosses into the next
-    # block takes, instead of -within[l], the rest of l's block after l (its total - within[l]).
+    # block adds the total of l's block.  Each block term is read from a table whose row 0 is zeros,
+    # the row a window without that term reads, so that nothing is selected per channel.
     after_right = right + 1
-    if isinstance(num_blocks, int) and num_blocks == 1:
-        window_sum = at(within, after_right) - at(within, left)
-    else:
-        block_totals = within_blocks[:, :, -1:]  # (B, nb, 1, C)
-        rest_of_block = (block_totals - within_blocks).view(batch, padded_length, channels)
-        left_terms = torch.cat([-within, rest_of_block], dim=1)  # (B, 2 Tp, C)
+    window_sum = rows_at(within, after_right) - rows_at(within, left)
+    if not (isinstance(num_blocks, int) and num_blocks == 1):
+        block_totals = within_blocks[:, :, -1]  # (B, nb, C)
         left_block = left.div(block, rounding_mode="floor")
         right_block = after_right.div(block, rounding_mode="floor")
+        zero_then_totals = F.pad(block_totals, (0, 0, 1, 0))  # (B, nb + 1, C), row k + 1: block k's total
         crosses = right_block > left_block
-        window_sum = at(within, after_right) + at(left_terms, torch.where(crosses, left + padded_length, left))
+        window_sum = window_sum + rows_at(zero_then_totals, torch.where(crosses, left_block + 1, 0))
         if None in reaches or sum(reaches) + 1 > block:  # a window may span three blocks or more
             # the blocks strictly between l's and r + 1's: a difference of running totals (whose
-            # cancellation only such long windows pay)
-            totals_before = (block_totals.cumsum(1) - block_totals).squeeze(2)  # (B, nb, C)
-            next_block = (left_block + 1).clamp(max=num_blocks - 1)
-            between = at(totals_before, right_block) - at(totals_before, next_block)
-            window_sum = window_sum + torch.where((right_block > left_block + 1).unsqueeze(-1), between, 0.0)
+            # cancellation only such long windows pay); row k of the table: the blocks before k
+            totals_before = F.pad(block_totals.cumsum(1), (0, 0, 1, 0))  # (B, nb + 1, C)
+            spans = right_block > left_block + 1
+            after_between = rows_at(totals_before, torch.where(spans, right_block, 0))
+            before_between = rows_at(totals_before, torch.where(spans, left_block + 1, 0))
+            window_sum = window_sum + (after_between - before_between)
     # The fractional edge tokens: x[r + 1] (row r + 2) and x[l] (row l + 1).
-    out = torch.addcmul(window_sum, right_frac.unsqueeze(-1), at(x_padded, after_right + 1))
-    out = torch.addcmul(out, left_frac.unsqueeze(-1), at(x_padded, left + 1), value=-1)
+    out = torch.addcmul(window_sum, right_frac.unsqueeze(-1), rows_at(x_padded, after_right + 1))
+    out = torch.addcmul(out, left_frac.unsqueeze(-1), rows_at(x_padded, left + 1), value=-1)
     return out.view(batch, length, channels).to(x.dtype)
