@@ -125,11 +125,13 @@ class OnnxGenerator:
         states = [state["name"] for state in self.manifest["states"]]
         step = dict(ids="input_ids", positions="positions", token_mask="token_mask", states=states)
         step["source"] = self.source_inputs
-        self._step_feed = runner_inputs.GraphInputs(self.sessions["decoder_step"], "OnnxGenerator.step", step).feed
-        encoder, source = self.sessions.get("encoder"), dict(input_ids="input_ids", attention_mask="attention_mask")
-        self._encode_feed = encoder and runner_inputs.GraphInputs(encoder, "OnnxGenerator.encode", source).feed
-        prompt = self.sessions.get(PROMPT)
-        self._prompt_feed = prompt and runner_inputs.GraphInputs(prompt, "OnnxGenerator.read_prompt", source).feed
+        ids = {"input_ids": self.manifest["vocab_size"]}  # the graphs' inputs of token ids, and their range
+        self._step_feed = self._feed("decoder_step", "OnnxGenerator.step", step, ids)
+        source = dict(input_ids="input_ids", attention_mask="attention_mask")
+        self._encode_feed = self._feed("encoder", "OnnxGenerator.encode", source, ids)
+        self._prompt_feed = self._feed(PROMPT, "OnnxGenerator.read_prompt", source, ids)
+        scored = dict(logits="logits", beam_scores="beam_scores", count="count")
+        self._candidates_feed = self._feed(CANDIDATES, "OnnxGenerator.candidates", scored, {})
         tokens = self.manifest["special_tokens"]
         eos = tokens.get("eos_token_id")
         self.eos = np.array([] if eos is None else np.atleast_1d(eos), dtype=np.int64)
@@ -139,6 +141,11 @@ class OnnxGenerator:
         if self.pad is None:
             self.pad = int(self.eos[0]) if len(self.eos) else 0
 
+    def _feed(self, role: str, call: str, parameters: dict, token_ids: dict):
+        """The checked feed of the graph ``role`` (`runner_inputs.GraphInputs.feed`), None for a graph the folder lacks."""
+        session = self.sessions.get(role)
+        return session and runner_inputs.GraphInputs(session, call, parameters, token_ids).feed
+
     def new_states(self, batch: int) -> list[np.ndarray]:
         """Zero histories for ``batch`` rows: (batch, history_size, channels) float32 per layer."""
         return [np.zeros((batch, s["history_size"], s["channels"]), np.float32) for s in self.manifest["states"]]
@@ -146,7 +153,8 @@ class OnnxGenerator:
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> list[np.ndarray]:
         """Source (B, S) ids and mask -> the step's source inputs, in its order: the encoder's outputs
         of those names (e.g. each layer's cross-attention keys and values) and, as
-        ``encoder_attention_mask``, the mask.  Arrays of another dtype, rank or shape are refused, naming them."""
+        ``encoder_attention_mask``, the mask.  Arrays of another dtype, rank or shape, and ids outside the
+        vocabulary, are refused, naming them."""
         if self._encode_feed is None:
             raise ValueError(f"OnnxGenerator.encode: {self.folder} holds a causal LM, which has no encoder")
         outputs = self.sessions["encoder"].run(None, self._encode_feed(input_ids, attention_mask))
@@ -158,7 +166,8 @@ class OnnxGenerator:
         """One token per row: ids, positions, token_mask (B, 1) int64, the histories and the source's
         inputs (encoder-decoders; empty for an LM), one row per step row (beam search repeats each
         source row for its beams) -> logits (B, V) and the new histories.  Arrays of another dtype, rank or
-        shape, rows that differ in number, or another count of states or source arrays are refused, naming them."""
+        shape, rows that differ in number, another count of states or source arrays, or ids outside the
+        vocabulary are refused, naming them."""
         feed = self._step_feed(ids, positions, token_mask, states, source)
         logits, *states = self.sessions["decoder_step"].run(None, feed)
         return _by_row(logits), states
@@ -166,7 +175,8 @@ class OnnxGenerator:
     def read_prompt(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
         """A causal LM's (B, T) prompt ids and mask (int64; 0 at left padding) -> the logits (B, V) after
         it and each layer's history: one call of the prompt graph, or, in a folder exported without
-        it, one step per prompt token.  Arrays of another dtype or rank, or of two shapes, are refused, naming them."""
+        it, one step per prompt token.  Arrays of another dtype or rank, or of two shapes, and ids outside the
+        vocabulary, are refused, naming them."""
         if self._prompt_feed:
             logits, *states = self.sessions[PROMPT].run(None, self._prompt_feed(input_ids, attention_mask))
             return _by_row(logits), states
@@ -183,10 +193,35 @@ class OnnxGenerator:
     def candidates(self, logits: np.ndarray, beam_scores: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
         """Beam search's candidates: the step's (B * beams, V) logits and the (B, beams) running scores ->
         the ``count`` largest ``log_softmax(logits) + beam score`` per batch row (B, count), largest
-        first, and their indices ``beam * V + token`` (B, count) int64, equal scores lowest index first."""
-        feed = {"logits": logits, "beam_scores": beam_scores, "count": np.array([count], np.int64)}
+        first, and their indices ``beam * V + token`` (B, count) int64, equal scores lowest index first.
+
+        Raises:
+            ValueError: logits not a (rows, V) float32 array (`step`'s), beam_scores not a (B, beams) float32
+                array with B * beams == rows, count not in [1, beams * V], or no candidates graph in the folder.
+            TypeError: count not an int.
+        """
+        call = "OnnxGenerator.candidates"
+        if self._candidates_feed is None:
+            raise self._no_candidates_graph(f"{call}: ")
+        feed = self._candidates_feed(logits, beam_scores, np.ones(1, np.int64))  # the count: checked below
+        (batch, beams), vocab = beam_scores.shape, logits.shape[1]
+        if len(logits) != batch * beams:
+            raise ValueError(
+                f"{call}: logits has {len(logits)} rows, but beam_scores of shape {beam_scores.shape} needs "
+                f"batch * beams = {batch * beams} of them: one row per beam, the beams of each batch row together"
+            )
+        count = runner_settings.check_integer(f"{call}: count", count, 1, beams * vocab, " (beams * vocab_size)")
+        feed["count"] = np.array([count], np.int64)
         scores, indices = self.sessions[CANDIDATES].run(None, feed)
         return scores, indices
+
+    def _no_candidates_graph(self, where: str = "") -> ValueError:
+        """The error for beam search in a folder exported without the candidates graph."""
+        return ValueError(
+            f"{where}{self.folder} has no {CANDIDATES}.onnx (exported by an older talk_hf): re-export the model "
+            f"(python -m talk_hf.export MODEL_DIR {self.folder}) to search with num_beams > 1; greedy decoding "
+            "runs from it as it is, and so does beam search with the runner.py exported beside it"
+        )
 
     def generate(self, input_ids, attention_mask=None, *, seed=None, **settings) -> np.ndarray:
         """Tokens of (B, S) ``input_ids`` (source or prompt) with its (B, S) mask (1 at real tokens).
@@ -210,11 +245,7 @@ class OnnxGenerator:
         rng = _sampling_generator(seed, settings["do_sample"])
         beams = settings["num_beams"]
         if beams > 1 and CANDIDATES not in self.sessions:
-            raise ValueError(
-                f"{self.folder} has no {CANDIDATES}.onnx (exported by an older talk_hf): re-export the model "
-                f"(python -m talk_hf.export MODEL_DIR {self.folder}) to search with num_beams > 1; greedy decoding "
-                "runs from it as it is, and so does beam search with the runner.py exported beside it"
-            )
+            raise self._no_candidates_graph()
         batch = ids.shape[0]
         if seq2seq:
             source = self.encode(ids, mask)

@@ -4,7 +4,8 @@ Copied beside ``runner.py`` into every exported folder, so like it this file imp
 and the runner's files beside it.  `GraphInputs.feed` refuses, naming the argument and what it must be,
 what ONNX Runtime would refuse with its own error or, worse, run: a wrong dtype, rank or fixed size,
 rows that differ in number between the arrays (a source of one row would be broadcast over every step
-row), another count of states or source arrays.
+row), another count of states or source arrays, token ids outside the vocabulary (ONNX Runtime's Gather
+fails on an id >= V and reads the row V + id of an id < 0).
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ class GraphInputs:
         call: the method that feeds it, for messages (``"OnnxGenerator.step"``).
         parameters: each parameter of ``call``, in its order -> the graph input its array feeds, or the
             list of graph inputs its sequence of arrays feeds, in order.
+        token_ids: the graph inputs that hold token ids -> the vocabulary size V their ids lie below (one
+            max of the ids per call: 2-3 microseconds for a step's (B, 1)).
     """
 
-    def __init__(self, session, call: str, parameters: dict[str, str | list[str]]):
-        self.call, self.parameters = call, parameters
+    def __init__(self, session, call: str, parameters: dict[str, str | list[str]], token_ids: dict[str, int]):
+        self.call, self.parameters, self.token_ids = call, parameters, token_ids
         self.labels = {}  # each graph input -> the argument of ``call`` that feeds it, for messages
         for parameter, names in parameters.items():
             if isinstance(names, str):
@@ -89,4 +92,11 @@ class GraphInputs:
                         f"{self.call}: {self.labels[name]} has shape {shape}, but its dimension {axis} must equal dimension "
                         f"{first[2]} of {self.labels[first[1]]} ({first[0]}): the graph takes them of one size"
                     )
+        for name, vocab_size in self.token_ids.items():
+            ids = feed[name]  # int64 (checked above): as uint64, an id < 0 is >= 2**63, so one max finds both
+            if ids.size and ids.view(np.uint64).max() >= vocab_size:
+                raise ValueError(
+                    f"{self.call}: {self.labels[name]} must hold token ids in [0, {vocab_size}), "
+                    f"got values from {ids.min()} to {ids.max()}"
+                )
         return feed

@@ -28,6 +28,7 @@ from ..export.runner import OnnxGenerator
 from ..models.input_checks import InputNames, refuse_unknown_arguments
 from ..transformers_internals import (
     CACHE_NAME,
+    EncoderDecoderChunkedPrefillMixin,
     FixedStateGenerationMixin,
     can_return_tuple,
     resolve_cache_argument,
@@ -212,7 +213,7 @@ class ORTModelForCausalLM(ORTModelBase):
         return CausalLMOutputWithPast(logits=logits, **{CACHE_NAME: None if use_cache is False else cache})
 
 
-class ORTModelForSeq2SeqLM(ORTModelBase):
+class ORTModelForSeq2SeqLM(EncoderDecoderChunkedPrefillMixin, ORTModelBase):
     """An exported encoder-decoder (TaLK, DynamicConv, LightConv, SliceNet or a registered family's), run
     by ONNX Runtime: ``ORTModelForSeq2SeqLM.from_pretrained(folder)``, then ``generate`` as with the
     PyTorch model.  ``get_encoder()`` (`ORTEncoder`) runs the encoder graph."""
@@ -251,7 +252,9 @@ class ORTModelForSeq2SeqLM(ORTModelBase):
     ) -> Seq2SeqLMOutput:
         """Source (B, S) ids and mask (or the ``encoder_outputs`` of `get_encoder`), the decoder's new (B, T)
         ids and their mask, the cache -> logits (B, 1, V) of each row's last token, and the cache moved on."""
-        refuse_unknown_arguments(self, kwargs)
+        # generate's chunked prefill leaves position_ids=None (a causal LM's name, unused here) among the inputs
+        given = {name: value for name, value in kwargs.items() if not (name == "position_ids" and value is None)}
+        refuse_unknown_arguments(self, given)
         refuse_unsupported(
             f"{type(self).__name__}.forward()",
             inputs_embeds=inputs_embeds,

@@ -112,3 +112,6 @@ def test_a_folder_without_the_candidates_graph_decodes_greedily_and_names_the_re
         ValueError, match=r"has no beam_candidates.onnx .* re-export the model \(python -m talk_hf.export"
     ):
         older.generate(ids, mask, num_beams=2)
+    logits = np.zeros((2, older.manifest["vocab_size"]), np.float32)
+    with pytest.raises(ValueError, match=r"^OnnxGenerator\.candidates: .* has no beam_candidates\.onnx"):
+        older.candidates(logits, np.zeros((1, 2), np.float32), 2)

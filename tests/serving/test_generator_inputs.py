@@ -1,8 +1,11 @@
-"""`OnnxGenerator.step` and `encode` refuse arrays the graph cannot take, naming the argument and what it
-must be (`runner_checks.GraphInputs`), before ONNX Runtime runs: a wrong dtype or rank, a size the graph
-fixes, rows that differ in number between the ids, positions, mask, states and source (ONNX Runtime
-broadcasts a source of one row over every step row without a word), the source's length differing
-between its arrays, another count of states or source arrays, and ``encode`` of a causal LM.
+"""`OnnxGenerator.step`, `encode`, `read_prompt` and `candidates` refuse arrays the graph cannot take, naming
+the argument and what it must be (`runner_inputs.GraphInputs`), before ONNX Runtime runs: a wrong dtype or
+rank, a size the graph fixes, rows that differ in number between the ids, positions, mask, states and
+source (ONNX Runtime broadcasts a source of one row over every step row without a word), the source's
+length differing between its arrays, another count of states or source arrays, token ids outside the
+vocabulary (ONNX Runtime's Gather fails on an id >= V in its own words and reads row V + id of an id < 0
+without one), ``encode`` of a causal LM; and the candidates' logits rows that are not batch * beams, a
+count outside [1, beams * V] (ONNX Runtime's TopK fails on it, or gives nothing for 0).
 
 The tests read the session's exports of the tiny DynamicConv encoder-decoder and causal LM
 (`exported.SharedExports`).
@@ -15,6 +18,7 @@ import pytest
 
 from talk_hf.export import OnnxGenerator
 
+from ..models.helpers import VOCAB
 from .exported import EXPORTED
 
 pytest.importorskip("onnxruntime")
@@ -73,6 +77,14 @@ BAD_STEPS = {
     "positions-rank-1": (
         _replace("positions", lambda positions: positions[:, 0]),
         r"positions must be a numpy array of dtype int64 and shape \(any, 1\), got dtype int64 and shape \(2,\)",
+    ),
+    "ids-beyond-the-vocabulary": (  # ONNX Runtime's Gather: "indices element out of data bounds"
+        _replace("ids", lambda ids: np.array([[3], [VOCAB]])),
+        rf"ids \(input_ids\) must hold token ids in \[0, {VOCAB}\), got values from 3 to {VOCAB}$",
+    ),
+    "ids-negative": (  # ONNX Runtime's Gather reads the embedding of the id VOCAB - 1
+        _replace("ids", lambda ids: np.array([[-1], [3]])),
+        rf"ids \(input_ids\) must hold token ids in \[0, {VOCAB}\), got values from -1 to 3$",
     ),
     "token-mask-two-columns": (
         _replace("token_mask", lambda mask: np.ones((ROWS, 2), np.int64)),
@@ -155,6 +167,14 @@ BAD_SOURCES = {
         lambda ids, mask: (ids[0], mask[0]),
         r"input_ids must be a numpy array .* got dtype int64 and shape \(5,\)",
     ),
+    "ids-beyond-the-vocabulary": (
+        lambda ids, mask: (ids + VOCAB - 9, mask),
+        rf"input_ids must hold token ids in \[0, {VOCAB}\), got values from {VOCAB - 8} to {VOCAB}$",
+    ),
+    "ids-negative": (
+        lambda ids, mask: (ids - 6, mask),
+        rf"input_ids must hold token ids in \[0, {VOCAB}\), got values from -5 to 3$",
+    ),
     "mask-float": (
         lambda ids, mask: (ids, mask.astype(np.float32)),
         "attention_mask must be a numpy array of dtype int64",
@@ -186,3 +206,87 @@ def test_a_causal_lm_has_no_encoder(shared_exports):
         ValueError, match=r"OnnxGenerator.step: source must be a list of 0 arrays \(\[\]\), got 1 of them"
     ):
         lm.step(*(np.ones((ROWS, 1), np.int64) for _ in range(3)), lm.new_states(ROWS), [np.ones((ROWS, 5), np.int64)])
+
+
+@pytest.mark.parametrize("token", [VOCAB, -1], ids=["beyond-the-vocabulary", "negative"])
+def test_a_prompt_id_outside_the_vocabulary_is_named(shared_exports, token):
+    """A causal LM's prompt graph, as step and encode."""
+    lm = OnnxGenerator(shared_exports("dynamic-lm").folder, threads=1)
+    ids = np.array([[5, 6, token]], np.int64)
+    with pytest.raises(
+        ValueError,
+        match=rf"^OnnxGenerator\.read_prompt: input_ids must hold token ids in \[0, {VOCAB}\), got values from {min(token, 5)} to {max(token, 6)}$",
+    ):
+        lm.read_prompt(ids, np.ones_like(ids))
+
+
+def _candidates_arguments(generator: OnnxGenerator) -> dict:
+    """Valid arguments of ``candidates``: the logits of the first step of ROWS rows, as 1 batch row of ROWS beams."""
+    logits, _ = generator.step(**_step_arguments(generator))
+    return dict(logits=logits, beam_scores=np.array([[0.0, -1.5]], np.float32), count=4)
+
+
+BAD_CANDIDATES = {
+    "logits-float64": (
+        _replace("logits", lambda logits: logits.astype(np.float64)),
+        rf"logits must be a numpy array of dtype float32 and shape \(any, {VOCAB}\), got dtype float64",
+    ),
+    "logits-of-the-graph": (  # the graph's own (B, 1, V): step gives (B, V)
+        _replace("logits", lambda logits: logits[:, None]),
+        rf"logits must be a numpy array .* got dtype float32 and shape \(2, 1, {VOCAB}\)",
+    ),
+    "logits-one-column-short": (
+        _replace("logits", lambda logits: logits[:, 1:].copy()),
+        rf"logits must be of dtype float32 and shape \(any, {VOCAB}\), got shape \(2, {VOCAB - 1}\)",
+    ),
+    "beam-scores-rank-1": (
+        _replace("beam_scores", lambda scores: scores[0]),
+        r"beam_scores must be a numpy array of dtype float32 and shape \(any, any\), got dtype float32 and shape \(2,\)",
+    ),
+    "beam-scores-of-three-beams": (  # ONNX Runtime's broadcast error in its Add
+        _replace("beam_scores", lambda scores: np.zeros((1, 3), np.float32)),
+        r"logits has 2 rows, but beam_scores of shape \(1, 3\) needs batch \* beams = 3 of them",
+    ),
+    "beam-scores-of-two-batch-rows": (
+        _replace("beam_scores", lambda scores: np.zeros((2, 2), np.float32)),
+        r"logits has 2 rows, but beam_scores of shape \(2, 2\) needs batch \* beams = 4 of them",
+    ),
+    "count-0": (  # ONNX Runtime gives (B, 0) candidates
+        _replace("count", lambda count: 0),
+        rf"count must be in \[1, {2 * VOCAB}\] \(beams \* vocab_size\), got 0$",
+    ),
+    "count-beyond-every-candidate": (  # ONNX Runtime's TopK: "k argument should not be greater"
+        _replace("count", lambda count: 2 * VOCAB + 1),
+        rf"count must be in \[1, {2 * VOCAB}\] \(beams \* vocab_size\), got {2 * VOCAB + 1}$",
+    ),
+    "count-negative": (
+        _replace("count", lambda count: -1),
+        rf"count must be in \[1, {2 * VOCAB}\] \(beams \* vocab_size\), got -1$",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", BAD_CANDIDATES)
+def test_a_bad_candidates_argument_is_named(generator, name):
+    edit, message = BAD_CANDIDATES[name]
+    arguments = _candidates_arguments(generator)
+    edit(arguments)
+    with pytest.raises(ValueError, match=f"^OnnxGenerator\\.candidates: {message}"):
+        generator.candidates(**arguments)
+
+
+def test_a_count_of_candidates_that_is_not_an_int_is_named(generator):
+    """A float count would reach the graph truncated (2.5: 2 candidates)."""
+    arguments = _candidates_arguments(generator)
+    with pytest.raises(TypeError, match=r"^OnnxGenerator\.candidates: count must be an int, got 2\.5 \(float\)$"):
+        generator.candidates(**{**arguments, "count": 2.5})
+
+
+def test_checked_candidates_are_the_graphs(generator):
+    """Every candidate (count = beams * V, a numpy int) is the graph's for the same inputs fed directly."""
+    arguments = {**_candidates_arguments(generator), "count": np.int64(2 * VOCAB)}
+    scores, indices = generator.candidates(**arguments)
+    direct = generator.sessions["beam_candidates"].run(None, {**arguments, "count": np.array([2 * VOCAB], np.int64)})
+    np.testing.assert_array_equal(scores, direct[0])
+    np.testing.assert_array_equal(indices, direct[1])
+    assert indices.shape == (1, 2 * VOCAB)

@@ -149,6 +149,25 @@ def test_a_chunked_prefill_equals_the_pytorch_models(lm):
     assert torch.equal(tokens, expected), (tokens, expected)
 
 
+# transformers cuts the source's mask to each chunk of the decoder prompt unless the model swaps the masks
+# (`EncoderDecoderChunkedPrefillMixin`): without it the exported model refused its (B, chunk) "source" mask.
+SEQ2SEQ_CHUNKED = {
+    "greedy-chunks-of-1": dict(do_sample=False, prefill_chunk_size=1),
+    "beam-decoder-prompt-in-chunks-of-2": dict(
+        num_beams=2,
+        prefill_chunk_size=2,
+        decoder_input_ids=torch.tensor([[EOS, 5, 6], [1, EOS, 7], [EOS, 3, 4]]),
+        decoder_attention_mask=torch.tensor([[1, 1, 1], [0, 1, 1], [1, 1, 1]]),
+    ),
+}
+
+
+@pytest.mark.parametrize("settings", SEQ2SEQ_CHUNKED.values(), ids=SEQ2SEQ_CHUNKED)
+def test_a_chunked_prefill_of_an_encoder_decoder_equals_the_pytorch_models(seq2seq, settings):
+    expected, tokens = seq2seq.both(**settings)
+    assert torch.equal(tokens, expected), (tokens, expected)
+
+
 def test_a_folder_without_the_prompt_graph_feeds_the_prompt_token_by_token(lm, tmp_path):
     """A causal LM exported before decoder_prompt.onnx: the step graph takes the prompt one token at a time."""
     folder = shutil.copytree(lm.folder, tmp_path / "no-prompt")
@@ -488,3 +507,17 @@ def test_seq2seq_refuses_encoder_outputs_it_cannot_read(seq2seq):
         ort(input_ids=ids, decoder_input_ids=start[:2])
     with pytest.raises(ValueError, match="decoder_inputs_embeds .the graphs embed"):
         ort(input_ids=ids, decoder_inputs_embeds=torch.zeros(3, 1, 16))
+    with pytest.raises(TypeError, match="unexpected keyword argument.s. position_ids"):  # None only is let through
+        ort(input_ids=ids, decoder_input_ids=start, position_ids=torch.zeros(3, 1, dtype=torch.long))
+
+
+@pytest.mark.parametrize("token", [VOCAB, -1], ids=["beyond-the-vocabulary", "negative"])
+def test_seq2seq_refuses_ids_outside_the_vocabulary(seq2seq, token):
+    """As the PyTorch model (whose embedding raises an IndexError), before ONNX Runtime's Gather fails or,
+    for an id < 0, reads the row VOCAB + id."""
+    ids, start = seq2seq.ids.clone(), torch.full((3, 1), EOS)
+    ids[1, 4] = token
+    with pytest.raises(ValueError, match=rf"^input_ids must hold token ids in \[0, {VOCAB}\)"):
+        seq2seq.ort(input_ids=ids, decoder_input_ids=start)
+    with pytest.raises(ValueError, match=rf"^decoder_input_ids must hold token ids in \[0, {VOCAB}\)"):
+        seq2seq.ort(input_ids=seq2seq.ids, decoder_input_ids=start * 0 + token)
