@@ -48,6 +48,7 @@ setup(
         # sacremoses: the Moses tokenizer of converted fairseq checkpoints (transformers' FSMTTokenizer)
         "test": [
             "pytest>=8",
+            "pytest-xdist>=3.5",  # the README's test command spreads the files over one worker per core
             "hypothesis>=6.100",
             "sacrebleu>=2.4",
             "rouge_score>=0.1.2",

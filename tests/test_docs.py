@@ -192,8 +192,8 @@ def test_the_readme_shows_the_test_command_ci_runs():
     commands = [
         line for block in code_blocks(README.read_text(encoding="utf-8"), "bash") for line in block.splitlines()
     ]
-    assert "python -m pytest -q" in commands
-    assert "python -m pytest -q" in (ROOT / ".ci" / "run").read_text().splitlines()
+    assert "python -m pytest -q -n auto" in commands
+    assert "python -m pytest -q -n auto" in (ROOT / ".ci" / "run").read_text().splitlines()
 
 
 def shell_commands(text):
