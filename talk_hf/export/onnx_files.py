@@ -191,6 +191,7 @@ def _write_folder(model, traced: TracedGraphs, staging: Path, fields: dict) -> N
             for name, (size, channels) in zip(state_names, traced.layout.state_shapes, strict=True)
         ],
         "vocab_size": model.get_output_embeddings().out_features,
+        **({"source_vocab_size": model.config.vocab_size} if model.config.is_encoder_decoder else {}),
         **fields,
     }
     for name in runner.RUNNER_FILES:

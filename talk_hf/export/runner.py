@@ -125,11 +125,12 @@ class OnnxGenerator:
         states = [state["name"] for state in self.manifest["states"]]
         step = dict(ids="input_ids", positions="positions", token_mask="token_mask", states=states)
         step["source"] = self.source_inputs
-        ids = {"input_ids": self.manifest["vocab_size"]}  # the graphs' inputs of token ids, and their range
-        self._step_feed = self._feed("decoder_step", "OnnxGenerator.step", step, ids)
+        # each graph's input of token ids and the vocabulary they lie in (a causal LM's prompt: its only one)
+        vocab, source_vocab = self.manifest["vocab_size"], checks.source_vocab_size(self.manifest)
+        self._step_feed = self._feed("decoder_step", "OnnxGenerator.step", step, {"input_ids": vocab})
         source = dict(input_ids="input_ids", attention_mask="attention_mask")
-        self._encode_feed = self._feed("encoder", "OnnxGenerator.encode", source, ids)
-        self._prompt_feed = self._feed(PROMPT, "OnnxGenerator.read_prompt", source, ids)
+        self._encode_feed = self._feed("encoder", "OnnxGenerator.encode", source, {"input_ids": source_vocab})
+        self._prompt_feed = self._feed(PROMPT, "OnnxGenerator.read_prompt", source, {"input_ids": source_vocab})
         scored = dict(logits="logits", beam_scores="beam_scores", count="count")
         self._candidates_feed = self._feed(CANDIDATES, "OnnxGenerator.candidates", scored, {})
         tokens = self.manifest["special_tokens"]
@@ -236,7 +237,7 @@ class OnnxGenerator:
         runner does not apply or that the request's strategy would not use is refused by name
         (`runner_checks.checked_inputs`, `runner_settings.resolved_settings`), before anything runs.
         """
-        ids, mask = checks.checked_inputs(input_ids, attention_mask, self.manifest["vocab_size"])
+        ids, mask = checks.checked_inputs(input_ids, attention_mask, checks.source_vocab_size(self.manifest))
         seq2seq = self.manifest["is_encoder_decoder"]
         prompt_length = 1 if seq2seq else ids.shape[1]
         settings = runner_settings.resolved_settings(

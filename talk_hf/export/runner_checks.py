@@ -127,6 +127,11 @@ def check_manifest(manifest, path: Path) -> None:
     vocab = manifest["vocab_size"]
     if not is_int(vocab) or vocab < 2:
         raise _Field(path, "vocab_size").error("an int >= 2", vocab)
+    if "source_vocab_size" in manifest:
+        source_vocab = manifest["source_vocab_size"]
+        if not seq2seq or not is_int(source_vocab) or source_vocab < 2:
+            expected = "an encoder-decoder's source vocabulary size, an int >= 2 (a causal LM has none)"
+            raise _Field(path, "source_vocab_size").error(expected, source_vocab)
     _check_files(manifest["files"], path, seq2seq)
     _check_graphs(manifest, path)
     _check_special_tokens(manifest["special_tokens"], path, vocab, seq2seq)
@@ -139,6 +144,13 @@ def check_manifest(manifest, path: Path) -> None:
             check_setting(name, value, vocab)
         except (TypeError, ValueError) as error:
             raise _Field(path, f"generation.{name}").refuse(str(error).removeprefix(f"{name} ")) from None
+
+
+def source_vocab_size(manifest: dict) -> int:
+    """The vocabulary of the ids that ``generate`` and ``encode`` take: an encoder-decoder's source
+    vocabulary (its own size when the model has separate source and target embeddings; in a folder
+    exported without the field, the target's, ``vocab_size``), a causal LM's vocabulary."""
+    return manifest.get("source_vocab_size", manifest["vocab_size"])
 
 
 def _check_files(files, path: Path, seq2seq: bool) -> None:

@@ -159,6 +159,10 @@ TAMPERED = {
     "states-not-a-list": (_set("states", {"state_0": 2}), "field states must be a list"),
     "vocabulary": (_set("vocab_size", VOCAB + 1), "field vocab_size must be the step graph's logits size 40"),
     "vocabulary-string": (_set("vocab_size", "40"), "field vocab_size must be an int >= 2"),
+    "source-vocabulary-string": (
+        _set("source_vocab_size", "40"),
+        "field source_vocab_size must be an encoder-decoder's source vocabulary size, an int >= 2",
+    ),
     "eos-too-large": (_set("special_tokens.eos_token_id", VOCAB), r"special_tokens.eos_token_id must be None or"),
     "eos-negative": (_set("special_tokens.eos_token_id", -1), r"special_tokens.eos_token_id must be None or"),
     "eos-list": (_set("special_tokens.eos_token_id", [2, 99]), r"special_tokens.eos_token_id must be None or"),
