@@ -50,7 +50,7 @@ class ConvDecoderLayer(GradientCheckpointingLayer):
         hidden: torch.Tensor,
         real_tokens: torch.Tensor | None = None,
         encoder_hidden: torch.Tensor | None = None,
-        encoder_mask: torch.Tensor | None = None,
+        source_mask: torch.Tensor | None = None,
         past_key_values=None,
         output_attentions: bool = False,
         document_edges: DocumentEdges | None = None,
@@ -61,7 +61,8 @@ class ConvDecoderLayer(GradientCheckpointingLayer):
             hidden: (B, T, d) decoder states.
             real_tokens: (B, T, 1) in hidden's dtype, 1 at real target tokens, 0 at padding
                 (`token_multiplier`), or None.
-            encoder_hidden / encoder_mask: (B, S, d) encoder output and its (B, S) mask (seq2seq).
+            encoder_hidden / source_mask: (B, S, d) encoder output and its (B, 1, 1, S) bool mask
+                (`broadcast_source_mask`) (seq2seq).
             past_key_values: the generation cache (`ConvCache`, or `EncoderDecoderCache` around
                 one), or None.
             output_attentions: also return the cross-attention weights.
@@ -77,6 +78,6 @@ class ConvDecoderLayer(GradientCheckpointingLayer):
         weights = None
         if self.cross_attention is not None:
             hidden, weights = self.cross_attention(
-                hidden, encoder_hidden, encoder_mask, cross_cache, self.layer_idx, output_attentions
+                hidden, encoder_hidden, source_mask, cross_cache, self.layer_idx, output_attentions
             )
         return self.ffn(hidden), weights

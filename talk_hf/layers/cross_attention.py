@@ -2,7 +2,8 @@
 
 Keys and values of the encoder output are computed once per generation and kept in the
 cross-attention part of the ``EncoderDecoderCache``.  With ``output_attentions`` the block takes
-a plain softmax path so that it can return the attention weights.
+a plain softmax path so that it can return the attention weights.  The decoder stack broadcasts the
+source mask once per forward (`broadcast_source_mask`) and hands it to every layer's block.
 """
 
 from __future__ import annotations
@@ -15,6 +16,13 @@ from torch import nn
 from ..transformers_internals import cross_attention_keys_values
 from .linear_layer import Linear
 from .residual import NormedResidual
+
+
+def broadcast_source_mask(encoder_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """(B, S) source mask, nonzero at real source tokens -> (B, 1, 1, S) bool, the mask every
+    `CrossAttentionBlock` of a decoder forward reads (None stays None).  Computed once per forward, not
+    once per layer: each decoding step indexes and casts the mask once, whatever the number of layers."""
+    return None if encoder_mask is None else encoder_mask[:, None, None, :].to(torch.bool)
 
 
 class CrossAttentionBlock(nn.Module):
@@ -44,7 +52,7 @@ class CrossAttentionBlock(nn.Module):
         self,
         hidden: torch.Tensor,
         encoder_hidden: torch.Tensor,
-        encoder_mask: torch.Tensor | None,
+        source_mask: torch.Tensor | None,
         cache=None,
         layer_idx: int = 0,
         output_attentions: bool = False,
@@ -53,7 +61,8 @@ class CrossAttentionBlock(nn.Module):
         Args:
             hidden: (B, T, d) decoder states.
             encoder_hidden: (B, S, d) encoder output.
-            encoder_mask: (B, S) bool, True at real source tokens, or None.
+            source_mask: (B, 1, 1, S) bool, True at real source tokens (`broadcast_source_mask`), or
+                None.
             cache: the cross-attention `DynamicCache` of an `EncoderDecoderCache`, or None.
             layer_idx: this layer's index in that cache.
             output_attentions: also return the (B, heads, T, S) attention weights.
@@ -63,18 +72,17 @@ class CrossAttentionBlock(nn.Module):
         """
         queries = self._split_heads(self.q_proj(self.residual.pre(hidden)))
         keys, values = cross_attention_keys_values(cache, layer_idx, lambda: self.project_keys_values(encoder_hidden))
-        mask = None if encoder_mask is None else encoder_mask[:, None, None, :].to(torch.bool)
         dropout = self.attention_dropout if self.training else 0.0
         weights = None
         if output_attentions:
             scores = queries @ keys.transpose(-1, -2) / math.sqrt(self.head_dim)
-            if mask is not None:
-                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+            if source_mask is not None:
+                scores = scores.masked_fill(~source_mask, torch.finfo(scores.dtype).min)
             weights = torch.softmax(scores.float(), dim=-1).to(queries.dtype)
             attended = nn.functional.dropout(weights, p=dropout, training=self.training) @ values
         else:
             attended = nn.functional.scaled_dot_product_attention(
-                queries, keys, values, attn_mask=mask, dropout_p=dropout
+                queries, keys, values, attn_mask=source_mask, dropout_p=dropout
             )
         attended = attended.transpose(1, 2).reshape(hidden.shape)
         return self.residual.post(self.out_proj(attended), hidden), weights

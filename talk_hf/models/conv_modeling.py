@@ -30,7 +30,7 @@ from transformers.modeling_outputs import (
 
 from ..cache import ConvCache, ConvEncoderDecoderCache
 from ..layers.conv_layers import ConvDecoderLayer, ConvEncoderLayer
-from ..layers.cross_attention import CrossAttentionBlock
+from ..layers.cross_attention import CrossAttentionBlock, broadcast_source_mask
 from ..layers.dropout import dropout
 from ..layers.feed_forward import FeedForwardBlock
 from ..layers.initialization import InitializesItself
@@ -314,6 +314,7 @@ class ConvDecoder(_ConvStack):
                 f"{self.names.ids} has {hidden.shape[0]}"
             )
         real_tokens = token_multiplier(attention_mask, hidden.shape[1], hidden.dtype)
+        source_mask = broadcast_source_mask(encoder_attention_mask)
         all_hidden, all_weights = [], []
         for layer in self.layers:
             all_hidden.append(hidden)
@@ -321,7 +322,7 @@ class ConvDecoder(_ConvStack):
                 hidden,
                 real_tokens,
                 encoder_hidden_states,
-                encoder_attention_mask,
+                source_mask,
                 past_key_values=past_key_values,
                 output_attentions=output_attentions,
                 document_edges=None if windows_continue else document_edges,
