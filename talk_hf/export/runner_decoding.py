@@ -60,21 +60,21 @@ class Decoding:
             self.advance(chosen)
         return sequences
 
-    def candidates(self, running: np.ndarray, beam_scores: np.ndarray, keep: int) -> tuple[np.ndarray, np.ndarray]:
+    def candidates(self, sequences: np.ndarray, beam_scores: np.ndarray, keep: int) -> tuple[np.ndarray, np.ndarray]:
         """The step's ``keep`` candidates per batch row: (B, keep) scores ``processed log_softmax(logits) +
-        beam score``, largest first, and their indices ``beam * V + token`` (B, keep), from the (B, beams,
-        L) ``running`` sequences and their (B, beams) scores."""
-        generator, (batch, beams, length) = self.generator, running.shape
-        vocab = self.logits.shape[-1]
+        beam score``, largest first, and their indices ``beam * V + token`` (B, keep), from the running
+        (B * beams, L) ``sequences`` (each batch row's beams together) and their (B, beams) scores."""
+        (batch, beams), length, vocab = beam_scores.shape, sequences.shape[1], self.logits.shape[-1]
         forbidden = None if self.rng is not None else self.processors.forbidden(length)
         if forbidden is not None and keep + beams * len(forbidden) <= beams * vocab:
-            scores, indices = generator.candidates(self.logits, beam_scores, keep + beams * len(forbidden))
+            scores, indices = self.generator.candidates(self.logits, beam_scores, keep + beams * len(forbidden))
             if len(forbidden):  # the order of the others is their order with the forbidden tokens at -inf
-                dropped = np.isin(indices % vocab, forbidden)
-                allowed = np.argsort(dropped, axis=1, kind="stable")[:, :keep]
+                is_forbidden = np.zeros(vocab, bool)  # (V,): indexing it is ~6x np.isin's speed
+                is_forbidden[forbidden] = True
+                allowed = np.argsort(is_forbidden[indices % vocab], axis=1, kind="stable")[:, :keep]
                 scores, indices = np.take_along_axis(scores, allowed, 1), np.take_along_axis(indices, allowed, 1)
             return scores, indices
-        log_probs = self.processors(running.reshape(batch * beams, length), logits_processing.log_softmax(self.logits))
+        log_probs = self.processors(sequences, logits_processing.log_softmax(self.logits))
         totals = (log_probs.reshape(batch, beams, vocab) + beam_scores[:, :, None]).reshape(batch, -1)
         if self.rng is not None:
             indices = logits_processing.sample_candidates(totals, keep, self.rng)
@@ -83,7 +83,10 @@ class Decoding:
         return np.take_along_axis(totals, indices, axis=1), indices
 
     def beam_search(self) -> np.ndarray:
-        """transformers' ``_beam_search`` (5.x) in numpy, float32 like it: the best finished beam per row."""
+        """transformers' ``_beam_search`` (5.x) in numpy, float32 like it: the best finished beam per row.
+
+        The running and the finished sequences are written into buffers of the final length, padded after
+        their tokens, so that a step copies only the running rows' tokens so far (no growing arrays)."""
         prompt, beams = self.prompt, self.settings["num_beams"]
         length_penalty, early_stopping = self.settings["length_penalty"], self.settings["early_stopping"]
         batch, vocab = prompt.shape[0], self.logits.shape[-1]
@@ -95,47 +98,79 @@ class Decoding:
         max_length = start + self.settings["max_new_tokens"]
         keep = max(2, 1 + len(eos)) * beams
         fill = self.generator.pad if self.generator.pad else (eos[0] if len(eos) else -1)
-        running = np.repeat(prompt[:, None], beams, axis=1)  # (batch, beams, length): grows a column a step
-        finished = running.copy()
+        running = np.full((batch * beams, max_length), fill, np.int64)  # each batch row's beams together
+        running[:, :start] = np.repeat(prompt, beams, axis=0)
+        first_beam = np.arange(batch)[:, None] * beams  # (B, 1): each batch row's first row of ``running``
+        finished = _FinishedBeams(
+            running.reshape(batch, beams, max_length).copy(), start, length_penalty, early_stopping
+        )
         running_scores = np.zeros((batch, beams), np.float32)
         running_scores[:, 1:] = -1e9
-        scores = np.full((batch, beams), -1e9, np.float32)
-        done = np.zeros((batch, beams), bool)
         improvable = np.ones((batch, 1), bool)
-        lengths = np.zeros((batch, beams), np.int64)
         top_beams = np.arange(keep) < beams
         for length in range(start, max_length):
-            top_scores, order = self.candidates(running, running_scores, keep)
-            source_beam, token = order // vocab, order % vocab
-            top_sequences = np.concatenate(
-                [np.take_along_axis(running, source_beam[:, :, None], 1), token[:, :, None]], 2
-            )
+            top_scores, order = self.candidates(running[:, :length], running_scores, keep)
+            source_row, token = order // vocab + first_beam, order % vocab  # (B, keep); the row of running it extends
             hits = self.generator.is_end[token] | (length + 1 >= max_length)
+            finished.merge(top_scores, hits & top_beams[None, :], improvable, running, source_row, token, length)
             # the running beams of the next step: the best candidates that did not end
             blocked = top_scores + hits.astype(np.float32) * np.float32(-1e9)
             chosen = logits_processing.top_k(blocked, beams)
-            rows = (np.take_along_axis(source_beam, chosen, axis=1) + np.arange(batch)[:, None] * beams).reshape(-1)
-            running = np.take_along_axis(top_sequences, chosen[:, :, None], axis=1)
+            rows = np.take_along_axis(source_row, chosen, axis=1).reshape(-1)
+            running[:, :length] = running[rows, :length]
+            running[:, length] = np.take_along_axis(token, chosen, axis=1).reshape(-1)
             running_scores = np.take_along_axis(blocked, chosen, axis=1)
-            # the finished beams: merge the candidates that ended among the top ``beams``
-            ended = hits & top_beams[None, :]
-            final = top_scores / np.float32((length + 1 - start) ** length_penalty)
-            final += (done.all(axis=1, keepdims=True) & (early_stopping is True)).astype(np.float32) * np.float32(-1e9)
-            final += (~improvable).astype(np.float32) * np.float32(-1e9)
-            final += (~ended).astype(np.float32) * np.float32(-1e9)
-            merged = np.concatenate([scores, final], axis=1)
-            best = logits_processing.top_k(merged, beams)
-            scores = np.take_along_axis(merged, best, axis=1)
-            finished = np.concatenate([finished, np.full((batch, beams, 1), fill, np.int64)], axis=2)
-            finished = np.take_along_axis(np.concatenate([finished, top_sequences], axis=1), best[:, :, None], axis=1)
-            lengths = np.take_along_axis(np.concatenate([lengths, np.full_like(token, length + 1 - start)], 1), best, 1)
-            done = np.take_along_axis(np.concatenate([done, ended], axis=1), best, axis=1)
             hypothetical = (max_length if early_stopping == "never" and length_penalty > 0 else length + 1) - start
             best_running = running_scores[:, :1] / np.float32(hypothetical**length_penalty)
-            worst_done = np.where(done, scores.min(axis=1, keepdims=True), np.float32(-1e9))
+            worst_done = np.where(finished.done, finished.scores.min(axis=1, keepdims=True), np.float32(-1e9))
             improvable = improvable & (best_running > worst_done).any(axis=-1, keepdims=True)
-            if not improvable.any() or (done.all() and early_stopping is True) or hits.all():
+            if not improvable.any() or (finished.done.all() and early_stopping is True) or hits.all():
                 break
             self.states = [state[rows] for state in self.states]
-            self.advance(running[:, :, length].reshape(-1))
-        return finished[:, 0, : start + lengths[:, 0].max()]
+            self.advance(running[:, length])
+        return finished.sequences[:, 0, : start + finished.lengths[:, 0].max()]
+
+
+class _FinishedBeams:
+    """Beam search's finished hypotheses, the best ``beams`` per batch row, as transformers keeps them.
+
+    Args:
+        sequences: (B, beams, max_length) int64, the prompt then padding: the finished sequences, each
+            padded after its tokens; scores (B, beams) float32 hold their length-penalised scores,
+            largest first (-1e9 where none yet), lengths (B, beams) their new tokens, done (B, beams)
+            which are real.
+        start: the prompt's length; length_penalty, early_stopping: the request's.
+    """
+
+    def __init__(self, sequences: np.ndarray, start: int, length_penalty: float, early_stopping):
+        self.sequences, self.start = sequences, start
+        self.length_penalty, self.early_stopping = length_penalty, early_stopping
+        shape = sequences.shape[:2]
+        self.scores = np.full(shape, -1e9, np.float32)
+        self.lengths, self.done = np.zeros(shape, np.int64), np.zeros(shape, bool)
+
+    def merge(self, top_scores, ended, improvable, running, source_row, token, column: int) -> None:
+        """Merge the step's candidates that ended among the top ``beams``: (B, keep) ``top_scores`` and
+        ``ended``, (B, 1) ``improvable`` (rows whose finished beams can still improve); each candidate is
+        the (B * beams, max_length) ``running`` row ``source_row`` (B, keep) with ``token`` (B, keep) at
+        ``column``.
+
+        A step where none ended changes nothing, so it is skipped: every candidate's merged score is then
+        <= -1e9 (scores are <= 0, and -1e9 is added), while the finished scores are >= -1e9 and sorted, so
+        each row's ranking of the two keeps its own, in order (equal scores lowest index first)."""
+        if not ended.any():
+            return
+        new_tokens = column + 1 - self.start
+        final = top_scores / np.float32(new_tokens**self.length_penalty)
+        settled = self.done.all(axis=1, keepdims=True) & (self.early_stopping is True)
+        for excluded in (settled, ~improvable, ~ended):  # transformers' three additions, in its order
+            final += excluded.astype(np.float32) * np.float32(-1e9)
+        merged = np.concatenate([self.scores, final], axis=1)
+        best = logits_processing.top_k(merged, self.scores.shape[1])
+        self.scores = np.take_along_axis(merged, best, axis=1)
+        candidates = running[source_row]  # (B, keep, max_length), padding after the new token's column
+        candidates[:, :, column] = token
+        self.sequences = np.take_along_axis(np.concatenate([self.sequences, candidates], 1), best[:, :, None], 1)
+        lengths = np.concatenate([self.lengths, np.full_like(token, new_tokens)], axis=1)
+        self.lengths = np.take_along_axis(lengths, best, axis=1)
+        self.done = np.take_along_axis(np.concatenate([self.done, ended], axis=1), best, axis=1)

@@ -35,6 +35,7 @@ from talk_hf.convert import convert_fairseq_checkpoint
 from talk_hf.export import OnnxGenerator, export_onnx
 from talk_hf.export import runner as runner_module
 from talk_hf.export.__main__ import check_tokens, load_model
+from talk_hf.export.runner_decoding import _FinishedBeams
 from talk_hf.export.runner_logits import top_k
 from talk_hf.export.runner_settings import NOT_APPLIED, SAMPLING_ONLY
 
@@ -448,6 +449,38 @@ def test_top_k_is_a_stable_sorts_first_k(seed):
     values[rng.random(values.shape) < 0.3] = -np.inf
     for k in (1, 4, 10, 80, 300):
         np.testing.assert_array_equal(top_k(values, k), np.argsort(-values, axis=1, kind="stable")[:, :k])
+
+
+@pytest.mark.parametrize("length_penalty", [1.0, 0.5, -1.0])
+@pytest.mark.parametrize("seed", range(3))
+def test_a_batch_row_where_no_candidate_ended_keeps_its_finished_beams(seed, length_penalty):
+    """Beam search skips merging the finished beams at a step where no candidate ended; that is exact:
+    the merge, run where only batch row 0 has an ended candidate, leaves each other row's finished beams
+    (scores in order with -1e9 where none yet, sequences, lengths, done) as they were, with candidate
+    scores from 0 down (-1e9 plus a score of |x| < 32 rounds to -1e9 itself), rows all done, rows that
+    cannot improve."""
+    rng = np.random.default_rng(seed)
+    batch, beams, keep, start, column = 5, 3, 6, 1, 4
+    running = rng.integers(3, 50, (batch * beams, 8))
+    running[:, column:] = 0
+    finished = _FinishedBeams(np.zeros((batch, beams, 8), np.int64), start, length_penalty, True)
+    real = np.arange(beams) < np.array([[1], [0], [beams], [2], [beams]])  # row 2 and 4: all done
+    scores = -np.sort(rng.exponential(3.0, (batch, beams)).astype(np.float32), axis=1)
+    finished.scores = np.where(real, scores, np.float32(-1e9))
+    finished.done, finished.lengths = real, np.where(real, rng.integers(1, column, (batch, beams)), 0)
+    finished.sequences = np.where(real[:, :, None], rng.integers(3, 50, (batch, beams, 8)), 0)
+    top_scores = -np.sort(rng.exponential(20.0, (batch, keep)).astype(np.float32), axis=1)
+    top_scores[:, 0] = [0.0, -0.0, -1e-3, -31.0, -40.0]
+    ended = np.zeros((batch, keep), bool)
+    ended[0, 0] = True
+    improvable = np.array([[True], [True], [True], [False], [True]])
+    source_row = rng.integers(0, beams, (batch, keep)) + np.arange(batch)[:, None] * beams
+    before = [array.copy() for array in (finished.scores, finished.sequences, finished.lengths, finished.done)]
+    finished.merge(top_scores, ended, improvable, running, source_row, rng.integers(3, 50, (batch, keep)), column)
+    after = (finished.scores, finished.sequences, finished.lengths, finished.done)
+    for kept, now in zip(before, after, strict=True):
+        np.testing.assert_array_equal(now[1:], kept[1:])
+    assert finished.done[0].sum() == 2 and finished.lengths[0].max() == column + 1 - start
 
 
 def test_a_runner_without_its_files_names_the_missing_one(tmp_path):
