@@ -102,7 +102,8 @@ def check_token_ids(name: str, input_ids: torch.Tensor, vocab_size: int) -> None
     """
     if input_ids.numel() == 0 or torch.compiler.is_compiling():
         return
-    low, high = torch.stack(torch.aminmax(input_ids)).tolist()
+    low, high = torch.aminmax(input_ids)
+    low, high = int(low), int(high)
     if low < 0 or high >= vocab_size:
         raise ValueError(f"{name} must hold token ids in [0, {vocab_size}), got values from {low} to {high}")
 

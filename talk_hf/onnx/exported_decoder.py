@@ -11,12 +11,18 @@ from a cache, a folder exported without the prompt graph).
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from ..cache import ConvCache
 from ..export.runner import OnnxGenerator
 from ..export.runner_checks import PROMPT, STEP_LEADING_INPUTS
 from .bound_graph import BoundGraph
+from .step_buffers import StepBuffers
+
+# The step inputs new at every step, copied into a binding's buffers: the token ids, then their mask.
+STAGED_INPUTS = (STEP_LEADING_INPUTS[0], STEP_LEADING_INPUTS[2])
 
 
 class ExportedDecoder:
@@ -39,19 +45,26 @@ class ExportedDecoder:
         self.source_names = step["inputs"][count:]  # an encoder-decoder's: what a step reads of the source
         self.logits_name, *self.window_names = step["outputs"]
         self.vocab_size = manifest["vocab_size"]
+        self.history_sizes = [size for size, _ in self.state_shapes]
+        self._ones = torch.ones(0, 0, dtype=torch.long)  # the last all-ones token mask made (`_real_tokens`)
+        self._step_buffers: weakref.WeakKeyDictionary[ConvCache, StepBuffers] = weakref.WeakKeyDictionary()
 
     def new_cache_sizes(self) -> list[int]:
         """Each layer's history size: a new `ConvCache` for these graphs is ``ConvCache(new_cache_sizes())``."""
-        return [size for size, _ in self.state_shapes]
+        return list(self.history_sizes)
 
     def __call__(
-        self, input_ids: torch.Tensor, token_mask: torch.Tensor, cache: ConvCache, source: dict[str, torch.Tensor]
+        self,
+        input_ids: torch.Tensor,
+        token_mask: torch.Tensor | None,
+        cache: ConvCache,
+        source: dict[str, torch.Tensor],
     ) -> torch.Tensor:
         """Decode T new tokens per row; the logits of the last one.
 
         Args:
             input_ids: (B, T) int64 ids, checked to lie in the vocabulary.
-            token_mask: (B, T) int64, 0 at (left) padding, else 1.
+            token_mask: (B, T) int64, 0 at (left) padding, else 1; or None: every token is real.
             cache: the model's `ConvCache`, updated in place as the model's forward updates it.
             source: an encoder-decoder's step inputs of the source by name (``ExportedDecoder.source_names``),
                 one row per step row; empty for a causal LM.
@@ -59,54 +72,82 @@ class ExportedDecoder:
         Returns:
             (B, 1, V) float32 logits of each row's last token.
         """
-        self._check_cache(cache, input_ids.shape[0])
-        if not cache.has_past and self.prompt is not None:
-            return self._run(self.prompt, {"input_ids": input_ids, "attention_mask": token_mask}, cache, token_mask)
+        has_past = cache.has_past
+        self._check_cache(cache, has_past, input_ids.shape[0])
+        if not has_past and self.prompt is not None:
+            return self._run_prompt(input_ids, token_mask, cache)
+        if input_ids.shape[1] == 1:  # a decoding step
+            return self._run_step(input_ids, token_mask, source, cache)
         for column in range(input_ids.shape[1]):
             new = slice(column, column + 1)
-            logits = self._run(
-                self.step,
-                self._step_inputs(input_ids[:, new], token_mask[:, new], cache, source),
-                cache,
-                token_mask[:, new],
-            )
+            column_mask = None if token_mask is None else token_mask[:, new]
+            logits = self._run_step(input_ids[:, new], column_mask, source, cache)
         return logits
 
-    def _check_cache(self, cache: ConvCache, batch: int) -> None:
+    def _check_cache(self, cache: ConvCache, has_past: bool, batch: int) -> None:
         """A cache of these graphs' layers (and, once it holds a past, of ``batch`` rows), or a ValueError."""
         sizes = [layer.history_size for layer in cache.layers]
-        if sizes != self.new_cache_sizes():
+        if sizes != self.history_sizes:
             raise ValueError(
                 f"the generation cache has layers of the history sizes {sizes}, but {self.folder}'s graphs "
-                f"{self.new_cache_sizes()}: pass the cache this model returned (or none)"
+                f"{self.history_sizes}: pass the cache this model returned (or none)"
             )
-        rows = cache.layers[0].window.shape[0] if cache.has_past and cache.layers else batch
+        rows = cache.layers[0].window.shape[0] if has_past and cache.layers else batch
         if rows != batch:
             raise ValueError(
                 f"the generation cache holds {rows} rows but the input_ids {batch}: pass the cache of these rows"
             )
 
-    def _step_inputs(self, ids, token_mask, cache: ConvCache, source: dict) -> dict[str, torch.Tensor]:
-        """The step graph's inputs for one token per row: its windows (zeros on a new cache) and position."""
+    def _real_tokens(self, shape: torch.Size) -> torch.Tensor:
+        """An all-ones (B, T) int64 token mask: the same tensor while the shape stays (bound once)."""
+        ones = self._ones
+        if ones.shape != shape:
+            ones = self._ones = torch.ones(shape, dtype=torch.long)
+        return ones
+
+    def _run_prompt(self, ids: torch.Tensor, token_mask: torch.Tensor | None, cache: ConvCache) -> torch.Tensor:
+        """The prompt graph over the (B, T) ``ids`` and their ``token_mask`` (None: all real) on a new cache."""
+        batch = ids.shape[0]
+        mask = self._real_tokens(ids.shape) if token_mask is None else token_mask
+        logits = self._new_logits(self.prompt, batch)
+        windows = [torch.empty(batch, size, channels) for size, channels in self.state_shapes]
+        outputs = {self.logits_name: logits, **dict(zip(self.window_names, windows, strict=True))}
+        self.prompt.run({"input_ids": ids, "attention_mask": mask}, outputs)
+        return self._keep(cache, logits, windows, token_mask, ids.shape)
+
+    def _run_step(self, ids: torch.Tensor, token_mask: torch.Tensor | None, source: dict, cache: ConvCache):
+        """The step graph over one token per row, (B, 1) ``ids`` and ``token_mask`` (None: all real), on
+        the cache's windows and positions and the ``source``.  Its new windows go into the buffers that the
+        cache's `StepBuffers` alternate between."""
         batch = ids.shape[0]
         if cache.has_past:
-            windows = [layer.window for layer in cache.layers]
+            current = [layer.window for layer in cache.layers]
         else:
-            windows = [torch.zeros(batch, size, channels, dtype=torch.float32) for size, channels in self.state_shapes]
+            current = [torch.zeros(batch, size, channels) for size, channels in self.state_shapes]
         seen = cache.next_positions if cache.next_positions is not None else torch.zeros(batch, dtype=torch.long)
-        leading = dict(zip(STEP_LEADING_INPUTS, (ids, seen.unsqueeze(1), token_mask), strict=True))
-        return {**leading, **dict(zip(self.state_names, windows, strict=True)), **source}
+        buffers = self._step_buffers.get(cache)
+        if buffers is None:
+            buffers = self._step_buffers[cache] = StepBuffers(self.step)
+        binding, windows = buffers.next_step(current)
+        mask = self._real_tokens(ids.shape) if token_mask is None else token_mask
+        leading = dict(zip(STEP_LEADING_INPUTS, (ids, seen.unsqueeze(1), mask), strict=True))
+        inputs = {**leading, **dict(zip(self.state_names, current, strict=True)), **source}
+        logits = self._new_logits(self.step, batch)
+        outputs = {self.logits_name: logits, **dict(zip(self.window_names, windows, strict=True))}
+        self.step.run(inputs, outputs, binding, STAGED_INPUTS if token_mask is not None else STAGED_INPUTS[:1])
+        return self._keep(cache, logits, windows, token_mask, ids.shape)
 
-    def _run(self, graph: BoundGraph, inputs: dict, cache: ConvCache, token_mask: torch.Tensor) -> torch.Tensor:
-        """Run ``graph`` on ``inputs``; keep its new windows in ``cache`` and count the T tokens of
-        ``token_mask`` (B, T) there; return its logits (B, 1, V): the graph's own output, or a view of the
-        (B, V) that a graph exported by an older talk_hf gives (told apart by the output's rank)."""
-        batch, length = token_mask.shape
-        windows = [torch.empty(batch, size, channels, dtype=torch.float32) for size, channels in self.state_shapes]
+    def _new_logits(self, graph: BoundGraph, batch: int) -> torch.Tensor:
+        """A new tensor for ``graph``'s logits: (B, 1, V), or (B, V) for a graph exported by an older
+        talk_hf (told apart by the output's rank)."""
         per_row = (1, self.vocab_size) if graph.output_ranks[self.logits_name] == 3 else (self.vocab_size,)
-        logits = torch.empty(batch, *per_row, dtype=torch.float32)
-        graph.run(inputs, {self.logits_name: logits, **dict(zip(self.window_names, windows, strict=True))})
-        cache.count_new_tokens(token_mask, batch, length, token_mask.device)
+        return torch.empty(batch, *per_row, dtype=torch.float32)
+
+    def _keep(self, cache: ConvCache, logits, windows: list[torch.Tensor], token_mask, shape: torch.Size):
+        """Hold the graph's new ``windows`` in ``cache`` and count there the (B, T) = ``shape`` new tokens
+        of ``token_mask`` (None: all real); the logits as (B, 1, V)."""
+        batch, length = shape
+        cache.count_new_tokens(token_mask, batch, length, logits.device)
         for layer, window in zip(cache.layers, windows, strict=True):
             if not layer.is_initialized:
                 layer.lazy_initialization(window)

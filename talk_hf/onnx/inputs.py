@@ -2,12 +2,13 @@
 
 The graphs take token ids and give the logits of each row's last token with the new generation state:
 `refuse_unsupported` refuses what they cannot honour, `new_tokens` checks the decoder's new tokens (the
-checks of the PyTorch models, `talk_hf.models.input_checks`), `source_inputs` picks what a decoding
-step of an encoder-decoder reads of the source from the encoder's outputs.
+checks of the PyTorch models, `talk_hf.models.input_checks`), `SourceInputs` picks what a decoding
+step of an encoder-decoder reads of the source from the encoder's outputs (checking a source once).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 
 import torch
@@ -36,8 +37,9 @@ def refuse_unsupported(where: str, **given) -> None:
 
 def new_tokens(
     names: InputNames, ids, mask, past_length: int, vocab_size: int, logits_to_keep
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The decoder's new tokens, checked: (B, T) int64 ids and their (B, T) int64 mask (1 at real tokens).
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The decoder's new tokens, checked: (B, T) int64 ids and their (B, T) int64 mask (1 at real tokens),
+    or None without a mask (every token real).
 
     Args:
         names: what the caller called the ids and the mask (``decoder_input_ids`` ...).
@@ -57,38 +59,108 @@ def new_tokens(
             f"logits_to_keep={logits_to_keep!r} with {ids.shape[1]} new tokens: the exported graphs give the logits of "
             "each row's last token only; pass logits_to_keep=1 (generate does; assisted decoding is not supported)"
         )
-    token_mask = torch.ones_like(ids) if mask is None else mask[:, mask.shape[1] - ids.shape[1] :]
-    return ids.long(), token_mask.long()
+    token_mask = None if mask is None else mask[:, mask.shape[1] - ids.shape[1] :].long()
+    return ids.long(), token_mask
 
 
-def source_inputs(encoder_outputs, attention_mask, rows: int | None, names: list[str]) -> dict[str, torch.Tensor]:
-    """What a decoding step reads of the source, by the step graph's input ``names``.
+class SourceInputs:
+    """What a decoding step of an encoder-decoder reads of the source, by the step graph's input ``names``.
+
+    ``generate`` passes the same source mask at every step: its checks and its int64 form are kept for
+    the next call, which takes them while it gets the same mask tensor, of the same shape, for a source
+    of the same shape, not written in place since (torch's version counter; an inference tensor has
+    none, so a mask made under ``torch.inference_mode`` has its values checked at every call).  Only a
+    weak reference to the given mask is kept.
 
     Args:
-        encoder_outputs: what the exported model's ``get_encoder()`` returned (`ORTEncoder`).
-        attention_mask: the source's (B, S) mask, 1 at real tokens, or None (no padding).
-        rows: the decoder's batch (the source's must equal it), or None when unknown.
+        names: the step graph's inputs of the source (``ExportedDecoder.source_names``).
     """
-    if not isinstance(encoder_outputs, Mapping) or "last_hidden_state" not in encoder_outputs:
-        raise ValueError(
-            "encoder_outputs must be what this model's get_encoder() returns (a BaseModelOutput holding the "
-            f"encoder graph's outputs), got {type(encoder_outputs).__name__}"
-        )
-    hidden = encoder_outputs["last_hidden_state"]
-    if attention_mask is None:
-        attention_mask = torch.ones(hidden.shape[:2], dtype=torch.long)
-    elif tuple(attention_mask.shape) != tuple(hidden.shape[:2]):
-        raise ValueError(
-            f"attention_mask has shape {tuple(attention_mask.shape)} but the source {tuple(hidden.shape[:2])}"
-        )
-    check_mask_values("attention_mask", attention_mask)
-    named = {**encoder_outputs, ENCODER_OUTPUT: hidden, SOURCE_MASK: attention_mask.long()}
-    missing = [name for name in names if name not in named]
-    if missing:
-        raise ValueError(
-            f"encoder_outputs lacks {missing}, which the decoding step reads: pass what this model's get_encoder() "
-            "returns (the PyTorch model's encoder gives only its last_hidden_state)"
-        )
-    if rows is not None and hidden.shape[0] != rows:
-        raise ValueError(f"the source has {hidden.shape[0]} rows but decoder_input_ids {rows}")
-    return {name: named[name] for name in names}
+
+    def __init__(self, names: list[str]):
+        self.names = names
+        self.output_names = [name for name in names if name not in (ENCODER_OUTPUT, SOURCE_MASK)]
+        self._mask = _CheckedMask(None, torch.Size(), torch.ones(0, 0, dtype=torch.long))
+
+    def __call__(self, encoder_outputs, attention_mask, rows: int | None) -> dict[str, torch.Tensor]:
+        """The step inputs of the source by name, each with one row per decoder row.
+
+        Args:
+            encoder_outputs: what the exported model's ``get_encoder()`` returned (`ORTEncoder`).
+            attention_mask: the source's (B, S) mask, 1 at real tokens, or None (no padding).
+            rows: the decoder's batch (the source's must equal it), or None when unknown.
+        """
+        if not isinstance(encoder_outputs, Mapping) or "last_hidden_state" not in encoder_outputs:
+            raise ValueError(
+                "encoder_outputs must be what this model's get_encoder() returns (a BaseModelOutput holding the "
+                f"encoder graph's outputs), got {type(encoder_outputs).__name__}"
+            )
+        hidden = encoder_outputs.get("last_hidden_state")
+        given = [encoder_outputs.get(name) for name in self.output_names]
+        if not isinstance(hidden, torch.Tensor):
+            raise ValueError(
+                f"encoder_outputs' last_hidden_state must be a (B, S, d) torch.Tensor, got {type(hidden).__name__}"
+            )
+        mask = self._mask.int64(attention_mask, hidden.shape)
+        if mask is None:
+            mask = self._check_mask(attention_mask, hidden.shape)
+            self._mask = _CheckedMask(attention_mask, hidden.shape, mask)
+        missing = [name for name, value in zip(self.output_names, given, strict=True) if value is None]
+        if missing:
+            raise ValueError(
+                f"encoder_outputs lacks {missing}, which the decoding step reads: pass what this model's get_encoder() "
+                "returns (the PyTorch model's encoder gives only its last_hidden_state)"
+            )
+        wrong = {
+            name: type(value).__name__
+            for name, value in zip(self.output_names, given, strict=True)
+            if not isinstance(value, torch.Tensor)
+        }
+        if wrong:
+            raise ValueError(f"encoder_outputs must hold torch.Tensor values (what get_encoder() returns), got {wrong}")
+        if rows is not None and hidden.shape[0] != rows:
+            raise ValueError(f"the source has {hidden.shape[0]} rows but decoder_input_ids {rows}")
+        named = {ENCODER_OUTPUT: hidden, SOURCE_MASK: mask, **dict(zip(self.output_names, given, strict=True))}
+        return {name: named[name] for name in self.names}
+
+    @staticmethod
+    def _check_mask(attention_mask, source_shape: torch.Size) -> torch.Tensor:
+        """The (B, S) int64 mask of a source of the (B, S, d) ``source_shape``: ``attention_mask`` checked, or
+        all ones for None."""
+        if attention_mask is None:
+            return torch.ones(source_shape[:2], dtype=torch.long)
+        if not isinstance(attention_mask, torch.Tensor):
+            raise ValueError(f"attention_mask must be a (B, S) torch.Tensor, got {type(attention_mask).__name__}")
+        if tuple(attention_mask.shape) != tuple(source_shape[:2]):
+            raise ValueError(
+                f"attention_mask has shape {tuple(attention_mask.shape)} but the source {tuple(source_shape[:2])}"
+            )
+        check_mask_values("attention_mask", attention_mask)
+        return attention_mask.long()
+
+
+class _CheckedMask:
+    """A source mask that passed `SourceInputs._check_mask` (a weak reference to it, None for no mask), for
+    a source of ``source_shape``, with its int64 form and what its values were checked at: the mask's
+    shape and version counter."""
+
+    def __init__(self, given: torch.Tensor | None, source_shape: torch.Size, mask: torch.Tensor):
+        self.given = None if given is None else weakref.ref(given)
+        self.source_shape, self.mask = source_shape, mask
+        self.state = None if given is None else _state(given)
+
+    def int64(self, given, source_shape: torch.Size) -> torch.Tensor | None:
+        """The int64 form of ``given`` for a source of ``source_shape`` if it is the mask checked, unchanged
+        since; else None."""
+        if source_shape != self.source_shape:
+            return None
+        if given is None:
+            return self.mask if self.given is None else None
+        if self.given is None or self.given() is not given or self.state is None or _state(given) != self.state:
+            return None
+        return self.mask
+
+
+def _state(tensor: torch.Tensor) -> tuple | None:
+    """What a tensor's checked values depend on besides its identity: its shape and version counter,
+    which every in-place write moves on; None for an inference tensor, which has no version counter."""
+    return None if tensor.is_inference() else (tensor.shape, tensor._version)

@@ -37,7 +37,9 @@ from ..transformers_internals import (
 from .encoder import ORTEncoder
 from .exported_decoder import ExportedDecoder
 from .exported_folder import read_folder
-from .inputs import new_tokens, refuse_unsupported, source_inputs
+from .inputs import SourceInputs, new_tokens, refuse_unsupported
+
+DECODER_NAMES = InputNames("decoder_input_ids", "decoder_attention_mask")  # an encoder-decoder's decoder inputs
 
 
 class ORTModelBase(FixedStateGenerationMixin, PreTrainedModel, GenerationMixin):
@@ -46,6 +48,7 @@ class ORTModelBase(FixedStateGenerationMixin, PreTrainedModel, GenerationMixin):
     main_input_name = "input_ids"
     base_model_prefix = "model"  # no such attribute: the model is its own base model
     is_encoder_decoder_class: bool
+    cache_class: type[ConvCache] | type[ConvEncoderDecoderCache]  # the generation cache it fills
 
     def __init__(self, config, generation_config: GenerationConfig, generator: OnnxGenerator):
         super().__init__(config)
@@ -151,13 +154,15 @@ class ORTModelBase(FixedStateGenerationMixin, PreTrainedModel, GenerationMixin):
             return self.new_cache()
         if use_cache is False:
             raise ValueError("use_cache=False with a generation cache: pass one or the other")
-        expected = type(self.new_cache())
-        if not isinstance(cache, expected):
+        if not isinstance(cache, self.cache_class):
             raise TypeError(
                 f"the generation cache (`cache`, or `past_key_values` before transformers 5.24) must be the "
-                f"{expected.__name__} that {type(self).__name__} returned, got {type(cache).__name__}"
+                f"{self.cache_class.__name__} that {type(self).__name__} returned, got {type(cache).__name__}"
             )
         return cache
+
+    def new_cache(self) -> ConvCache | ConvEncoderDecoderCache:
+        return self.cache_class(self.exported.new_cache_sizes())
 
     def _decode(self, names: InputNames, ids, mask, cache, logits_to_keep, source: dict) -> torch.Tensor:
         """Check the new tokens (B, T) and their mask (B, T) or (B, past + T) (`inputs.new_tokens`) and
@@ -177,9 +182,7 @@ class ORTModelForCausalLM(ORTModelBase):
     """
 
     is_encoder_decoder_class = False
-
-    def new_cache(self) -> ConvCache:
-        return ConvCache(self.exported.new_cache_sizes())
+    cache_class = ConvCache
 
     @can_return_tuple
     def forward(
@@ -219,16 +222,15 @@ class ORTModelForSeq2SeqLM(EncoderDecoderChunkedPrefillMixin, ORTModelBase):
     PyTorch model.  ``get_encoder()`` (`ORTEncoder`) runs the encoder graph."""
 
     is_encoder_decoder_class = True
+    cache_class = ConvEncoderDecoderCache
 
     def __init__(self, config, generation_config: GenerationConfig, generator: OnnxGenerator):
         super().__init__(config, generation_config, generator)
         self.encoder = ORTEncoder(generator, config.vocab_size)
+        self.source_inputs = SourceInputs(self.exported.source_names)
 
     def get_encoder(self, *args, **kwargs) -> ORTEncoder:
         return self.encoder
-
-    def new_cache(self) -> ConvEncoderDecoderCache:
-        return ConvEncoderDecoderCache(self.exported.new_cache_sizes())
 
     @can_return_tuple
     def forward(
@@ -269,11 +271,10 @@ class ORTModelForSeq2SeqLM(EncoderDecoderChunkedPrefillMixin, ORTModelBase):
             raise ValueError("pass input_ids (the source) or its encoder_outputs, not both")
         cache = self._cache(cache, past_key_values, use_cache)
         rows = None if decoder_input_ids is None else decoder_input_ids.shape[0]
-        source = source_inputs(encoder_outputs, attention_mask, rows, self.exported.source_names)
-        names = InputNames("decoder_input_ids", "decoder_attention_mask")
-        logits = self._decode(names, decoder_input_ids, decoder_attention_mask, cache, logits_to_keep, source)
+        source = self.source_inputs(encoder_outputs, attention_mask, rows)
+        logits = self._decode(DECODER_NAMES, decoder_input_ids, decoder_attention_mask, cache, logits_to_keep, source)
         return Seq2SeqLMOutput(
             logits=logits,
             **{CACHE_NAME: None if use_cache is False else cache},
-            encoder_last_hidden_state=encoder_outputs["last_hidden_state"],
+            encoder_last_hidden_state=encoder_outputs.get("last_hidden_state"),
         )

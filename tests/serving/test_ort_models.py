@@ -499,6 +499,17 @@ def test_seq2seq_refuses_encoder_outputs_it_cannot_read(seq2seq):
         pytorch_encoder_outputs = model.get_encoder()(ids)
     with pytest.raises(ValueError, match=r"encoder_outputs lacks \['cross_key_0', .* get_encoder\(\)"):
         ort(encoder_outputs=pytorch_encoder_outputs, decoder_input_ids=start)
+    encoder_outputs = dict(ort.get_encoder()(ids))
+    as_numpy = {**encoder_outputs, "cross_key_0": encoder_outputs["cross_key_0"].numpy()}
+    with pytest.raises(
+        ValueError, match=r"encoder_outputs must hold torch.Tensor values .*\{'cross_key_0': 'ndarray'\}"
+    ):
+        ort(encoder_outputs=as_numpy, decoder_input_ids=start)
+    hidden_as_numpy = {**encoder_outputs, "last_hidden_state": encoder_outputs["last_hidden_state"].numpy()}
+    with pytest.raises(ValueError, match="last_hidden_state must be a .B, S, d. torch.Tensor, got ndarray"):
+        ort(encoder_outputs=hidden_as_numpy, decoder_input_ids=start)
+    with pytest.raises(ValueError, match="attention_mask must be a .B, S. torch.Tensor, got list"):
+        ort(encoder_outputs=encoder_outputs, attention_mask=seq2seq.mask.tolist(), decoder_input_ids=start)
     with pytest.raises(ValueError, match="pass input_ids .the source. or its encoder_outputs, not both"):
         ort(input_ids=ids, encoder_outputs=ort.get_encoder()(ids), decoder_input_ids=start)
     with pytest.raises(ValueError, match="pass decoder_input_ids"):
@@ -521,3 +532,148 @@ def test_seq2seq_refuses_ids_outside_the_vocabulary(seq2seq, token):
         seq2seq.ort(input_ids=ids, decoder_input_ids=start)
     with pytest.raises(ValueError, match=rf"^decoder_input_ids must hold token ids in \[0, {VOCAB}\)"):
         seq2seq.ort(input_ids=seq2seq.ids, decoder_input_ids=start * 0 + token)
+
+
+# What a decoding step keeps between forward calls (talk_hf.onnx.inputs.SourceInputs, step_buffers,
+# bound_graph.Binding) must never stand in for what a call is given: each fault below hands a later
+# call other inputs through the same objects, shapes or addresses.
+
+
+def _decode_steps(served: Served, caches: dict, encoder_outputs: dict, masks: dict, order: list, tokens=(EOS, 7, 8)):
+    """Feed ``tokens`` one by one to each source named in ``order`` (a name per step, so sources may
+    interleave), each on its own cache; per name, the logits of every step."""
+    logits, fed = {name: [] for name in caches}, dict.fromkeys(caches, 0)
+    for name in order:
+        token = torch.full((3, 1), tokens[fed[name]])
+        fed[name] += 1
+        with torch.no_grad():
+            out = served.ort(
+                encoder_outputs=encoder_outputs[name],
+                attention_mask=masks[name],
+                decoder_input_ids=token,
+                cache=caches[name],
+            )
+        logits[name].append(out.logits)
+    return logits
+
+
+def _pytorch_steps(served: Served, ids, mask, steps: int, tokens=(EOS, 7, 8)) -> list[torch.Tensor]:
+    cache, found = served.model.new_cache(), []
+    for token in tokens[:steps]:
+        with torch.no_grad():
+            out = served.model(
+                input_ids=ids,
+                attention_mask=mask,
+                decoder_input_ids=torch.full((3, 1), token),
+                cache=cache,
+                use_cache=True,
+            )
+        found.append(out.logits[:, -1:])
+    return found
+
+
+def test_interleaved_decodings_of_sources_of_one_shape_each_read_their_own(seq2seq):
+    """Two caches decoded step by step in turn, their sources of one shape sharing one mask object: each
+    step reads its own cache's windows and its own source (not the other's bound memory)."""
+    other_ids = seq2seq.ids.flip(0)
+    mask = seq2seq.mask.flip(0).clone()
+    sources = {"first": (seq2seq.ids, seq2seq.mask.clone()), "second": (other_ids, mask)}
+    shared_mask = sources["second"][1]
+    sources["first"] = (seq2seq.ids, shared_mask) if torch.equal(seq2seq.mask, shared_mask) else sources["first"]
+    encoder_outputs = {name: seq2seq.ort.get_encoder()(ids, attention_mask=m) for name, (ids, m) in sources.items()}
+    caches = {name: seq2seq.ort.new_cache() for name in sources}
+    masks = {name: m for name, (_, m) in sources.items()}
+    found = _decode_steps(
+        seq2seq, caches, encoder_outputs, masks, ["first", "second", "second", "first", "first", "second"]
+    )
+    for name, (ids, m) in sources.items():
+        for step, expected in zip(found[name], _pytorch_steps(seq2seq, ids, m, 3), strict=True):
+            torch.testing.assert_close(step, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("inference_mode", [False, True], ids=["no-grad", "inference-mode"])
+def test_a_source_mask_written_in_place_is_checked_and_read_again(seq2seq, inference_mode):
+    """The source mask's checks are kept for the same tensor between steps: written in place, it is read
+    anew (a 1 set to 0 changes the logits as in the PyTorch model) and checked anew (a 2 is refused),
+    also for an inference tensor, which has no version counter."""
+    context = torch.inference_mode() if inference_mode else torch.no_grad()
+    with context:
+        mask = seq2seq.mask.clone()
+        encoder_outputs = seq2seq.ort.get_encoder()(seq2seq.ids, attention_mask=mask)
+        pytorch_encoder_outputs = seq2seq.model.get_encoder()(seq2seq.ids, attention_mask=mask)
+        caches = seq2seq.ort.new_cache(), seq2seq.model.new_cache()
+        for token in (EOS, 7):
+            if token == 7:
+                mask[2, mask[2].nonzero()[-1].item()] = 0  # row 2 loses its last real source token
+            found = seq2seq.ort(
+                encoder_outputs=encoder_outputs,
+                attention_mask=mask,
+                decoder_input_ids=torch.full((3, 1), token),
+                cache=caches[0],
+            )
+            expected = seq2seq.model(
+                encoder_outputs=pytorch_encoder_outputs,
+                attention_mask=mask,
+                decoder_input_ids=torch.full((3, 1), token),
+                cache=caches[1],
+                use_cache=True,
+            )
+            torch.testing.assert_close(found.logits, expected.logits[:, -1:], atol=1e-4, rtol=1e-4)
+        cache = caches[0]
+        mask[0, 0] = 2
+        with pytest.raises(ValueError, match=r"attention_mask must hold only 0 .padding. and 1 .real token.*\[2\]"):
+            seq2seq.ort(
+                encoder_outputs=encoder_outputs,
+                attention_mask=mask,
+                decoder_input_ids=torch.full((3, 1), 8),
+                cache=cache,
+            )
+
+
+def test_windows_the_cache_received_from_elsewhere_are_read(seq2seq):
+    """A cache whose rows were reselected between steps (new window tensors, as beam search's batch
+    operations make them) is read as it stands, as the PyTorch model's cache is."""
+    rows = torch.tensor([2, 0, 1])
+    steps = []
+    for model in (seq2seq.model, seq2seq.ort):
+        cache = model.new_cache()
+        with torch.no_grad():
+            model(
+                input_ids=seq2seq.ids,
+                attention_mask=seq2seq.mask,
+                decoder_input_ids=torch.full((3, 1), EOS),
+                cache=cache,
+                use_cache=True,
+            )
+            cache.batch_select_indices(rows)
+            out = model(
+                input_ids=seq2seq.ids[rows],
+                attention_mask=seq2seq.mask[rows],
+                decoder_input_ids=torch.full((3, 1), 7),
+                cache=cache,
+                use_cache=True,
+            )
+        steps.append(out.logits[:, -1:])
+    torch.testing.assert_close(steps[1], steps[0], atol=1e-4, rtol=1e-4)
+
+
+def test_a_graph_reads_the_tensors_of_each_run(lm):
+    """The binding a graph keeps between runs: tensors at new addresses are bound anew, and a tensor bound
+    before is read again at run time (written in place between runs)."""
+    graph, exported = lm.ort.exported.prompt, lm.ort.exported
+    ids = lm.ids.clone()
+    for change in ("new-tensors", "in-place"):
+        if change == "new-tensors":
+            ids = ids.flip(0).clone()
+        else:
+            ids[:, -1] = 9
+        logits = torch.empty(3, 1, VOCAB)
+        windows = [torch.empty(3, size, channels) for size, channels in exported.state_shapes]
+        mask = lm.mask.flip(0).clone() if change == "new-tensors" else lm.mask.flip(0)
+        graph.run(
+            {"input_ids": ids, "attention_mask": mask},
+            {"logits": logits, **dict(zip(exported.window_names, windows, strict=True))},
+        )
+        with torch.no_grad():
+            expected = lm.model(input_ids=ids, attention_mask=mask).logits[:, -1:]
+        torch.testing.assert_close(logits, expected, atol=1e-4, rtol=1e-4)
