@@ -145,7 +145,7 @@ class ExportedDecoder:
 
     def _keep(self, cache: ConvCache, logits, windows: list[torch.Tensor], token_mask, shape: torch.Size):
         """Hold the graph's new ``windows`` in ``cache`` and count there the (B, T) = ``shape`` new tokens
-        of ``token_mask`` (None: all real); the logits as (B, 1, V)."""
+        of ``token_mask`` (None: all real); the logits as (B, 1, V) (a view of an older export's (B, V))."""
         batch, length = shape
         cache.count_new_tokens(token_mask, batch, length, logits.device)
         for layer, window in zip(cache.layers, windows, strict=True):
@@ -154,4 +154,4 @@ class ExportedDecoder:
             layer.window = window  # the graph's output is the new state; beam search reorders it in place
             layer.seen.add_(length)
             layer.has_past = True
-        return logits.view(batch, 1, self.vocab_size)
+        return logits if logits.dim() == 3 else logits.view(batch, 1, self.vocab_size)
