@@ -1,7 +1,9 @@
 """The tiny models' ONNX exports that the serving tests share: each model is exported once per test
 session, on first use, into a folder that no test changes (a test that damages, quantizes or
 re-exports a folder works on a `copy` of it).  Exporting (tracing, then writing the graphs) is the
-serving tests' largest cost, so every file that decodes with a model asks `SharedExports` for it.
+serving tests' largest cost, so every file that decodes with a model asks `SharedExports` for it.  Under
+pytest-xdist the workers share one root folder (conftest.py): the first worker to ask for a model exports
+it, holding that model's lock, and writes a record (its end token and files); the others read the record.
 
 Each export's model has an end token chosen so that row 0 of its inputs ends early when the length is
 free (`end_token`).  Two exports are made as the ORT model tests need them: the talk-lm folder carries
@@ -13,11 +15,14 @@ prompt graph).
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 
 from talk_hf.export import export_onnx
 
@@ -126,12 +131,22 @@ class SharedExports:
         assert not changed, f"tests changed the shared exports {changed}: change a SharedExport.copy instead"
 
     def _export(self, name: str) -> SharedExport:
-        model = EXPORTED[name].model()
+        """The export of ``name`` under ``root``: read from its record where another session (an xdist
+        worker) made it, else made here and recorded; one session at a time per model."""
         ids, mask = inputs(EXPORTED[name])
-        eos = end_token(model, ids, mask)
-        model.generation_config.eos_token_id = model.config.eos_token_id = eos
         folder = self.root / name
-        if name in EXPORTED_OVER:
-            self(EXPORTED_OVER[name]).copy(folder)
-        export_onnx(model, folder, tokenizer=word_tokenizer() if name == WITH_TOKENIZER else None)
-        return SharedExport(name, folder, eos, ids, mask, fingerprint(folder))
+        record = self.root / f"{name}.json"
+        with FileLock(self.root / f"{name}.lock"):
+            if record.exists():
+                made = json.loads(record.read_text())
+                return SharedExport(name, folder, made["eos"], ids, mask, made["files"])
+            model = EXPORTED[name].model()
+            eos = end_token(model, ids, mask)
+            model.generation_config.eos_token_id = model.config.eos_token_id = eos
+            if name in EXPORTED_OVER:
+                self(EXPORTED_OVER[name]).copy(folder)
+            export_onnx(model, folder, tokenizer=word_tokenizer() if name == WITH_TOKENIZER else None)
+            files = fingerprint(folder)
+            record.with_suffix(".partial").write_text(json.dumps({"eos": eos, "files": files}))
+            os.replace(record.with_suffix(".partial"), record)
+        return SharedExport(name, folder, eos, ids, mask, files)
