@@ -10,7 +10,9 @@ time.  `scaled_dot_product_attention` writes the same function as
 
 (bias: 0 where a boolean mask is True and the dtype's lowest value where it is False, as the default
 lowering writes it; a float mask is added as it is), which ONNX Runtime fuses into one
-``FusedMatMul`` with a transposed right operand and the scale as its alpha.  Calls it does not cover
+``FusedMatMul`` with a transposed right operand and the scale as its alpha.  A query whose boolean
+mask is False at every key attends to nothing (its output is zeros), as torch's own kernels do: the
+default lowering would average the values instead.  Calls it does not cover
 (dropout, ``is_causal``, grouped-query heads: none in an eval-mode model of this package's families)
 keep the default lowering.
 
@@ -50,15 +52,18 @@ def scaled_dot_product_attention(
         scores = op.Transpose(op.MatMul(key, op.Transpose(query, perm=[0, 1, 3, 2])), perm=[0, 1, 3, 2])
     else:
         scores = op.MatMul(query, op.Transpose(key, perm=[0, 1, 3, 2]))
+    any_key = None  # a boolean mask's (..., 1): 0 where a row may attend to no key, else 1
     if attn_mask is not None:
         if attn_mask.dtype == ir.DataType.BOOL:
             zero, lowest = (
                 op.Constant(value=ir.tensor(0.0, dtype=dtype)),
                 op.Constant(value=ir.tensor(dtype.min, dtype=dtype)),
             )
+            any_key = op.ReduceMax(op.CastLike(attn_mask, zero), op.Constant(value_ints=[-1]), keepdims=1)
             attn_mask = op.Where(attn_mask, zero, lowest)
         scores = op.Add(scores, attn_mask)
-    return op.MatMul(op.Softmax(scores, axis=-1), value)
+    attended = op.MatMul(op.Softmax(scores, axis=-1), value)
+    return attended if any_key is None else op.Mul(attended, any_key)
 
 
 # The export's custom translations (``torch.onnx.export(custom_translation_table=...)``).

@@ -2,7 +2,8 @@
 
 Keys and values of the encoder output are computed once per generation and kept in the
 cross-attention part of the ``EncoderDecoderCache``.  With ``output_attentions`` the block takes
-a plain softmax path so that it can return the attention weights.  The decoder stack broadcasts the
+a plain softmax path so that it can return the attention weights; both paths give a row whose source
+is padding only no attention (zero weights, as SDPA does).  The decoder stack broadcasts the
 source mask once per forward (`broadcast_source_mask`) and hands it to every layer's block.
 """
 
@@ -76,9 +77,13 @@ class CrossAttentionBlock(nn.Module):
         weights = None
         if output_attentions:
             scores = queries @ keys.transpose(-1, -2) / math.sqrt(self.head_dim)
+            scores = scores.to(torch.promote_types(scores.dtype, torch.float32))  # half types: softmax in float32
             if source_mask is not None:
                 scores = scores.masked_fill(~source_mask, torch.finfo(scores.dtype).min)
-            weights = torch.softmax(scores.float(), dim=-1).to(queries.dtype)
+            weights = torch.softmax(scores, dim=-1)
+            if source_mask is not None:  # a source of padding only attends to nothing, as SDPA's path
+                weights = weights.masked_fill(~source_mask.any(dim=-1, keepdim=True), 0.0)
+            weights = weights.to(queries.dtype)
             attended = nn.functional.dropout(weights, p=dropout, training=self.training) @ values
         else:
             attended = nn.functional.scaled_dot_product_attention(

@@ -1,7 +1,7 @@
 """The cross-attention's source mask, broadcast once per decoder forward (`broadcast_source_mask`) and
 read by every layer: each block masks as a per-layer (B, S) -> (B, 1, 1, S) conversion did (forward and
-backward, both attention paths), a source row of padding only keeps its behaviour, and one decoder
-forward hands its layers one mask tensor."""
+backward, both attention paths), a source row of padding only attends to nothing on both paths, and
+one decoder forward hands its layers one mask tensor."""
 
 from __future__ import annotations
 
@@ -27,10 +27,9 @@ def _block_and_inputs(seed: int = 0, dtype: torch.dtype = torch.float64):
     return block, hidden, encoder_hidden, mask
 
 
-def _reference_attended(block, hidden, encoder_hidden, mask, empty_rows_attend: str) -> torch.Tensor:
+def _reference_attended(block, hidden, encoder_hidden, mask) -> torch.Tensor:
     """(B, T, d) block output written out: scaled scores, the lowest value at padding, softmax over the
-    source; a row of padding only attends to nothing (``"nothing"``: SDPA's zeros) or to every source
-    token alike (``"uniform"``: the masked softmax of the weights path)."""
+    source; a row of padding only attends to nothing (zero weights: SDPA's result)."""
 
     def split(x):
         return x.view(x.shape[0], x.shape[1], HEADS, D_MODEL // HEADS).transpose(1, 2)
@@ -40,8 +39,7 @@ def _reference_attended(block, hidden, encoder_hidden, mask, empty_rows_attend: 
     scores = queries @ keys.transpose(-1, -2) / math.sqrt(D_MODEL // HEADS)
     real = mask.bool()[:, None, None, :]
     weights = torch.softmax(scores.masked_fill(~real, torch.finfo(scores.dtype).min), dim=-1)
-    if empty_rows_attend == "nothing":
-        weights = weights * real.any(-1, keepdim=True)
+    weights = weights * real.any(-1, keepdim=True)
     attended = (weights @ values).transpose(1, 2).reshape(hidden.shape)
     return block.residual.post(block.out_proj(attended), hidden)
 
@@ -58,22 +56,24 @@ def test_the_broadcast_mask_is_the_per_layer_conversion():
 
 
 def test_both_attention_paths_mask_as_written_out_forward_and_backward():
-    """SDPA (a source of padding only attends to nothing) and the weights path of ``output_attentions``
-    (it attends to every source token alike; float32, the dtype its softmax runs in), as the blocks
-    computed them with a per-layer conversion."""
-    for output_attentions, empty_rows_attend, dtype in (
-        (False, "nothing", torch.float64),
-        (True, "uniform", torch.float32),
-    ):
-        block, hidden, encoder_hidden, mask = _block_and_inputs(dtype=dtype)
-        found, weights = block(hidden, encoder_hidden, broadcast_source_mask(mask), output_attentions=output_attentions)
-        expected = _reference_attended(block, hidden, encoder_hidden, mask, empty_rows_attend)
-        torch.testing.assert_close(found, expected)
-        parameters = (hidden, encoder_hidden, *block.parameters())
-        for got, want in zip(_gradients(found, *parameters), _gradients(expected, *parameters), strict=True):
-            torch.testing.assert_close(got, want)
-        if output_attentions:
-            assert torch.all(weights[1, :, :, 3:] == 0) and torch.allclose(weights[2], torch.full_like(weights[2], 0.2))
+    """SDPA and the weights path of ``output_attentions`` give the written-out masked attention, in
+    float32 and float64 (the weights path's softmax runs in float64 there: no -inf, no NaN), and a source
+    of padding only attends to nothing on both (``output_attentions`` never changes the output)."""
+    for output_attentions in (False, True):
+        for dtype in (torch.float32, torch.float64):
+            block, hidden, encoder_hidden, mask = _block_and_inputs(dtype=dtype)
+            source_mask = broadcast_source_mask(mask)
+            found, weights = block(hidden, encoder_hidden, source_mask, output_attentions=output_attentions)
+            expected = _reference_attended(block, hidden, encoder_hidden, mask)
+            torch.testing.assert_close(found, expected)
+            parameters = (hidden, encoder_hidden, *block.parameters())
+            for got, want in zip(_gradients(found, *parameters), _gradients(expected, *parameters), strict=True):
+                assert torch.isfinite(got).all()
+                torch.testing.assert_close(got, want)
+            if output_attentions:
+                assert weights.dtype == dtype
+                assert torch.all(weights[1, :, :, 3:] == 0) and torch.all(weights[2] == 0)
+                torch.testing.assert_close(weights[:2].sum(-1), torch.ones_like(weights[:2].sum(-1)))
 
 
 def test_the_masked_block_passes_gradcheck():

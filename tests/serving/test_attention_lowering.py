@@ -1,5 +1,6 @@
 """The export's lowering of ``aten.scaled_dot_product_attention`` (`talk_hf.export.attention_lowering`)
-computes what PyTorch computes, in each of its forms, and leaves the source's keys unmoved in a step."""
+computes what PyTorch computes, in each of its forms (a query whose mask allows no key attends to
+nothing: zeros, as torch's kernels give), and leaves the source's keys unmoved in a step."""
 
 from __future__ import annotations
 
@@ -45,6 +46,9 @@ def _inputs(queries: int, mask: str):
         return (query, key, value)
     allowed = torch.rand(3, 1, queries, 5, generator=generator) > 0.4
     allowed[..., 0] = True  # every query sees a key
+    if mask == "bool, a blind query":
+        allowed[1, :, 0] = False  # ... but row 1's first: it attends to nothing (zeros)
+        return (query, key, value, allowed)
     return (query, key, value, allowed if mask == "bool" else torch.where(allowed, 0.0, -5.0))
 
 
@@ -52,6 +56,8 @@ CASES = {
     "step, no mask": (1, "none", {}),
     "step, bool mask": (1, "bool", {}),
     "step, float mask": (1, "float", {}),
+    "step, bool mask allowing no key": (1, "bool, a blind query", {}),
+    "several queries, one allowed no key": (4, "bool, a blind query", {}),
     "step, scale": (1, "bool", {"scale": 0.3}),
     "several queries, bool mask": (4, "bool", {}),
     "several queries, float mask, scale": (4, "float", {"scale": 0.3}),
@@ -67,6 +73,8 @@ def test_the_lowering_equals_pytorch(tmp_path, case):
     feed = {name: value.numpy() for name, value in zip(["query", "key", "value", "mask"], inputs, strict=False)}
     (got,) = session.run(None, feed)
     np.testing.assert_allclose(got, module(*inputs).numpy(), rtol=1e-5, atol=1e-6)
+    if mask == "bool, a blind query":
+        assert np.all(got[1, :, 0] == 0)
     # a batch and a source length other than the traced ones
     wider = {name: np.concatenate([array, array[:1]]) for name, array in feed.items()}
     wider["key"], wider["value"] = (
