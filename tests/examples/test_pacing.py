@@ -50,7 +50,7 @@ def test_training_clock_pauses_nest():
 
 
 def test_the_crash_of_the_resume_tests_is_a_test_hook_not_an_option(monkeypatch):
-    """`TALK_HF_TEST_STOP_AFTER_STEPS` (see test_train_scripts.py) is read by the loop; no flag sets it."""
+    """`TALK_HF_TEST_STOP_AFTER_STEPS` (see test_train_resume.py) is read by the loop; no flag sets it."""
     with pytest.raises(SystemExit):  # argparse: unrecognized arguments
         load_script("translation/train.py").parse_args(["--output_dir", "x", "--stop_after_steps", "3"])
     monkeypatch.delenv(pacing.STOP_AFTER_STEPS, raising=False)
