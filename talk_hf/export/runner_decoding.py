@@ -85,8 +85,9 @@ class Decoding:
     def beam_search(self) -> np.ndarray:
         """transformers' ``_beam_search`` (5.x) in numpy, float32 like it: the best finished beam per row.
 
-        The running and the finished sequences are written into buffers of the final length, padded after
-        their tokens, so that a step copies only the running rows' tokens so far (no growing arrays)."""
+        The running and the finished sequences are written into buffers padded after their tokens, so that
+        a step copies only the running rows' tokens so far; the buffers double in width when full (up to
+        the final length), so a huge ``max_new_tokens`` allocates only for the steps taken."""
         prompt, beams = self.prompt, self.settings["num_beams"]
         length_penalty, early_stopping = self.settings["length_penalty"], self.settings["early_stopping"]
         batch, vocab = prompt.shape[0], self.logits.shape[-1]
@@ -98,17 +99,19 @@ class Decoding:
         max_length = start + self.settings["max_new_tokens"]
         keep = max(2, 1 + len(eos)) * beams
         fill = self.generator.pad if self.generator.pad else (eos[0] if len(eos) else -1)
-        running = np.full((batch * beams, max_length), fill, np.int64)  # each batch row's beams together
+        width = start + min(self.settings["max_new_tokens"], 64)  # the buffers' columns, doubled when full
+        running = np.full((batch * beams, width), fill, np.int64)  # each batch row's beams together
         running[:, :start] = np.repeat(prompt, beams, axis=0)
         first_beam = np.arange(batch)[:, None] * beams  # (B, 1): each batch row's first row of ``running``
-        finished = _FinishedBeams(
-            running.reshape(batch, beams, max_length).copy(), start, length_penalty, early_stopping
-        )
+        finished = _FinishedBeams(running.reshape(batch, beams, width).copy(), start, length_penalty, early_stopping)
         running_scores = np.zeros((batch, beams), np.float32)
         running_scores[:, 1:] = -1e9
         improvable = np.ones((batch, 1), bool)
         top_beams = np.arange(keep) < beams
         for length in range(start, max_length):
+            if length == width:  # the buffers are full: twice as wide, at most the final length
+                width = min(2 * width, max_length)
+                running, finished.sequences = _widened(running, width, fill), _widened(finished.sequences, width, fill)
             top_scores, order = self.candidates(running[:, :length], running_scores, keep)
             source_row, token = order // vocab + first_beam, order % vocab  # (B, keep); the row of running it extends
             hits = self.generator.is_end[token] | (length + 1 >= max_length)
@@ -131,11 +134,18 @@ class Decoding:
         return finished.sequences[:, 0, : start + finished.lengths[:, 0].max()]
 
 
+def _widened(tokens: np.ndarray, width: int, fill: int) -> np.ndarray:
+    """(..., L) ``tokens`` padded with ``fill`` to (..., width)."""
+    wider = np.full((*tokens.shape[:-1], width), fill, tokens.dtype)
+    wider[..., : tokens.shape[-1]] = tokens
+    return wider
+
+
 class _FinishedBeams:
     """Beam search's finished hypotheses, the best ``beams`` per batch row, as transformers keeps them.
 
     Args:
-        sequences: (B, beams, max_length) int64, the prompt then padding: the finished sequences, each
+        sequences: (B, beams, L) int64, the prompt then padding: the finished sequences, each
             padded after its tokens; scores (B, beams) float32 hold their length-penalised scores,
             largest first (-1e9 where none yet), lengths (B, beams) their new tokens, done (B, beams)
             which are real.
@@ -152,7 +162,7 @@ class _FinishedBeams:
     def merge(self, top_scores, ended, improvable, running, source_row, token, column: int) -> None:
         """Merge the step's candidates that ended among the top ``beams``: (B, keep) ``top_scores`` and
         ``ended``, (B, 1) ``improvable`` (rows whose finished beams can still improve); each candidate is
-        the (B * beams, max_length) ``running`` row ``source_row`` (B, keep) with ``token`` (B, keep) at
+        the (B * beams, L) ``running`` row ``source_row`` (B, keep) with ``token`` (B, keep) at
         ``column``.
 
         A step where none ended changes nothing, so it is skipped: every candidate's merged score is then
@@ -168,7 +178,7 @@ class _FinishedBeams:
         merged = np.concatenate([self.scores, final], axis=1)
         best = logits_processing.top_k(merged, self.scores.shape[1])
         self.scores = np.take_along_axis(merged, best, axis=1)
-        candidates = running[source_row]  # (B, keep, max_length), padding after the new token's column
+        candidates = running[source_row]  # (B, keep, L), padding after the new token's column
         candidates[:, :, column] = token
         self.sequences = np.take_along_axis(np.concatenate([self.sequences, candidates], 1), best[:, :, None], 1)
         lengths = np.concatenate([self.lengths, np.full_like(token, new_tokens)], axis=1)

@@ -101,6 +101,13 @@ def test_beam_search_equals_generate(exported, name, settings):
     np.testing.assert_array_equal(tokens, expected)
 
 
+def test_beam_search_past_the_runners_first_buffers_equals_generate(exported):
+    """70 new tokens: the runner's beam-search buffers (64 new tokens wide at first) double mid-search."""
+    expected, tokens = exported("talk-seq2seq").both(max_new_tokens=70, min_new_tokens=70, num_beams=3)
+    assert tokens.shape[1] == 71
+    np.testing.assert_array_equal(tokens, expected)
+
+
 @pytest.mark.parametrize("name", EXPORTED)
 def test_step_logits_equal_the_forward_pass(exported, name):
     """Teacher forcing through the step graph gives the logits of the model's full forward pass (targets
