@@ -2,12 +2,14 @@
 
 "Simple" attention (tensor2tensor, June 2017): no projections and one head; the source (the encoder
 output) is both keys and values.  Only causal convolutions mix decoder positions, so a decoder
-query depends on a bounded window of the past (see ``SliceNetDecoder``).
+query depends on a bounded window of the past (see ``SliceNetDecoder``).  A row whose source is padding
+only attends to nothing (zero weights), as the other families' cross-attention (torch's SDPA) does.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -58,41 +60,52 @@ class TimingSignal(InitializesItself):
         return nn.functional.pad(signal, (0, self.depth - signal.shape[-1]))
 
 
-def attention_bias(source: torch.Tensor, source_mask: torch.Tensor | None) -> torch.Tensor:
-    """What `simple_attention` adds to the scaled logits, prepared once per decoder forward for all
-    its attention blocks.
+class SourceBias(NamedTuple):
+    """What `simple_attention` applies for the source's padding, prepared once per decoder forward
+    (`attention_bias`) for all its attention blocks.
 
-    Args:
-        source: (B, S, d) encoder output.
-        source_mask: (B, S), nonzero at real source tokens, or None.
-
-    Returns:
-        (B, 1, S) in float32 (float64 for float64 sources): 0 at real source tokens, the dtype's lowest
-        number at padded ones.
+    additive: (B, 1, S) added to the scaled logits, in float32 (float64 for float64 sources): 0 at real
+        source tokens, the dtype's lowest number at padded ones.
+    attends: (B, 1, 1) in the same dtype, what each row's weights are multiplied by: 1 where the source
+        has a real token, 0 where it is padding only (that row attends to nothing: zero weights and a
+        zero output, as torch's SDPA gives the other families' cross-attention); None without a mask.
     """
+
+    additive: torch.Tensor
+    attends: torch.Tensor | None
+
+
+def attention_bias(source: torch.Tensor, source_mask: torch.Tensor | None) -> SourceBias:
+    """The `SourceBias` of ``source`` (B, S, d), the encoder output, and ``source_mask`` (B, S),
+    nonzero at real source tokens, or None."""
     dtype = accumulation_dtype(source.dtype)
-    bias = source.new_zeros(source.shape[0], 1, source.shape[1], dtype=dtype)
-    if source_mask is not None:
-        bias = bias.masked_fill_(~source_mask.bool().unsqueeze(1), torch.finfo(dtype).min)
-    return bias
+    additive = source.new_zeros(source.shape[0], 1, source.shape[1], dtype=dtype)
+    if source_mask is None:
+        return SourceBias(additive, None)
+    real = source_mask.bool().unsqueeze(1)
+    additive = additive.masked_fill_(~real, torch.finfo(dtype).min)
+    return SourceBias(additive, real.any(dim=-1, keepdim=True).to(dtype))
 
 
-def simple_attention(query: torch.Tensor, source: torch.Tensor, bias: torch.Tensor):
+def simple_attention(query: torch.Tensor, source: torch.Tensor, bias: SourceBias):
     """Attend(source, query) = softmax(query . source^T / sqrt(d)) . source, one head.
 
     Args:
         query: (B, T, d).
         source: (B, S, d), the keys and the values.
-        bias: (B, 1, S), the `attention_bias` of the source's padding.
+        bias: the `attention_bias` of the source's padding.
 
     Returns:
         ``(attended (B, T, d), weights (B, T, S))``; the logits are scaled, masked and normalised in
         float32 at least (the encoder output is an un-normalised residual sum: bf16/fp16 logits
-        saturate), and padded sources get weight 0.
+        saturate), padded sources get weight 0, and a row whose source is padding only gets weight 0
+        everywhere (its attended output is zeros).
     """
     # bias + logits / sqrt(d), promoted to the bias' float32
-    scores = torch.add(bias, torch.bmm(query, source.transpose(1, 2)), alpha=1 / math.sqrt(query.shape[-1]))
+    scores = torch.add(bias.additive, torch.bmm(query, source.transpose(1, 2)), alpha=1 / math.sqrt(query.shape[-1]))
     weights = torch.softmax(scores, dim=-1)
+    if bias.attends is not None:
+        weights = weights * bias.attends
     if weights.dtype != source.dtype:
         weights = weights.to(source.dtype)
     return torch.bmm(weights, source), weights
@@ -133,7 +146,7 @@ class SliceAttention(nn.Module):
         x: torch.Tensor,
         timing: torch.Tensor,
         source: torch.Tensor,
-        source_bias: torch.Tensor,
+        source_bias: SourceBias,
         padding_mask: torch.Tensor | None = None,
         cache=None,
     ):
@@ -141,7 +154,7 @@ class SliceAttention(nn.Module):
         Args:
             x: (B, T, d) decoder states.
             timing: (B or 1, T, d) timing signal of their positions.
-            source / source_bias: (B, S, d) encoder output and its (B, 1, S) `attention_bias`.
+            source / source_bias: (B, S, d) encoder output and its `attention_bias`.
             padding_mask: (B, T) bool, True at real target tokens, or None.
             cache: the decoder's `ConvCache`, or None.
 

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..transformers_internals import GradientCheckpointingLayer
-from .slicenet_attention import SliceAttention
+from .slicenet_attention import SliceAttention, SourceBias
 from .slicenet_conv import ConvModule, ConvStep
 
 
@@ -59,7 +59,7 @@ class SliceNetIOMixer(GradientCheckpointingLayer):
         embedded: torch.Tensor,
         timing: torch.Tensor,
         source: torch.Tensor,
-        source_bias: torch.Tensor,
+        source_bias: SourceBias,
         padding_mask: torch.Tensor | None = None,
         cache=None,
     ):
@@ -92,7 +92,7 @@ class SliceNetDecoderLayer(GradientCheckpointingLayer):
         hidden: torch.Tensor,
         timing: torch.Tensor,
         source: torch.Tensor,
-        source_bias: torch.Tensor,
+        source_bias: SourceBias,
         padding_mask: torch.Tensor | None = None,
         cache=None,
     ):
@@ -100,7 +100,7 @@ class SliceNetDecoderLayer(GradientCheckpointingLayer):
         Args:
             hidden: (B, T, d) layer input.
             timing: (B or 1, T, d) timing signal of the target positions.
-            source / source_bias: (B, S, d) encoder output and its (B, 1, S) `attention_bias`.
+            source / source_bias: (B, S, d) encoder output and its `attention_bias`.
             padding_mask: (B, T) bool, True at real target tokens, or None.
             cache: the decoder's `ConvCache`, or None.
 

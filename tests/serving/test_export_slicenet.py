@@ -2,7 +2,8 @@
 paper's residuals and timing, regular and sub-separable convolutions, one-tap steps, a final LayerNorm,
 untied and unshared embeddings) decode the tokens of ``model.generate``, greedy and beam.  Each option's
 model has one encoder and one decoder layer (the two-layer model is test_export.py's): each layer more
-is a larger graph to export, and no option depends on the number of layers."""
+is a larger graph to export, and no option depends on the number of layers.  A source of padding only
+attends to nothing in the export as in eager (the shared export)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 
 from talk_hf.export import OnnxGenerator, export_onnx
 
+from ..models.helpers import PAD
 from .exported import EXPORTED, NEW_TOKENS, inputs
 from .test_export import BEAM_SETTINGS
 
@@ -46,3 +48,27 @@ def test_options_decode_the_tokens_of_generate(tmp_path, options):
             expected = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, **settings)
         tokens = generator.generate(ids.numpy(), mask.numpy(), **settings)
         np.testing.assert_array_equal(tokens, expected.numpy())
+
+
+def test_a_source_of_padding_only_attends_to_nothing_as_in_eager(shared_exports):
+    """Row 2's source is padding only.  The step graph reads the encoder output itself: given one that is
+    not zero at padding (the encoder's own output is, where averaging and attending to nothing agree), its
+    first logits are the eager decoder's, which attends to nothing there; and the tokens of greedy and beam
+    search from the sources are generate's."""
+    shared = shared_exports("slicenet")
+    model, generator = shared.model(), OnnxGenerator(shared.folder, threads=1)
+    ids, mask = shared.ids.clone(), shared.mask.clone()
+    ids[2], mask[2] = PAD, 0
+    assert generator.source_inputs == ["encoder_hidden_states", "encoder_attention_mask"]
+    encoder_output = torch.randn(3, ids.shape[1], model.config.d_model, generator=torch.Generator().manual_seed(5))
+    start = torch.full((3, 1), model.config.decoder_start_token_id)
+    with torch.no_grad():
+        expected = model(encoder_outputs=(encoder_output,), attention_mask=mask, decoder_input_ids=start).logits[:, 0]
+    ones = np.ones((3, 1), dtype=np.int64)
+    source = [encoder_output.numpy(), mask.numpy()]
+    logits, _ = generator.step(start.numpy(), 0 * ones, ones, generator.new_states(3), source)
+    np.testing.assert_allclose(logits, expected.numpy(), atol=1e-4, rtol=1e-4)
+    for settings in [dict(max_new_tokens=NEW_TOKENS, num_beams=1), BEAM_SETTINGS[0]]:
+        with torch.no_grad():
+            tokens = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, **settings)
+        np.testing.assert_array_equal(generator.generate(ids.numpy(), mask.numpy(), **settings), tokens.numpy())
