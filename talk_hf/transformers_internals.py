@@ -16,7 +16,7 @@ from dataclasses import fields
 from types import FrameType
 
 import torch
-from transformers import PreTrainedModel
+from transformers import GenerationConfig, PreTrainedModel
 
 # Guarded weight initialisers (``init.normal_``, ``init.copy_`` ...) that skip weights loaded from a
 # checkpoint; ``PreTrainedModel._init_weights`` overrides must use them (transformers 5.x).
@@ -65,6 +65,7 @@ __all__ = [
     "is_save_pretrained",
     "can_return_tuple",
     "cross_attention_keys_values",
+    "generate_defaults",
     "init",
     "resolve_cache_argument",
     "split_cache",
@@ -99,6 +100,13 @@ def activation_checkpointing_enabled(model: torch.nn.Module) -> bool:
     if hasattr(type(model), "is_activation_checkpointing"):
         return model.is_activation_checkpointing
     return model.is_gradient_checkpointing
+
+
+def generate_defaults() -> dict:
+    """The values ``generate`` gives the settings that neither its call nor the model's generation configuration
+    sets (``GenerationConfig._get_default_generation_params``, a static method in 5.17 and 5.24); its
+    ``max_length`` then counts new tokens after the prompt (``GenerationMixin._prepare_generated_length``)."""
+    return GenerationConfig._get_default_generation_params()
 
 
 def split_cache(past_key_values) -> tuple[Cache | None, Cache | None]:

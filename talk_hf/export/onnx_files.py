@@ -6,7 +6,7 @@ prompt in one call, `traced_forward.PromptGraph`), ``decoder_step.onnx``, ``beam
 ``generation_config.json`` (the model's, as ``save_pretrained`` writes them: what
 `talk_hf.onnx` reads), the tokenizer's files when one is given, ``manifest.json`` (the graphs' input
 and output names, each layer's state shape, the special tokens, the vocabulary size, the model type,
-the generation defaults the runner applies, and the files the export wrote), ``runner.py`` and the
+the generation settings as ``generate`` resolves them for the model, and the files the export wrote), ``runner.py`` and the
 files of ``runner.RUNNER_FILES`` beside it (copies of `talk_hf.export.runner` and its modules:
 onnxruntime and numpy only).  Batch, source and prompt length are dynamic axes; every state keeps a
 fixed (batch, history_size, channels) shape.
@@ -34,6 +34,7 @@ import onnx
 import torch
 
 from ..int8_model import refuse_if_int8
+from ..transformers_internals import generate_defaults
 from ..version import __version__
 from . import runner
 from .attention_lowering import TRANSLATIONS
@@ -41,7 +42,14 @@ from .beam_graph import INPUTS, OUTPUTS, candidates_graph, chunk_size
 from .folder_writes import check_replaceable, previous_export_files, publish, remove_stale, staging_folder
 from .graphs import TracedGraphs, check_head, start_token, trace_graphs
 from .runner_checks import CANDIDATES, FORMAT, FORMAT_VERSION, MANIFEST_NAME, PROMPT, check_manifest
-from .runner_settings import GENERATION_FIELDS, check_setting
+from .runner_settings import (
+    APPLIED,
+    DEFAULT_LENGTH,
+    DEFAULT_LENGTH_FORM,
+    GENERATION_FIELDS,
+    check_setting,
+    is_default_length,
+)
 
 OPSET = 18
 ENCODER_FILE, STEP_FILE, CANDIDATES_FILE = "encoder.onnx", "decoder_step.onnx", f"{CANDIDATES}.onnx"
@@ -91,19 +99,38 @@ def _special_tokens(model) -> dict:
     return tokens
 
 
-def _generation_defaults(model) -> dict:
-    """The settings of ``GENERATION_FIELDS`` that the model's generation configuration sets, checked as
-    the runner checks them (a ValueError naming the field before anything is exported)."""
-    generation = model.generation_config
-    defaults = {name: getattr(generation, name) for name in GENERATION_FIELDS if getattr(generation, name) is not None}
-    for name, value in defaults.items():
+def _generation_fields(model) -> dict:
+    """The manifest's ``generation`` and `DEFAULT_LENGTH` fields: what ``generate`` resolves for ``model``.
+
+    ``generation``: each setting of ``GENERATION_FIELDS`` as the model's generation configuration sets it,
+    else as transformers' ``generate`` defaults it (`generate_defaults`); every one of ``APPLIED`` (None
+    where neither sets it), those of ``NOT_APPLIED`` where not None.  ``max_length`` stays None where the
+    model leaves it unset: generate then counts its default in new tokens after the prompt, at most the
+    config's ``max_position_embeddings`` (`DEFAULT_LENGTH`).  Each value is checked as the runner checks
+    it (a ValueError naming it before anything is exported).
+    """
+    configured, defaults = model.generation_config, generate_defaults()
+    vocab_size = model.get_output_embeddings().out_features
+    generation = {}
+    for name in GENERATION_FIELDS:
+        value, source = getattr(configured, name), f"generation_config.{name}"
+        if value is None and name != "max_length":
+            value, source = defaults.get(name), f"generation setting {name} (transformers' default)"
         try:
-            check_setting(name, value, model.get_output_embeddings().out_features)
+            check_setting(name, value, vocab_size)
         except (TypeError, ValueError) as error:
-            raise ValueError(
-                f"{type(model).__name__}'s generation_config.{error}: the runner cannot apply it"
-            ) from None
-    return defaults
+            problem = str(error).removeprefix(f"{name} ")
+            raise ValueError(f"{type(model).__name__}'s {source} {problem}: the runner cannot apply it") from None
+        if value is not None or name in APPLIED:
+            generation[name] = value
+    bound = getattr(model.config, "max_position_embeddings", None)
+    default_length = {"new_tokens": defaults["max_length"], "max_position_embeddings": bound}
+    if not is_default_length(default_length):
+        raise ValueError(
+            f"{type(model).__name__}'s default length {default_length} (transformers' default max_length in new "
+            f"tokens, at most config.max_position_embeddings) must be {DEFAULT_LENGTH_FORM}"
+        )
+    return {"generation": generation, DEFAULT_LENGTH: default_length}
 
 
 def written_files(is_encoder_decoder: bool) -> list[str]:
@@ -151,7 +178,7 @@ def export_onnx(model, folder: str | Path, exporter: str = "dynamo", overwrite: 
     dtypes = {parameter.dtype for parameter in model.parameters()}
     if dtypes != {torch.float32}:
         raise ValueError(f"export a float32 model; {type(model).__name__} has parameters of {sorted(map(str, dtypes))}")
-    fields = {"special_tokens": _special_tokens(model), "generation": _generation_defaults(model)}
+    fields = {"special_tokens": _special_tokens(model), **_generation_fields(model)}
     fields["exported_with"] = {"talk_hf": __version__, "torch": torch.__version__, "exporter": exporter, "opset": OPSET}
     folder = Path(folder)
     with _saved_tokenizer(tokenizer, model.config.vocab_size) as (tokenizer_folder, tokenizer_files):
@@ -171,7 +198,7 @@ def export_onnx(model, folder: str | Path, exporter: str = "dynamo", overwrite: 
 
 def _write_folder(model, traced: TracedGraphs, staging: Path, fields: dict) -> None:
     """Write the graphs, the configurations, the runner and the manifest into ``staging``, the manifest
-    with ``fields`` (special tokens, generation defaults, ``exported_with``, ``written``) and checked as
+    with ``fields`` (special tokens, generation settings and default length, ``exported_with``, ``written``) and checked as
     the runner reads it."""
     files = _write_graphs(model, traced, staging)
     model.config.save_pretrained(staging)

@@ -231,8 +231,8 @@ class OnnxGenerator:
         ``min_new_tokens``, ``min_length``, ``num_beams``, ``do_sample``, ``length_penalty``,
         ``early_stopping``, ``repetition_penalty``, ``no_repeat_ngram_size``, ``bad_words_ids``,
         ``forced_bos_token_id``, ``forced_eos_token_id``, ``suppress_tokens``, ``begin_suppress_tokens``,
-        ``temperature``, ``top_k``, ``top_p``); one left out (or None) is the manifest's generation default,
-        then generate's.  ``seed`` (an int >= 0 or a ``numpy.random.Generator``; None: fresh entropy) seeds
+        ``temperature``, ``top_k``, ``top_p``); one left out (or None) is the manifest's (generate's default
+        for the model).  ``seed`` (an int >= 0 or a ``numpy.random.Generator``; None: fresh entropy) seeds
         sampling.  The inputs and settings are refused as ``generate`` refuses them, and a setting the
         runner does not apply or that the request's strategy would not use is refused by name
         (`runner_checks.checked_inputs`, `runner_settings.resolved_settings`), before anything runs.
@@ -240,9 +240,7 @@ class OnnxGenerator:
         ids, mask = checks.checked_inputs(input_ids, attention_mask, checks.source_vocab_size(self.manifest))
         seq2seq = self.manifest["is_encoder_decoder"]
         prompt_length = 1 if seq2seq else ids.shape[1]
-        settings = runner_settings.resolved_settings(
-            settings, self.manifest.get("generation", {}), self.manifest["vocab_size"], prompt_length
-        )
+        settings = runner_settings.resolved_settings(settings, self.manifest, prompt_length)
         rng = _sampling_generator(seed, settings["do_sample"])
         beams = settings["num_beams"]
         if beams > 1 and CANDIDATES not in self.sessions:

@@ -23,7 +23,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .runner_settings import GENERATION_FIELDS, check_setting, is_int
+from .runner_settings import (
+    DEFAULT_LENGTH,
+    DEFAULT_LENGTH_FORM,
+    GENERATION_FIELDS,
+    check_setting,
+    is_default_length,
+    is_int,
+    missing_fields,
+)
 
 MANIFEST_NAME = "manifest.json"
 # In an exported folder only while an export or quantize_exported renames its files into it (folder_writes.publish).
@@ -139,11 +147,19 @@ def check_manifest(manifest, path: Path) -> None:
     unknown = sorted(set(generation) - set(GENERATION_FIELDS)) if isinstance(generation, dict) else None
     if unknown is None or unknown:
         raise _Field(path, "generation").error(f"an object of the settings of generate, not {unknown}", generation)
+    missing = missing_fields(manifest)
+    if missing:
+        raise ValueError(
+            f"{path} lacks {missing}, the generation defaults the runner reads (an older talk_hf's export, or an "
+            f"edited manifest): export again with this talk_hf (python -m talk_hf.export MODEL_DIR {path.parent})"
+        )
     for name, value in generation.items():
         try:
             check_setting(name, value, vocab)
         except (TypeError, ValueError) as error:
             raise _Field(path, f"generation.{name}").refuse(str(error).removeprefix(f"{name} ")) from None
+    if not is_default_length(manifest[DEFAULT_LENGTH]):
+        raise _Field(path, DEFAULT_LENGTH).error(DEFAULT_LENGTH_FORM, manifest[DEFAULT_LENGTH])
 
 
 def source_vocab_size(manifest: dict) -> int:

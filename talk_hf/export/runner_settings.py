@@ -1,13 +1,15 @@
 """The runner's generation settings: which of ``generate``'s it applies, their checks, and one request's values.
 
-Copied beside ``runner.py`` into every exported folder (standard library and numpy only).  The export
-writes into the manifest's ``generation`` field every setting of `GENERATION_FIELDS` that the model's
-generation configuration sets; a request's settings override those, which override generate's own
-defaults (`resolved_settings`), as ``model.generate`` merges them.
+Copied beside ``runner.py`` into every exported folder (standard library and numpy only), which cannot
+import transformers, so the runner holds none of generate's default values: the export resolves each
+setting as ``generate`` does for the model (the model's generation configuration's value where set,
+else transformers' default) and writes them into the manifest's ``generation`` field, with
+generate's length when none is set in `DEFAULT_LENGTH`.  A request's
+settings override the manifest's (`resolved_settings`), as ``model.generate`` merges them.
 
-* `APPLIED`: the settings the runner applies as transformers' ``generate`` (5.x) does, with generate's
-  defaults: lengths, greedy / sampling / beam search (and beam sampling), and the logits processors
-  of ``generate``'s list that `runner_logits` restates in numpy.
+* `APPLIED`: the settings the runner applies as transformers' ``generate`` (5.x) does: lengths, greedy
+  / sampling / beam search (and beam sampling), and the logits processors of ``generate``'s list that
+  `runner_logits` restates in numpy.  The manifest holds each of them (`missing_fields`).
 * `NOT_APPLIED`: generate's other settings that change tokens, with the values at which generate does
   not apply them either.  Such a setting is written into the manifest (a model whose configuration sets
   one still exports, and the exported folder still serves every other engine) and refused, by name, by
@@ -22,28 +24,42 @@ from numbers import Integral, Real
 
 import numpy as np
 
-# Applied settings and generate's defaults (GenerationConfig._get_default_generation_params); None: unset.
-APPLIED = {
-    "max_length": None,  # unset: 20 new tokens (generate's max_length 20 counted after the prompt)
-    "max_new_tokens": None,
-    "min_length": 0,
-    "min_new_tokens": None,
-    "num_beams": 1,
-    "do_sample": False,
-    "length_penalty": 1.0,
-    "early_stopping": False,
-    "repetition_penalty": 1.0,
-    "no_repeat_ngram_size": 0,
-    "bad_words_ids": None,
-    "forced_bos_token_id": None,
-    "forced_eos_token_id": None,
-    "suppress_tokens": None,
-    "begin_suppress_tokens": None,
-    "temperature": 1.0,
-    "top_k": 50,
-    "top_p": 1.0,
-}
-DEFAULT_NEW_TOKENS = 20
+# The settings the runner applies; the manifest's generation field holds each.
+APPLIED = (
+    "max_length",
+    "max_new_tokens",
+    "min_length",
+    "min_new_tokens",
+    "num_beams",
+    "do_sample",
+    "length_penalty",
+    "early_stopping",
+    "repetition_penalty",
+    "no_repeat_ngram_size",
+    "bad_words_ids",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "suppress_tokens",
+    "begin_suppress_tokens",
+    "temperature",
+    "top_k",
+    "top_p",
+)
+# The settings of APPLIED that may be None (unset: no bound, no processor); the others hold a value.
+UNSET_ALLOWED = (
+    "max_length",
+    "max_new_tokens",
+    "min_new_tokens",
+    "bad_words_ids",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "suppress_tokens",
+    "begin_suppress_tokens",
+)
+# The manifest field of generate's length when no length is set: new_tokens after the prompt, at most
+# max_position_embeddings in all (None: no such bound).
+DEFAULT_LENGTH = "default_length"
+DEFAULT_LENGTH_FORM = "an object of new_tokens (an int >= 1) and max_position_embeddings (null or an int >= 1)"
 SAMPLING_ONLY = ("temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "top_h")
 BEAM_ONLY = ("length_penalty", "early_stopping")
 # Settings the runner does not apply -> the values at which generate does not apply them either.
@@ -76,7 +92,7 @@ NOT_APPLIED = {
     "token_healing": (None, False),
     "low_memory": (None, False),
 }
-# The generation configuration's settings the export records in the manifest (those set).
+# The settings the export resolves into the manifest (those of NOT_APPLIED only where not None).
 GENERATION_FIELDS = (*APPLIED, *NOT_APPLIED)
 
 
@@ -164,7 +180,7 @@ def check_setting(name: str, value, vocab_size: int):
         if not _json_value(value):
             raise ValueError(f"{name} is a {type(value).__name__}, which the manifest cannot hold")
         return value
-    if value is None and APPLIED[name] is None:
+    if value is None and name in UNSET_ALLOWED:
         return None
     return _checked_applied(name, value, vocab_size)
 
@@ -202,14 +218,38 @@ def _refuse_unused(values: dict, passed: dict) -> None:
             raise ValueError(f"{', '.join(unused)} {verb} only {strategy}: pass {switch} too, or leave it out")
 
 
-def resolved_settings(passed: dict, defaults: dict, vocab_size: int, prompt_length: int) -> dict:
-    """One request's settings: ``passed`` (None: not passed) over the manifest's ``defaults`` over generate's.
+def missing_fields(manifest: dict) -> list[str]:
+    """The manifest fields (dotted) that an export writes for `resolved_settings` and ``manifest`` lacks:
+    ``generation.<name>`` for each setting of `APPLIED`, and `DEFAULT_LENGTH` (a folder of an older export)."""
+    generation = manifest.get("generation", {})
+    missing = [f"generation.{name}" for name in APPLIED if name not in generation]
+    return missing + ([DEFAULT_LENGTH] if DEFAULT_LENGTH not in manifest else [])
+
+
+def is_default_length(value) -> bool:
+    """Whether ``value`` is a `DEFAULT_LENGTH` field of the form `DEFAULT_LENGTH_FORM`."""
+    if not isinstance(value, dict) or sorted(value) != ["max_position_embeddings", "new_tokens"]:
+        return False
+    bound = value["max_position_embeddings"]
+    return is_int(value["new_tokens"]) and value["new_tokens"] >= 1 and (bound is None or is_int(bound) and bound >= 1)
+
+
+def _default_max_length(default_length: dict, prompt_length: int) -> int:
+    """``generate``'s ``max_length`` when no length is set: the `DEFAULT_LENGTH`'s new tokens after the
+    ``prompt_length`` columns, at most the model's ``max_position_embeddings``."""
+    max_length = prompt_length + default_length["new_tokens"]
+    bound = default_length["max_position_embeddings"]
+    return max_length if bound is None else min(max_length, bound)
+
+
+def resolved_settings(passed: dict, manifest: dict, prompt_length: int) -> dict:
+    """One request's settings: ``passed`` (None: not passed) over the (checked) ``manifest``'s ``generation``.
 
     Every setting of `APPLIED`, checked, with the lengths counted as ``generate`` counts them:
     ``max_length`` and ``min_length`` include the ``prompt_length`` columns (the decoder start token, or
     the prompt), ``max_new_tokens`` wins over ``max_length`` and ``min_new_tokens`` over ``min_length``, and
-    with neither length set ``max_new_tokens`` is 20.  ``max_new_tokens`` and ``min_new_tokens`` hold the
-    result in new tokens, ``max_length`` the total.
+    with neither length set the manifest's `DEFAULT_LENGTH` gives the length.  ``max_new_tokens`` and
+    ``min_new_tokens`` hold the result in new tokens, ``max_length`` the total.
     """
     unknown = [name for name in passed if name not in GENERATION_FIELDS]
     if unknown:
@@ -217,15 +257,16 @@ def resolved_settings(passed: dict, defaults: dict, vocab_size: int, prompt_leng
             f"generate got {unknown}: the runner's generate takes input_ids, attention_mask, seed and the settings "
             f"{list(APPLIED)}"
         )
+    vocab_size = manifest["vocab_size"]
     passed = {name: check_setting(name, value, vocab_size) for name, value in passed.items() if value is not None}
-    defaults = {name: check_setting(name, value, vocab_size) for name, value in defaults.items()}
-    values = {**APPLIED, **defaults, **passed}
+    defaults = {name: check_setting(name, value, vocab_size) for name, value in manifest["generation"].items()}
+    values = {**defaults, **passed}
     _refuse_unapplied(values, passed)
     _refuse_unused(values, passed)
     if values["do_sample"] and values["temperature"] == 0:
         raise ValueError("temperature must be > 0 when sampling; for greedy decoding pass do_sample=False")
     if values["max_new_tokens"] is None:
-        max_length = values["max_length"] or prompt_length + DEFAULT_NEW_TOKENS
+        max_length = values["max_length"] or _default_max_length(manifest[DEFAULT_LENGTH], prompt_length)
         if max_length <= prompt_length:
             raise ValueError(
                 f"max_length {max_length} leaves no new token after the {prompt_length}-token prompt: pass max_new_tokens"

@@ -174,12 +174,34 @@ TAMPERED = {
     "files-a-list": (_set("files", ["decoder_step.onnx", "encoder.onnx"]), "field files must be an object"),
     "files-unknown-role": (_set("files.vocoder", "encoder.onnx"), "field files must be an object"),
     "files-no-encoder": (_set("files.encoder", DELETE), "field files must be an object of an encoder-decoder's"),
-    "num-beams-string": (_set("generation", {"num_beams": "4"}), r"field generation.num_beams must be an int"),
-    "early-stopping": (_set("generation", {"early_stopping": "yes"}), "field generation.early_stopping must be"),
-    "length-penalty-nan": (_set("generation", {"length_penalty": float("nan")}), "generation.length_penalty must be"),
+    "num-beams-string": (_set("generation.num_beams", "4"), r"field generation.num_beams must be an int"),
+    "early-stopping": (_set("generation.early_stopping", "yes"), "field generation.early_stopping must be"),
+    "length-penalty-nan": (_set("generation.length_penalty", float("nan")), "generation.length_penalty must be"),
+    "top-k-null": (_set("generation.top_k", None), "field generation.top_k must be an int, got None"),
     "generation-unknown": (
-        _set("generation", {"beam_width": 4}),
+        _set("generation.beam_width", 4),
         r"field generation must be an object of the settings of generate, not \[.beam_width.\]",
+    ),
+    # An older talk_hf's export wrote only the settings the model set, and no default length.
+    "generation-setting-missing": (
+        _set("generation.top_k", DELETE),
+        r"manifest.json lacks \['generation.top_k'\], the generation defaults .* export again with this talk_hf",
+    ),
+    "generation-missing": (
+        _set("generation", DELETE),
+        r"manifest.json lacks \['generation.max_length', .*'generation.top_p'\], .* export again with this talk_hf",
+    ),
+    "default-length-missing": (
+        _set("default_length", DELETE),
+        r"manifest.json lacks \['default_length'\], .* export again with this talk_hf \(python -m talk_hf.export",
+    ),
+    "default-length-zero": (
+        _set("default_length.new_tokens", 0),
+        r"field default_length must be an object of new_tokens \(an int >= 1\) and max_position_embeddings",
+    ),
+    "default-length-bound-float": (
+        _set("default_length.max_position_embeddings", 12.5),
+        r"field default_length must be an object of new_tokens .* got \{'new_tokens': 20, 'max_position_embeddings': 12.5\}",
     ),
     "step-inputs": (_set("graphs.decoder_step.inputs.3", "state_9"), "field graphs.decoder_step.inputs must be"),
     "graph-names-missing": (_set("graphs.encoder", DELETE), "field graphs.encoder must be"),
@@ -331,6 +353,16 @@ def test_export_refuses_generation_defaults_the_runner_cannot_apply(tmp_path):
     model = LM.model()
     model.generation_config.num_beams = VOCAB + 1
     with pytest.raises(ValueError, match=r"DynamicConvForCausalLM's generation_config.num_beams must be in \[1, 40\]"):
+        export_onnx(model, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_refuses_a_bound_on_the_default_length_the_runner_cannot_apply(tmp_path):
+    """A config's max_position_embeddings (generate's bound on its default length) that is not an int >= 1
+    is refused before anything is exported."""
+    model = LM.model()
+    model.config.max_position_embeddings = 0
+    with pytest.raises(ValueError, match=r"DynamicConvForCausalLM's default length .*'max_position_embeddings': 0\}"):
         export_onnx(model, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 

@@ -8,7 +8,8 @@ the DynamicConv LM.  Their generation configurations (set by ``talk_hf.convert``
 
 * ``--check`` (`check_tokens`) passes on them: greedy and their own beam-5 defaults;
 * every logits processor the runner applies gives generate's tokens (float32), greedy and beam search,
-  alone and combined, over those defaults; so does generate's default length (20 new tokens);
+  alone and combined, over those defaults; so does generate's default length (20 new tokens, bounded by
+  ``max_position_embeddings``), and the manifest holds the settings as generate resolves them;
 * sampling draws from generate's processed distribution, seeded: top_k=1 and a tiny top_p are greedy,
   forbidden tokens are never drawn, the first token's frequencies match generate's probabilities;
   beam sampling at a tiny temperature is beam search;
@@ -35,9 +36,10 @@ from talk_hf.convert import convert_fairseq_checkpoint
 from talk_hf.export import OnnxGenerator, export_onnx
 from talk_hf.export import runner as runner_module
 from talk_hf.export.__main__ import check_tokens, load_model
+from talk_hf.export.onnx_files import _generation_fields
 from talk_hf.export.runner_decoding import _FinishedBeams
 from talk_hf.export.runner_logits import top_k
-from talk_hf.export.runner_settings import NOT_APPLIED, SAMPLING_ONLY
+from talk_hf.export.runner_settings import APPLIED, DEFAULT_LENGTH, NOT_APPLIED, SAMPLING_ONLY
 
 from .torch_free import generate_without_torch
 
@@ -117,28 +119,53 @@ def test_converted_fairseq_models_export_token_equal(exported, kind):
 
 def test_check_names_the_strategy_and_row_of_a_folder_that_drops_settings(exported, tmp_path):
     """The fault of issue 58: an export whose manifest drops forced_eos_token_id, suppress_tokens and
-    min_length decodes other tokens; ``--check`` refuses it, naming where."""
+    min_length (generate's defaults in their place) decodes other tokens; ``--check`` refuses it, naming where."""
     entry = exported("seq2seq")
     folder = shutil.copytree(entry.folder, tmp_path / "dropped")
     manifest = json.loads((folder / "manifest.json").read_text())
-    for name in ("forced_eos_token_id", "suppress_tokens", "min_length"):
-        del manifest["generation"][name]
+    manifest["generation"].update(forced_eos_token_id=None, suppress_tokens=None, min_length=0)
     (folder / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ValueError, match=r"greedy: row \d of the check differs: generate gives \[2, "):
         check_tokens(entry.model, str(folder))
 
 
-@pytest.mark.filterwarnings("ignore:Using the model-agnostic default `max_length`")
 @pytest.mark.parametrize("kind", CONVERTED)
-def test_the_default_length_is_generates(exported, kind, monkeypatch):
+def test_the_manifest_holds_the_settings_generate_resolves(exported, kind, monkeypatch):
+    """The export writes every setting as generate resolves it for the model (the model's value, else
+    transformers' default), compared with generate's own merge of the two; a model without max_length gets
+    generate's default length (20 new tokens), bounded by its config's max_position_embeddings."""
+    entry = exported(kind)
+    resolved, _ = entry.model._prepare_generation_config(None)
+    generation = entry.runner.manifest["generation"]
+    assert {name: generation[name] for name in APPLIED} == {name: getattr(resolved, name) for name in APPLIED}
+    assert {name: generation.get(name) for name in NOT_APPLIED} == {
+        name: getattr(resolved, name) for name in NOT_APPLIED
+    }
+    monkeypatch.setattr(entry.model.generation_config, "max_length", None)
+    monkeypatch.setattr(entry.model.config, "max_position_embeddings", 12, raising=False)
+    fields = _generation_fields(entry.model)
+    assert fields["generation"]["max_length"] is None
+    default_length = entry.model._prepare_generation_config(None)[0].max_length
+    assert fields[DEFAULT_LENGTH] == {"new_tokens": default_length, "max_position_embeddings": 12}
+
+
+@pytest.mark.filterwarnings("ignore:Using the model-agnostic default `max_length`")
+@pytest.mark.parametrize("bound", [None, 7], ids=["free", "max_position_embeddings"])
+@pytest.mark.parametrize("kind", CONVERTED)
+def test_the_default_length_is_generates(exported, kind, bound, monkeypatch):
     """With no length anywhere, generate makes 20 new tokens after the prompt (an encoder-decoder's
-    decoder start token counted as the prompt); the runner too.  The model's defaults (beam 5, its
-    processors) apply to both."""
+    decoder start token counted as the prompt), at most the config's max_position_embeddings in all
+    (here ``bound`` new tokens past the prompt); the runner too, from the manifest's default length as
+    the export resolves it.  The model's defaults (beam 5, its processors) apply to both."""
     entry = exported(kind)
     monkeypatch.setattr(entry.model.generation_config, "max_length", None)
-    monkeypatch.delitem(entry.runner.manifest["generation"], "max_length")
-    expected, tokens = entry.generate(min_new_tokens=20), entry.run(min_new_tokens=20)
-    assert tokens.shape == (3, entry.prompt_length + 20)
+    if bound is not None:
+        monkeypatch.setattr(entry.model.config, "max_position_embeddings", entry.prompt_length + bound, raising=False)
+    monkeypatch.setitem(entry.runner.manifest["generation"], "max_length", None)
+    monkeypatch.setitem(entry.runner.manifest, DEFAULT_LENGTH, _generation_fields(entry.model)[DEFAULT_LENGTH])
+    new_tokens = bound or 20
+    expected, tokens = entry.generate(min_new_tokens=new_tokens), entry.run(min_new_tokens=new_tokens)
+    assert tokens.shape == (3, entry.prompt_length + new_tokens)
     np.testing.assert_array_equal(tokens, expected)
 
 
