@@ -1,14 +1,16 @@
 """Reading an exported folder for `talk_hf.onnx`'s models: its runner (manifest and ONNX Runtime
-sessions), config.json and generation_config.json, each refused with a message naming the file."""
+sessions), config.json and generation_config.json, each refused with a message naming the file; a
+config.json whose vocabulary sizes are not the graphs' is refused naming the field and both sizes."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from transformers import AutoConfig, GenerationConfig
+from transformers import CONFIG_MAPPING, AutoConfig, GenerationConfig
 
 from ..export.onnx_files import CONFIG_FILE, GENERATION_CONFIG_FILE
 from ..export.runner import OnnxGenerator
+from ..export.runner_checks import MANIFEST_NAME
 
 CLASSES = {True: "ORTModelForSeq2SeqLM", False: "ORTModelForCausalLM"}  # by is_encoder_decoder
 
@@ -23,7 +25,8 @@ def read_folder(folder: str | Path, is_encoder_decoder: bool, **session_options)
     Raises:
         FileNotFoundError: no manifest, graph, config.json or generation_config.json.
         ValueError: a damaged manifest (`talk_hf.export.read_manifest`), a model of the other kind, a
-            config.json of a model type this process has not registered or other than the manifest's.
+            config.json that does not load, of a model type this process has not registered or other than
+            the manifest's, or whose vocabulary sizes are not the graphs' (`_check_vocabularies`).
     """
     generator = OnnxGenerator(folder, **session_options)
     manifest, folder = generator.manifest, Path(folder)
@@ -38,21 +41,51 @@ def read_folder(folder: str | Path, is_encoder_decoder: bool, **session_options)
                 f"{folder} has no {name} (an export by an older talk_hf, or a damaged folder): export the model "
                 f"again (python -m talk_hf.export MODEL_DIR {folder})"
             )
-    return _read_config(folder, manifest["model_type"]), GenerationConfig.from_pretrained(folder), generator
+    config = _read_config(folder, manifest["model_type"])
+    _check_vocabularies(config, manifest, folder)
+    return config, GenerationConfig.from_pretrained(folder), generator
 
 
 def _read_config(folder: Path, model_type: str):
     """The model configuration exported into ``folder``, of the manifest's ``model_type``."""
     try:
         config = AutoConfig.from_pretrained(folder)
-    except (ValueError, KeyError) as error:  # a model type this process has not registered
-        raise ValueError(
-            f"{folder / CONFIG_FILE} could not be read ({error}): import the package that registers its model "
-            f"type {model_type!r} first (a family added with talk_hf.register_family)"
-        ) from None
+    except (ValueError, KeyError) as error:
+        if model_type in CONFIG_MAPPING:  # the configuration's own checks refused a field
+            remedy = f"export the model again (python -m talk_hf.export MODEL_DIR {folder})"
+        else:
+            remedy = (
+                f"import the package that registers its model type {model_type!r} first (a family added with "
+                "talk_hf.register_family)"
+            )
+        raise ValueError(f"{folder / CONFIG_FILE} could not be read ({error}): {remedy}") from None
     if config.model_type != model_type:
         raise ValueError(
             f"{folder / CONFIG_FILE} is of model type {config.model_type!r} but the manifest's graphs of {model_type!r}: "
             "the folder mixes two exports; export the model again"
         )
     return config
+
+
+def _check_vocabularies(config, manifest: dict, folder: Path) -> None:
+    """ValueError naming config.json's field and both sizes where the configuration's vocabulary is not
+    the graphs' (an edited config.json, or one of another export): ``vocab_size`` is the ids the graphs
+    embed (an encoder-decoder's source, as the manifest's ``source_vocab_size`` has it; a causal LM's
+    one vocabulary), and an encoder-decoder's target vocabulary (``decoder_vocab_size`` where its
+    configuration has one, else ``vocab_size``) is the width of the step graph's logits, the manifest's
+    ``vocab_size``."""
+    sizes = []  # (config.json's field, the graphs' size, what it is, the manifest's field)
+    if not manifest["is_encoder_decoder"]:
+        sizes.append(("vocab_size", manifest["vocab_size"], "vocabulary", "vocab_size"))
+    else:
+        if "source_vocab_size" in manifest:  # an older export's manifest has none
+            sizes.append(("vocab_size", manifest["source_vocab_size"], "source vocabulary", "source_vocab_size"))
+        target = "decoder_vocab_size" if getattr(config, "decoder_vocab_size", None) is not None else "vocab_size"
+        sizes.append((target, manifest["vocab_size"], "target vocabulary (their logits' width)", "vocab_size"))
+    for field, exported, what, manifest_field in sizes:
+        if getattr(config, field) != exported:
+            raise ValueError(
+                f"{folder / CONFIG_FILE} has {field}={getattr(config, field)} but the exported graphs' {what} is "
+                f"{exported} ({MANIFEST_NAME}'s {manifest_field}): config.json was edited or comes from another "
+                f"export; export the model again (python -m talk_hf.export MODEL_DIR {folder})"
+            )

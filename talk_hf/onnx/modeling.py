@@ -71,8 +71,9 @@ class ORTModelBase(FixedStateGenerationMixin, PreTrainedModel, GenerationMixin):
         Raises:
             FileNotFoundError: no manifest, graph, config.json or generation_config.json in ``folder``.
             ValueError: a damaged folder (`talk_hf.export.read_manifest`), a model of the other kind (a
-                causal LM's folder given to the encoder-decoder class, or the reverse), a config.json of
-                another model type than the manifest's.
+                causal LM's folder given to the encoder-decoder class, or the reverse), a config.json that
+                does not load, of another model type than the manifest's, or of other vocabulary sizes than
+                the graphs' (its field and both sizes named).
         """
         options = {"threads": threads, "optimization": optimization, "spin": spin}
         config, generation_config, generator = read_folder(folder, cls.is_encoder_decoder_class, **options)

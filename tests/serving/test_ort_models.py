@@ -390,6 +390,47 @@ def test_from_pretrained_refuses_a_bad_folder(lm, tmp_path, edit, loader, error,
         loader.from_pretrained(folder)
 
 
+@pytest.mark.parametrize(
+    "served, loader, edit, message",
+    [
+        (
+            "lm",
+            ORTModelForCausalLM,
+            dict(vocab_size=VOCAB + 10),
+            rf"vocab_size={VOCAB + 10} but .* vocabulary is {VOCAB}",
+        ),
+        (
+            "seq2seq",
+            ORTModelForSeq2SeqLM,
+            dict(vocab_size=VOCAB - 10, decoder_vocab_size=VOCAB - 10),
+            rf"vocab_size={VOCAB - 10} but .* source vocabulary is {VOCAB} \(manifest.json's source_vocab_size\)",
+        ),
+        (
+            "seq2seq",
+            ORTModelForSeq2SeqLM,
+            dict(decoder_vocab_size=VOCAB + 10, share_encoder_decoder_embeddings=False),
+            rf"decoder_vocab_size={VOCAB + 10} but .* target vocabulary \(their logits' width\) is {VOCAB} "
+            r"\(manifest.json's vocab_size\)",
+        ),
+        (  # one vocabulary with two sizes: the configuration's own check, and the remedy
+            "seq2seq",
+            ORTModelForSeq2SeqLM,
+            dict(vocab_size=VOCAB + 10),
+            r"could not be read \(share_encoder_decoder_embeddings=True needs one vocabulary.*\): export the model again",
+        ),
+        ("slicenet", ORTModelForSeq2SeqLM, dict(vocab_size=VOCAB + 10), rf"vocab_size={VOCAB + 10} but .* is {VOCAB}"),
+    ],
+    ids=["lm", "seq2seq-source", "seq2seq-target", "seq2seq-one-vocabulary", "slicenet"],
+)
+def test_from_pretrained_refuses_a_config_of_another_vocabulary(request, tmp_path, served, loader, edit, message):
+    """A config.json whose vocabulary sizes were edited is refused naming the file, the field and both
+    sizes (the graphs' embeddings would fail on the ids it allows, their logits are another width)."""
+    folder = shutil.copytree(request.getfixturevalue(served).folder, tmp_path / "copy")
+    _edit_json(folder, "config.json", **edit)
+    with pytest.raises(ValueError, match=rf"{folder / 'config.json'} .*{message}"):
+        loader.from_pretrained(folder)
+
+
 def _lm_requests(lm):
     ids = lm.ids
     return {
