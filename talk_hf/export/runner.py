@@ -2,8 +2,8 @@
 
 This file imports nothing of ``talk_hf`` (the export copies it into the folder as ``runner.py``, with
 the files of `RUNNER_FILES` beside it: its checks of the manifest and of each request, its generation
-settings, its logits processors and its decoding loops), so a serving host needs the folder,
-``onnxruntime`` and ``numpy``.  ``OnnxGenerator(folder).generate(ids, mask, max_new_tokens=...)``
+settings, its logits processors, its decoding loops and their steps on bound buffers), so a serving
+host needs the folder, ``onnxruntime`` and ``numpy``.  ``OnnxGenerator(folder).generate(ids, mask, max_new_tokens=...)``
 returns what ``model.generate`` returns: for an encoder-decoder the decoder start token then the new
 tokens, for a causal LM the prompt then the new tokens, (B, length) int64, rows that ended padded with
 ``pad_token_id``.
@@ -36,11 +36,12 @@ RUNNER_FILES = (
     "runner_settings.py",
     "runner_logits.py",
     "runner_decoding.py",
+    "runner_steps.py",
 )
 
 if __package__:  # talk_hf.export.runner
     from . import runner_checks as checks
-    from . import runner_decoding, runner_inputs, runner_logits, runner_settings
+    from . import runner_decoding, runner_inputs, runner_logits, runner_settings, runner_steps
 else:  # the copy in an exported folder, imported as the top-level module ``runner``
     import hashlib
     import importlib
@@ -75,7 +76,7 @@ else:  # the copy in an exported folder, imported as the top-level module ``runn
 
     checks, runner_decoding = _beside("runner_checks"), _beside("runner_decoding")
     runner_logits, runner_settings = _beside("runner_logits"), _beside("runner_settings")
-    runner_inputs = _beside("runner_inputs")
+    runner_inputs, runner_steps = _beside("runner_inputs"), _beside("runner_steps")
 
 CANDIDATES, PROMPT = checks.CANDIDATES, checks.PROMPT
 
@@ -127,7 +128,10 @@ class OnnxGenerator:
         step["source"] = self.source_inputs
         # each graph's input of token ids and the vocabulary they lie in (a causal LM's prompt: its only one)
         vocab, source_vocab = self.manifest["vocab_size"], checks.source_vocab_size(self.manifest)
-        self._step_feed = self._feed("decoder_step", "OnnxGenerator.step", step, {"input_ids": vocab})
+        self._step_inputs = runner_inputs.GraphInputs(
+            self.sessions["decoder_step"], "OnnxGenerator.step", step, {"input_ids": vocab}
+        )
+        self._step_feed = self._step_inputs.feed
         source = dict(input_ids="input_ids", attention_mask="attention_mask")
         self._encode_feed = self._feed("encoder", "OnnxGenerator.encode", source, {"input_ids": source_vocab})
         self._prompt_feed = self._feed(PROMPT, "OnnxGenerator.read_prompt", source, {"input_ids": source_vocab})
@@ -172,6 +176,13 @@ class OnnxGenerator:
         feed = self._step_feed(ids, positions, token_mask, states, source)
         logits, *states = self.sessions["decoder_step"].run(None, feed)
         return _by_row(logits), states
+
+    def bind_steps(self, states: list[np.ndarray], source: list[np.ndarray]) -> runner_steps.BoundSteps:
+        """A request's steps from ``states`` and ``source`` (as `step` takes them; checked here, once) on
+        buffers of their own, reused from step to step (`runner_steps.BoundSteps`: its ``step`` and, for
+        beam search, ``reorder``)."""
+        session = self.sessions["decoder_step"]
+        return runner_steps.BoundSteps(session, self._step_inputs, self.manifest["vocab_size"], states, source)
 
     def read_prompt(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
         """A causal LM's (B, T) prompt ids and mask (int64; 0 at left padding) -> the logits (B, V) after

@@ -7,10 +7,11 @@ log-softmax of the logits, processed, plus each beam's running score; ``2 * num_
 step, or that many drawn without replacement when sampling; length penalty and ``early_stopping``
 True / False / ``"never"``), float32 like it.
 
-Beam search ranks a step's candidates in ONNX Runtime (`OnnxGenerator.candidates`) when the step's
-processors only forbid a fixed set of tokens (`LogitsProcessors.forbidden`: the end tokens before
-``min_new_tokens``, suppressed tokens): it ranks ``beams`` more candidates per forbidden token and drops
-those.  Any other processor, or sampling, ranks the (batch, beams x vocabulary) scores in numpy.
+Both run the steps on buffers bound once per request (`runner_steps.BoundSteps`), beam search reordering
+the windows in them.  Beam search ranks a step's candidates in ONNX Runtime (`OnnxGenerator.candidates`)
+when the step's processors only forbid a fixed set of tokens (`LogitsProcessors.forbidden`: the end
+tokens before ``min_new_tokens``, suppressed tokens): it ranks ``beams`` more candidates per forbidden
+token and drops those.  Any other processor, or sampling, ranks the (batch, beams x vocabulary) scores in numpy.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ class Decoding:
     Args:
         generator: the `OnnxGenerator` (its ``step``, ``candidates``, end tokens and padding id).
         logits: the prompt's last logits (B, V); states: each layer's (B, history, C) window after it;
-        source: the step's source inputs (encoder-decoders; empty for an LM); seen: (B, 1) tokens seen per
-            row (the next token's position).
+        source: the step's source inputs (encoder-decoders; empty for an LM): both bound to the request's
+            steps (``steps``, `OnnxGenerator.bind_steps`) when the decoding starts; seen: (B, 1) tokens seen
+            per row (the next token's position).
         prompt: (B, P) int64 columns before the new tokens (the decoder start token, or the prompt).
         settings: `runner_settings.resolved_settings`' values; processors: the request's `LogitsProcessors`;
         rng: the numpy Generator that sampling draws from (None without sampling).
@@ -38,17 +40,16 @@ class Decoding:
         self.prompt, self.settings, self.processors, self.rng = prompt, settings, processors, rng
 
     def advance(self, tokens: np.ndarray) -> None:
-        """Feed the (B,) ``tokens``: the logits and states of the next step."""
+        """Feed the (B,) ``tokens``: the logits of the next step (its states stay in ``steps``)."""
         column = tokens.reshape(-1, 1).astype(np.int64)
-        self.logits, self.states = self.generator.step(
-            column, self.seen, np.ones_like(column), self.states, self.source
-        )
+        self.logits = self.steps.step(column, self.seen, np.ones_like(column))
         self.seen = self.seen + 1
 
     def greedy(self) -> np.ndarray:
         """(B, P + new) tokens: the prompt, then each step's argmax (or draw) of the processed logits."""
         is_end, pad, max_new = self.generator.is_end, self.generator.pad, self.settings["max_new_tokens"]
         sequences, running = self.prompt, np.ones(len(self.logits), dtype=bool)
+        self.steps = self.generator.bind_steps(self.states, self.source)
         for new in range(max_new):
             scores = self.processors(sequences, self.logits)
             chosen = logits_processing.sample(scores, self.rng) if self.rng is not None else scores.argmax(axis=-1)
@@ -92,9 +93,9 @@ class Decoding:
         length_penalty, early_stopping = self.settings["length_penalty"], self.settings["early_stopping"]
         batch, vocab = prompt.shape[0], self.logits.shape[-1]
         self.logits = np.repeat(self.logits, beams, axis=0)
-        self.states = [np.repeat(state, beams, axis=0) for state in self.states]
         self.seen = np.repeat(self.seen, beams, axis=0)
-        self.source = [np.repeat(source, beams, axis=0) for source in self.source]  # once per request
+        source = [np.repeat(source, beams, axis=0) for source in self.source]  # once per request
+        self.steps = self.generator.bind_steps([np.repeat(state, beams, axis=0) for state in self.states], source)
         eos, start = self.generator.eos, prompt.shape[1]
         max_length = start + self.settings["max_new_tokens"]
         keep = max(2, 1 + len(eos)) * beams
@@ -129,7 +130,7 @@ class Decoding:
             improvable = improvable & (best_running > worst_done).any(axis=-1, keepdims=True)
             if not improvable.any() or (finished.done.all() and early_stopping is True) or hits.all():
                 break
-            self.states = [state[rows] for state in self.states]
+            self.steps.reorder(rows)
             self.advance(running[:, length])
         return finished.sequences[:, 0, : start + finished.lengths[:, 0].max()]
 

@@ -23,7 +23,9 @@ class GraphInputs:
 
     Each array must be a numpy array of the input's dtype and rank, with its fixed sizes; a size the graph
     names (a symbolic dimension: the step's rows, the source's length) must be equal in every input that
-    names it.  A few compares per input, cheap enough for every decoding step.
+    names it.  A few compares per input, cheap enough for every decoding step; `check` takes some of the
+    inputs at a time, against the sizes of those checked before, so that a request's steps check the
+    arrays that stay the same (its states' buffers, its source) once (`runner_steps.BoundSteps`).
 
     Args:
         session: the graph's ONNX Runtime session.
@@ -59,16 +61,38 @@ class GraphInputs:
     def feed(self, *values) -> dict[str, np.ndarray]:
         """The session's feed {graph input: array} of ``values``, the arguments of ``call`` in the order of
         ``parameters``; ValueError naming the argument and what it must be, before anything runs."""
+        feed = self.named(dict(zip(self.parameters, values, strict=True)))
+        self.check(feed)
+        return feed
+
+    def named(self, values: dict, call: str | None = None) -> dict[str, np.ndarray]:
+        """{graph input: array} of ``values`` ({parameter: its argument}, some or all of ``parameters``);
+        ValueError where a parameter of several inputs is not given a list or tuple of as many arrays
+        (``call``: the method named in messages; None: ``self.call``)."""
         feed = {}
-        for (parameter, names), value in zip(self.parameters.items(), values, strict=True):
+        for parameter, value in values.items():
+            names = self.parameters[parameter]
             if isinstance(names, str):
                 feed[names] = value
             elif isinstance(value, (list, tuple)) and len(value) == len(names):
                 feed.update(zip(names, value, strict=True))
             else:
                 got = f"{len(value)} of them" if isinstance(value, (list, tuple)) else type(value).__name__
-                raise ValueError(f"{self.call}: {parameter} must be a list of {len(names)} arrays ({names}), got {got}")
-        sizes = {}  # a named size -> (its value, the graph input and dimension that set it)
+                raise ValueError(
+                    f"{call or self.call}: {parameter} must be a list of {len(names)} arrays ({names}), got {got}"
+                )
+        return feed
+
+    def check(self, feed: dict[str, np.ndarray], sizes: dict | None = None, call: str | None = None) -> dict:
+        """Refuse the arrays of ``feed`` (graph input -> array, some or all of the graph's inputs) that the graph
+        cannot take: ValueError naming the argument and what it must be (``call``: the method named in
+        messages; None: ``self.call``).
+
+        ``sizes``: the named sizes that arrays checked before set (a named size -> (its value, the graph
+        input and dimension that set it)), which these arrays must then have too; None: none yet.  Returns
+        ``sizes`` with those that ``feed`` set, so that the arrays which stay the same from call to call (a
+        request's source) are checked once and the others each call against them."""
+        call, sizes = call or self.call, dict(sizes or {})
         for name, value in feed.items():
             dtype, rank, fixed, named, expected = self.declared[name]
             wrong_dtype = type(value) is not np.ndarray or (dtype is not None and value.dtype != dtype)
@@ -78,25 +102,25 @@ class GraphInputs:
                     if isinstance(value, np.ndarray)
                     else type(value).__name__
                 )
-                raise ValueError(f"{self.call}: {self.labels[name]} must be a numpy array of {expected}, got {got}")
+                raise ValueError(f"{call}: {self.labels[name]} must be a numpy array of {expected}, got {got}")
             shape = value.shape
             for axis, size in fixed:
                 if shape[axis] != size:
-                    raise ValueError(f"{self.call}: {self.labels[name]} must be of {expected}, got shape {shape}")
+                    raise ValueError(f"{call}: {self.labels[name]} must be of {expected}, got shape {shape}")
             for axis, symbol in named:
                 first = sizes.get(symbol)
                 if first is None:
                     sizes[symbol] = (shape[axis], name, axis)
                 elif first[0] != shape[axis]:
                     raise ValueError(
-                        f"{self.call}: {self.labels[name]} has shape {shape}, but its dimension {axis} must equal dimension "
+                        f"{call}: {self.labels[name]} has shape {shape}, but its dimension {axis} must equal dimension "
                         f"{first[2]} of {self.labels[first[1]]} ({first[0]}): the graph takes them of one size"
                     )
         for name, vocab_size in self.token_ids.items():
-            ids = feed[name]  # int64 (checked above): as uint64, an id < 0 is >= 2**63, so one max finds both
-            if ids.size and ids.view(np.uint64).max() >= vocab_size:
+            ids = feed.get(name)  # int64 (checked above): as uint64, an id < 0 is >= 2**63, so one max finds both
+            if ids is not None and ids.size and ids.view(np.uint64).max() >= vocab_size:
                 raise ValueError(
-                    f"{self.call}: {self.labels[name]} must hold token ids in [0, {vocab_size}), "
+                    f"{call}: {self.labels[name]} must hold token ids in [0, {vocab_size}), "
                     f"got values from {ids.min()} to {ids.max()}"
                 )
-        return feed
+        return sizes

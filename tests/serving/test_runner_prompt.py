@@ -25,9 +25,17 @@ def test_the_prompt_graph_equals_the_prompt_fed_token_by_token(shared_exports, n
     export = shared_exports(name)
     ids, mask = export.ids.numpy(), export.mask.numpy()
     generator, stepped = OnnxGenerator(export.folder), _token_by_token(OnnxGenerator(export.folder))
-    step_calls = []
-    step = generator.step
+    step_calls = []  # calls of the step graph: OnnxGenerator.step, or the bound steps of generate
+    step, bind_steps = generator.step, generator.bind_steps
     generator.step = lambda *args: step_calls.append(1) or step(*args)
+
+    def counted_bind_steps(*args):
+        steps = bind_steps(*args)
+        bound_step = steps.step
+        steps.step = lambda *args: step_calls.append(1) or bound_step(*args)
+        return steps
+
+    generator.bind_steps = counted_bind_steps
 
     logits, states = generator.read_prompt(ids, mask)
     assert not step_calls  # the whole prompt in the one prompt-graph call
