@@ -209,7 +209,8 @@ class OnnxGenerator:
 
         Raises:
             ValueError: logits not a (rows, V) float32 array (`step`'s), beam_scores not a (B, beams) float32
-                array with B * beams == rows, count not in [1, beams * V], or no candidates graph in the folder.
+                array with B, beams >= 1 and B * beams == rows, count not in [1, beams * V], or no candidates
+                graph in the folder.
             TypeError: count not an int.
         """
         call = "OnnxGenerator.candidates"
@@ -217,6 +218,10 @@ class OnnxGenerator:
             raise self._no_candidates_graph(f"{call}: ")
         feed = self._candidates_feed(logits, beam_scores, np.ones(1, np.int64))  # the count: checked below
         (batch, beams), vocab = beam_scores.shape, logits.shape[1]
+        if batch < 1 or beams < 1:  # no candidate to rank: ONNX Runtime's Reshape fails, or the count's range is empty
+            raise ValueError(
+                f"{call}: beam_scores must be (batch, beams) with batch >= 1 and beams >= 1, got shape {beam_scores.shape}"
+            )
         if len(logits) != batch * beams:
             raise ValueError(
                 f"{call}: logits has {len(logits)} rows, but beam_scores of shape {beam_scores.shape} needs "

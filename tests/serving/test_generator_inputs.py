@@ -4,8 +4,9 @@ rank, a size the graph fixes, rows that differ in number between the ids, positi
 source (ONNX Runtime broadcasts a source of one row over every step row without a word), the source's
 length differing between its arrays, another count of states or source arrays, token ids outside the
 vocabulary (ONNX Runtime's Gather fails on an id >= V in its own words and reads row V + id of an id < 0
-without one), ``encode`` of a causal LM; and the candidates' logits rows that are not batch * beams, a
-count outside [1, beams * V] (ONNX Runtime's TopK fails on it, or gives nothing for 0).
+without one), ``encode`` of a causal LM; and the candidates' beam scores of no batch row or no beam,
+logits rows that are not batch * beams, a count outside [1, beams * V] (ONNX Runtime's TopK fails on it,
+or gives nothing for 0).
 
 The tests read the session's exports of the tiny DynamicConv encoder-decoder and causal LM
 (`exported.SharedExports`).
@@ -250,6 +251,14 @@ BAD_CANDIDATES = {
     "beam-scores-of-two-batch-rows": (
         _replace("beam_scores", lambda scores: np.zeros((2, 2), np.float32)),
         r"logits has 2 rows, but beam_scores of shape \(2, 2\) needs batch \* beams = 4 of them",
+    ),
+    "beam-scores-of-no-beam": (  # the count's range would be [1, 0]
+        lambda arguments: arguments.update(logits=arguments["logits"][:0], beam_scores=np.zeros((1, 0), np.float32)),
+        r"beam_scores must be \(batch, beams\) with batch >= 1 and beams >= 1, got shape \(1, 0\)$",
+    ),
+    "beam-scores-of-no-batch-row": (  # ONNX Runtime's Reshape fails in its own words
+        lambda arguments: arguments.update(logits=arguments["logits"][:0], beam_scores=np.zeros((0, 2), np.float32)),
+        r"beam_scores must be \(batch, beams\) with batch >= 1 and beams >= 1, got shape \(0, 2\)$",
     ),
     "count-0": (  # ONNX Runtime gives (B, 0) candidates
         _replace("count", lambda count: 0),
