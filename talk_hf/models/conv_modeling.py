@@ -51,14 +51,8 @@ from ..transformers_internals import (
     split_cache,
 )
 from .config_checks import check_config_of_model
-from .input_checks import (
-    PACKING_ARGUMENTS,
-    InputNames,
-    check_mask_values,
-    check_source_mask,
-    embedding_positions,
-    refuse_unknown_arguments,
-)
+from .input_checks import InputNames, check_mask_values, check_source_mask, embedding_positions
+from .keyword_checks import PACKING_ARGUMENTS, refuse_unknown_arguments
 from .non_finite_weights import warn_about_non_finite_weights
 from .packing import (
     PACKED_WITH_A_CACHE,

@@ -18,7 +18,8 @@ import torch
 from torch import nn
 
 from ..ops.documents import DocumentEdges, position_ids_from_cu_seqlens, position_ids_from_seq_idx
-from .input_checks import PACKING_ARGUMENTS, check_position_ids_shape
+from .input_checks import check_position_ids_shape
+from .keyword_checks import PACKING_ARGUMENTS
 
 PACKED_WITH_A_CACHE = (
     "packed rows (documents restarting inside a row) are computed without a generation cache, whose fixed-size "
@@ -86,7 +87,7 @@ def document_positions(
 
     Args:
         position_ids: (B, T), (1, T) or (T,) integer positions (0 at each document's first token), or None.
-        packing: the packing keywords given (`input_checks.PACKING_ARGUMENTS`): ``cu_seq_lens_q`` (D + 1,) cumulative
+        packing: the packing keywords given (`keyword_checks.PACKING_ARGUMENTS`): ``cu_seq_lens_q`` (D + 1,) cumulative
             document lengths over the one row of a (1, T) batch, ``cu_seq_lens_k`` (the same: the mixers
             read the tokens they write), ``max_length_q/k`` (int: the longest document), ``seq_idx``
             (B, T) each token's document index.

@@ -25,7 +25,8 @@ from transformers.modeling_outputs import CausalLMOutputWithPast, Seq2SeqLMOutpu
 
 from ..cache import ConvCache, ConvEncoderDecoderCache
 from ..export.runner import OnnxGenerator
-from ..models.input_checks import InputNames, refuse_unknown_arguments
+from ..models.input_checks import InputNames
+from ..models.keyword_checks import refuse_unknown_arguments
 from ..transformers_internals import (
     CACHE_NAME,
     EncoderDecoderChunkedPrefillMixin,
