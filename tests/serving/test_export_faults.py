@@ -297,6 +297,7 @@ def test_export_refuses_to_replace_a_users_files(tmp_path):
     assert fingerprint(folder) == before
 
 
+@pytest.mark.slow  # exports a model
 def test_command_line_refuses_a_users_files_unless_overwrite(tmp_path, capsys):
     SEQ2SEQ.model().save_pretrained(tmp_path / "model")
     folder = _user_folder(tmp_path)
@@ -324,6 +325,7 @@ def test_overwrite_help_names_the_files_it_replaces(capsys):
     assert "--overwrite replace the files encoder.onnx, decoder_step.onnx, beam_candidates.onnx, runner.py" in help_text
 
 
+@pytest.mark.slow  # exports a model
 def test_a_previous_export_is_replaced_and_its_stale_files_removed(exported, tmp_path):
     """Exporting into an export's folder needs no overwrite: a causal LM exported over an encoder-decoder's
     export replaces its files, removes the encoder.onnx that export wrote, and a user's other files stay."""
@@ -336,6 +338,7 @@ def test_a_previous_export_is_replaced_and_its_stale_files_removed(exported, tmp
     assert sorted(OnnxGenerator(folder).manifest["written"]) == written
 
 
+@pytest.mark.slow  # exports a model
 def test_overwrite_replaces_a_symlink_not_the_file_it_points_to(tmp_path):
     victim = tmp_path / "victim.py"
     victim.write_text("precious")

@@ -35,6 +35,7 @@ OPTIONS = {
 }
 
 
+@pytest.mark.slow  # an export per option
 @pytest.mark.parametrize("options", OPTIONS)
 def test_options_decode_the_tokens_of_generate(tmp_path, options):
     case = EXPORTED["slicenet"]
