@@ -278,10 +278,8 @@ class OnnxGenerator:
 
 
 def _by_row(logits: np.ndarray) -> np.ndarray:
-    """A graph's logits output as (B, V): a view of the (B, 1, V) that the graphs give (the LM head's
-    own output), or the (B, V) of a folder exported by an older talk_hf as it is (`checks.check_graph_shapes`
-    allows those two)."""
-    return logits.reshape(logits.shape[0], -1)
+    """A graph's (B, 1, V) logits output (the LM head's own) as a (B, V) view."""
+    return logits[:, 0]
 
 
 def _sampling_generator(seed, sampling: bool) -> np.random.Generator | None:

@@ -37,7 +37,8 @@ MANIFEST_NAME = "manifest.json"
 # In an exported folder only while an export or quantize_exported renames its files into it (folder_writes.publish).
 MOVING_IN = ".talk_hf-moving-in.json"
 # Version 2: the step takes the source's inputs one row per step row.
-FORMAT, FORMAT_VERSION = "talk_hf-onnx", 2
+# Version 3: the manifest holds every generation setting the runner applies and generate's default length.
+FORMAT, FORMAT_VERSION = "talk_hf-onnx", 3
 REQUIRED_FIELDS = ("model_type", "is_encoder_decoder", "files", "graphs", "states", "vocab_size", "special_tokens")
 CANDIDATES = "beam_candidates"  # the graph role of beam search's candidates (talk_hf.export.beam_graph)
 PROMPT = "decoder_prompt"  # the graph role of a causal LM's whole prompt in one call (traced_forward.PromptGraph)
@@ -150,8 +151,8 @@ def check_manifest(manifest, path: Path) -> None:
     missing = missing_fields(manifest)
     if missing:
         raise ValueError(
-            f"{path} lacks {missing}, the generation defaults the runner reads (an older talk_hf's export, or an "
-            f"edited manifest): export again with this talk_hf (python -m talk_hf.export MODEL_DIR {path.parent})"
+            f"{path} lacks {missing}, the generation defaults the runner reads (an edited manifest): export again "
+            f"with this talk_hf (python -m talk_hf.export MODEL_DIR {path.parent})"
         )
     for name, value in generation.items():
         try:
@@ -235,7 +236,7 @@ def _check_special_tokens(tokens, path: Path, vocab: int, seq2seq: bool) -> None
 def check_graph_shapes(manifest: dict, sessions: dict, folder: Path) -> None:
     """The loaded step graph declares each state input as the manifest's (batch, history_size, channels)
     and logits of the manifest's vocabulary size, and the step and prompt graphs logits (batch, 1, vocab)
-    or, as an older talk_hf exported them, (batch, vocab) (``sessions``: role -> ONNX Runtime session)."""
+    (``sessions``: role -> ONNX Runtime session)."""
     path = Path(folder) / MANIFEST_NAME
     declared = {x.name: x.shape for x in sessions["decoder_step"].get_inputs()}
     for i, state in enumerate(manifest["states"]):
@@ -248,10 +249,10 @@ def check_graph_shapes(manifest: dict, sessions: dict, folder: Path) -> None:
         raise _Field(path, "vocab_size").error(f"the step graph's logits size {logits[-1]}", manifest["vocab_size"])
     for role in ("decoder_step", PROMPT):
         shape = sessions[role].get_outputs()[0].shape if role in sessions else [0, 1, 0]
-        if len(shape) not in (2, 3) or (len(shape) == 3 and shape[1] != 1):
+        if len(shape) != 3 or shape[1] != 1:
             raise ValueError(
                 f"{Path(folder) / manifest['files'][role]} gives logits of shape {shape}, but the runner reads "
-                "(batch, 1, vocab) or, from an older export, (batch, vocab): re-export the model"
+                "(batch, 1, vocab): export the model again"
             )
 
 

@@ -220,7 +220,7 @@ def _refuse_unused(values: dict, passed: dict) -> None:
 
 def missing_fields(manifest: dict) -> list[str]:
     """The manifest fields (dotted) that an export writes for `resolved_settings` and ``manifest`` lacks:
-    ``generation.<name>`` for each setting of `APPLIED`, and `DEFAULT_LENGTH` (a folder of an older export)."""
+    ``generation.<name>`` for each setting of `APPLIED`, and `DEFAULT_LENGTH`."""
     generation = manifest.get("generation", {})
     missing = [f"generation.{name}" for name in APPLIED if name not in generation]
     return missing + ([DEFAULT_LENGTH] if DEFAULT_LENGTH not in manifest else [])

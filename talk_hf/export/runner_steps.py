@@ -45,9 +45,8 @@ class BoundSteps:
         self.reads = 0  # the set of windows that the next step reads
         output_names = [output.name for output in session.get_outputs()]
         self.logits_name, state_outputs = output_names[0], output_names[1:]
-        self.logits_rank = len(session.get_outputs()[0].shape)  # 3: (B, 1, V); 2: an older talk_hf's (B, V)
         self.staged: dict[str, np.ndarray] = {}  # the ids, positions and token mask (B, 1), copied in at each step
-        self.logits = None  # (B, 1, V) or (B, V), written by every step
+        self.logits = None  # (B, 1, V), written by every step
         self.bindings = (session.io_binding(), session.io_binding())  # binding i reads windows[i], writes the other
         for reads, binding in enumerate(self.bindings):
             for name, array in self.source.items():
@@ -70,15 +69,13 @@ class BoundSteps:
         vocabulary) are refused, naming them."""
         arguments = dict(zip(self.step_inputs, (ids, positions, token_mask), strict=True))
         self.inputs.check(arguments, self.sizes, call="BoundSteps.step")
-        if self.logits is None or len(self.logits) != len(
-            ids
-        ):  # the first step (or, without states or source, new rows)
+        if self.logits is None or len(self.logits) != len(ids):  # the first step, or (no states or source) new rows
             self._bind_rows(len(ids))
         for name, array in arguments.items():
             np.copyto(self.staged[name], array)
         self.session.run_with_iobinding(self.bindings[self.reads])
         self.reads = 1 - self.reads
-        return self.logits.reshape(len(self.logits), -1)
+        return self.logits[:, 0]
 
     def reorder(self, rows: np.ndarray) -> None:
         """Beam search's reordering of the windows: each one's row i becomes its row ``rows[i]``, gathered
@@ -109,9 +106,7 @@ class BoundSteps:
 
     def _bind_rows(self, rows: int) -> None:
         """Buffers of ``rows`` rows for the ids, positions, token mask and logits, bound in both bindings."""
-        self.logits = np.empty(
-            (rows, 1, self.vocab_size) if self.logits_rank == 3 else (rows, self.vocab_size), np.float32
-        )
+        self.logits = np.empty((rows, 1, self.vocab_size), np.float32)
         self.staged = {name: np.empty((rows, 1), np.int64) for name in self.step_inputs}
         for binding in self.bindings:
             for name, buffer in self.staged.items():

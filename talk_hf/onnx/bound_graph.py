@@ -83,7 +83,6 @@ class BoundGraph:
             raise ValueError(f"{path} declares inputs or outputs of types no export writes: {unknown}; re-export it")
         self.input_types = {value.name: _TORCH_TYPES[value.type] for value in session.get_inputs()}
         self.output_names = [value.name for value in session.get_outputs()]
-        self.output_ranks = {value.name: len(value.shape) for value in session.get_outputs()}
         self._threads = threading.local()  # .binding: each thread's own `Binding`
 
     def new_binding(self) -> Binding:

@@ -109,7 +109,7 @@ class ExportedDecoder:
         """The prompt graph over the (B, T) ``ids`` and their ``token_mask`` (None: all real) on a new cache."""
         batch = ids.shape[0]
         mask = self._real_tokens(ids.shape) if token_mask is None else token_mask
-        logits = self._new_logits(self.prompt, batch)
+        logits = self._new_logits(batch)
         windows = [torch.empty(batch, size, channels) for size, channels in self.state_shapes]
         outputs = {self.logits_name: logits, **dict(zip(self.window_names, windows, strict=True))}
         self.prompt.run({"input_ids": ids, "attention_mask": mask}, outputs)
@@ -132,20 +132,18 @@ class ExportedDecoder:
         mask = self._real_tokens(ids.shape) if token_mask is None else token_mask
         leading = dict(zip(STEP_LEADING_INPUTS, (ids, seen.unsqueeze(1), mask), strict=True))
         inputs = {**leading, **dict(zip(self.state_names, current, strict=True)), **source}
-        logits = self._new_logits(self.step, batch)
+        logits = self._new_logits(batch)
         outputs = {self.logits_name: logits, **dict(zip(self.window_names, windows, strict=True))}
         self.step.run(inputs, outputs, binding, STAGED_INPUTS if token_mask is not None else STAGED_INPUTS[:1])
         return self._keep(cache, logits, windows, token_mask, ids.shape)
 
-    def _new_logits(self, graph: BoundGraph, batch: int) -> torch.Tensor:
-        """A new tensor for ``graph``'s logits: (B, 1, V), or (B, V) for a graph exported by an older
-        talk_hf (told apart by the output's rank)."""
-        per_row = (1, self.vocab_size) if graph.output_ranks[self.logits_name] == 3 else (self.vocab_size,)
-        return torch.empty(batch, *per_row, dtype=torch.float32)
+    def _new_logits(self, batch: int) -> torch.Tensor:
+        """A new (B, 1, V) tensor for a graph's logits."""
+        return torch.empty(batch, 1, self.vocab_size, dtype=torch.float32)
 
     def _keep(self, cache: ConvCache, logits, windows: list[torch.Tensor], token_mask, shape: torch.Size):
         """Hold the graph's new ``windows`` in ``cache`` and count there the (B, T) = ``shape`` new tokens
-        of ``token_mask`` (None: all real); the logits as (B, 1, V) (a view of an older export's (B, V))."""
+        of ``token_mask`` (None: all real); the (B, 1, V) logits as they are."""
         batch, length = shape
         cache.count_new_tokens(token_mask, batch, length, logits.device)
         for layer, window in zip(cache.layers, windows, strict=True):
@@ -154,4 +152,4 @@ class ExportedDecoder:
             layer.window = window  # the graph's output is the new state; beam search reorders it in place
             layer.seen.add_(length)
             layer.has_past = True
-        return logits if logits.dim() == 3 else logits.view(batch, 1, self.vocab_size)
+        return logits

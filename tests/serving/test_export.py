@@ -252,7 +252,12 @@ def _broken_copy(exported, tmp_path, edit) -> Path:
             FileNotFoundError,
             "decoder_step.onnx, named by .*manifest.json field files.decoder_step, does not exist",
         ),
-        (lambda folder, m: m.update(format="other"), ValueError, "is not a talk_hf-onnx manifest of version 2"),
+        (lambda folder, m: m.update(format="other"), ValueError, "is not a talk_hf-onnx manifest of version 3"),
+        (  # an export of an earlier talk_hf, whose manifest lacks the generation defaults
+            lambda folder, m: m.update(format_version=2),
+            ValueError,
+            r"of version 3 \(format, version: \('talk_hf-onnx', 2\)\): export the model again \(python -m talk_hf.export",
+        ),
         (lambda folder, m: m.pop("states"), ValueError, r"lacks the fields \['states'\]"),
         (
             lambda folder, m: m["graphs"]["decoder_step"]["outputs"].pop(),
@@ -260,7 +265,7 @@ def _broken_copy(exported, tmp_path, edit) -> Path:
             "decoder_step.onnx has the outputs",
         ),
     ],
-    ids=["no-manifest", "no-graph", "wrong-format", "missing-field", "wrong-names"],
+    ids=["no-manifest", "no-graph", "wrong-format", "earlier-format", "missing-field", "wrong-names"],
 )
 def test_runner_refuses_a_bad_folder(exported, tmp_path, edit, error, message):
     with pytest.raises(error, match=message):

@@ -182,7 +182,7 @@ TAMPERED = {
         _set("generation.beam_width", 4),
         r"field generation must be an object of the settings of generate, not \[.beam_width.\]",
     ),
-    # An older talk_hf's export wrote only the settings the model set, and no default length.
+    # A manifest edited to lack what the export writes for the runner's settings.
     "generation-setting-missing": (
         _set("generation.top_k", DELETE),
         r"manifest.json lacks \['generation.top_k'\], the generation defaults .* export again with this talk_hf",
