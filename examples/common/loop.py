@@ -175,6 +175,10 @@ def fit(*, accelerator, model, optimizer, scheduler, train_loader, sampler, loss
             done = settings.finished(progress)
             if not done and settings.stop_for_test(progress):
                 accelerator.print(f"stopping after step {progress.step} without saving ({STOP_AFTER_STEPS})")
+                # every process stops here; the process group is closed as a finished run closes it (gloo's
+                # threads left running at exit can abort the interpreter: "terminate called ...")
+                accelerator.wait_for_everyone()
+                accelerator.end_training()
                 raise SystemExit(0)
             with clock.paused():  # evaluating and saving is not training time
                 if done or settings.evaluation_due(progress, seconds_before):
