@@ -105,6 +105,7 @@ class OnnxGenerator:
     def __init__(self, folder: str | Path, threads: int | None = None, optimization: str = "all", spin: bool = False):
         self.folder = Path(folder)
         self.manifest = checks.read_manifest(folder)
+        self.defaults = runner_settings.checked_defaults(self.manifest)  # generate's, checked once
         if not isinstance(spin, bool):
             raise TypeError(f"spin must be True or False, got {spin!r}")
         levels = {"basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
@@ -256,7 +257,8 @@ class OnnxGenerator:
         ids, mask = checks.checked_inputs(input_ids, attention_mask, checks.source_vocab_size(self.manifest))
         seq2seq = self.manifest["is_encoder_decoder"]
         prompt_length = 1 if seq2seq else ids.shape[1]
-        settings = runner_settings.resolved_settings(settings, self.manifest, prompt_length)
+        vocab, default_length = self.manifest["vocab_size"], self.manifest[runner_settings.DEFAULT_LENGTH]
+        settings = runner_settings.resolved_settings(settings, self.defaults, default_length, vocab, prompt_length)
         rng = _sampling_generator(seed, settings["do_sample"])
         beams = settings["num_beams"]
         if beams > 1 and CANDIDATES not in self.sessions:

@@ -5,7 +5,8 @@ import transformers, so the runner holds none of generate's default values: the 
 setting as ``generate`` does for the model (the model's generation configuration's value where set,
 else transformers' default) and writes them into the manifest's ``generation`` field, with
 generate's length when none is set in `DEFAULT_LENGTH`.  A request's
-settings override the manifest's (`resolved_settings`), as ``model.generate`` merges them.
+settings override the manifest's (`resolved_settings`), as ``model.generate`` merges them; the manifest's
+are checked once, when the folder is loaded (`checked_defaults`), a request's each time.
 
 * `APPLIED`: the settings the runner applies as transformers' ``generate`` (5.x) does: lengths, greedy
   / sampling / beam search (and beam sampling), and the logits processors of ``generate``'s list that
@@ -242,14 +243,22 @@ def _default_max_length(default_length: dict, prompt_length: int) -> int:
     return max_length if bound is None else min(max_length, bound)
 
 
-def resolved_settings(passed: dict, manifest: dict, prompt_length: int) -> dict:
-    """One request's settings: ``passed`` (None: not passed) over the (checked) ``manifest``'s ``generation``.
+def checked_defaults(manifest: dict) -> dict:
+    """The ``manifest``'s ``generation`` defaults as the runner uses them (`check_setting`'s values), checked
+    once per folder: `resolved_settings` takes them as they are.  A ``manifest`` that
+    `runner_checks.read_manifest` read has passed these checks, each named by its field."""
+    return {name: check_setting(name, value, manifest["vocab_size"]) for name, value in manifest["generation"].items()}
 
-    Every setting of `APPLIED`, checked, with the lengths counted as ``generate`` counts them:
-    ``max_length`` and ``min_length`` include the ``prompt_length`` columns (the decoder start token, or
-    the prompt), ``max_new_tokens`` wins over ``max_length`` and ``min_new_tokens`` over ``min_length``, and
-    with neither length set the manifest's `DEFAULT_LENGTH` gives the length.  ``max_new_tokens`` and
-    ``min_new_tokens`` hold the result in new tokens, ``max_length`` the total.
+
+def resolved_settings(passed: dict, defaults: dict, default_length: dict, vocab_size: int, prompt_length: int) -> dict:
+    """One request's settings: ``passed`` (None: not passed), checked, over the ``defaults`` (`checked_defaults`).
+
+    Every setting of `APPLIED`, with the lengths counted as ``generate`` counts them: ``max_length`` and
+    ``min_length`` include the ``prompt_length`` columns (the decoder start token, or the prompt),
+    ``max_new_tokens`` wins over ``max_length`` and ``min_new_tokens`` over ``min_length``, and with
+    neither length set the manifest's `DEFAULT_LENGTH` (``default_length``) gives the length.
+    ``max_new_tokens`` and ``min_new_tokens`` hold the result in new tokens, ``max_length`` the total.
+    Token ids of the settings lie in [0, ``vocab_size``).
     """
     unknown = [name for name in passed if name not in GENERATION_FIELDS]
     if unknown:
@@ -257,16 +266,14 @@ def resolved_settings(passed: dict, manifest: dict, prompt_length: int) -> dict:
             f"generate got {unknown}: the runner's generate takes input_ids, attention_mask, seed and the settings "
             f"{list(APPLIED)}"
         )
-    vocab_size = manifest["vocab_size"]
     passed = {name: check_setting(name, value, vocab_size) for name, value in passed.items() if value is not None}
-    defaults = {name: check_setting(name, value, vocab_size) for name, value in manifest["generation"].items()}
     values = {**defaults, **passed}
     _refuse_unapplied(values, passed)
     _refuse_unused(values, passed)
     if values["do_sample"] and values["temperature"] == 0:
         raise ValueError("temperature must be > 0 when sampling; for greedy decoding pass do_sample=False")
     if values["max_new_tokens"] is None:
-        max_length = values["max_length"] or _default_max_length(manifest[DEFAULT_LENGTH], prompt_length)
+        max_length = values["max_length"] or _default_max_length(default_length, prompt_length)
         if max_length <= prompt_length:
             raise ValueError(
                 f"max_length {max_length} leaves no new token after the {prompt_length}-token prompt: pass max_new_tokens"

@@ -161,7 +161,7 @@ def test_the_default_length_is_generates(exported, kind, bound, monkeypatch):
     monkeypatch.setattr(entry.model.generation_config, "max_length", None)
     if bound is not None:
         monkeypatch.setattr(entry.model.config, "max_position_embeddings", entry.prompt_length + bound, raising=False)
-    monkeypatch.setitem(entry.runner.manifest["generation"], "max_length", None)
+    monkeypatch.setitem(entry.runner.defaults, "max_length", None)
     monkeypatch.setitem(entry.runner.manifest, DEFAULT_LENGTH, _generation_fields(entry.model)[DEFAULT_LENGTH])
     new_tokens = bound or 20
     expected, tokens = entry.generate(min_new_tokens=new_tokens), entry.run(min_new_tokens=new_tokens)
@@ -364,7 +364,7 @@ def test_a_manifest_default_the_runner_does_not_apply_is_refused_unless_overridd
     refuses it at run time, naming it and the way to decode without it."""
     entry = exported("seq2seq")
     expected = entry.run(num_beams=1, max_new_tokens=NEW_TOKENS)
-    monkeypatch.setitem(entry.runner.manifest["generation"], "guidance_scale", 3.0)
+    monkeypatch.setitem(entry.runner.defaults, "guidance_scale", 3.0)
     message = r"guidance_scale=3.0 \(the manifest's generation default\).*pass guidance_scale=1.0"
     with pytest.raises(ValueError, match=message):
         entry.run(num_beams=1, max_new_tokens=NEW_TOKENS)
@@ -377,7 +377,7 @@ def test_sampling_defaults_of_the_manifest_are_inert_without_sampling(exported, 
     entry = exported("seq2seq")
     expected = entry.run(num_beams=1, max_new_tokens=NEW_TOKENS)
     for name, value in dict(temperature=0.6, top_p=0.9, top_k=5, typical_p=0.5).items():
-        monkeypatch.setitem(entry.runner.manifest["generation"], name, value)
+        monkeypatch.setitem(entry.runner.defaults, name, value)
     np.testing.assert_array_equal(entry.run(num_beams=1, max_new_tokens=NEW_TOKENS), expected)
 
 
@@ -452,6 +452,29 @@ def test_a_manifest_with_a_bad_setting_is_refused_naming_its_field(exported, tmp
     else:
         with pytest.raises(ValueError, match=message):
             OnnxGenerator(folder)
+
+
+def test_a_bad_manifest_default_is_refused_at_load_and_a_request_checks_only_its_own(exported, tmp_path, monkeypatch):
+    """A damaged generation default is refused when the folder is loaded, naming manifest.json and the
+    field, not at the first generate; a request of a loaded folder checks only the settings it passes
+    (the defaults were checked at load)."""
+    entry = exported("seq2seq")
+    folder = shutil.copytree(entry.folder, tmp_path / "copy")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["generation"]["top_p"] = 2.0
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match=r"manifest.json field generation.top_p must be a number in \[0, 1\], got 2.0"):
+        OnnxGenerator(folder)
+    checked = []
+    check_setting = runner_module.runner_settings.check_setting
+    monkeypatch.setattr(
+        runner_module.runner_settings,
+        "check_setting",
+        lambda name, *rest: checked.append(name) or check_setting(name, *rest),
+    )
+    expected = entry.run(num_beams=1, max_new_tokens=NEW_TOKENS)
+    assert checked == ["num_beams", "max_new_tokens"]
+    np.testing.assert_array_equal(expected, entry.generate(num_beams=1, max_new_tokens=NEW_TOKENS, do_sample=False))
 
 
 def test_the_folders_runner_samples_and_processes_without_talk_hf_or_torch(exported):
