@@ -61,6 +61,22 @@ def test_bound_steps_give_the_steps_logits_and_states_through_reorderings(genera
         positions = positions + 1
 
 
+@pytest.mark.parametrize("layout", ["c-order", "fortran-order"])
+def test_the_source_is_bound_where_it_lies_when_c_ordered(generator, layout):
+    """A C-ordered source of the graph's dtypes (the encoder's outputs, beam search's repeats of them) is
+    bound in its own memory, not copied; one of another layout is bound from a C-ordered copy of it."""
+    arguments = _step_arguments(generator)
+    source = arguments["source"] if layout == "c-order" else _as_fortran(arguments["source"])
+    steps = generator.bind_steps(arguments["states"], source)
+    names = generator.source_inputs
+    assert list(steps.source) == names
+    assert all(array.flags.c_contiguous == (layout == "c-order") for array in source)
+    for name, array in zip(names, source, strict=True):
+        bound = steps.source[name]
+        assert bound.flags.c_contiguous and np.shares_memory(bound, array) == (layout == "c-order")
+        np.testing.assert_array_equal(bound, array)
+
+
 BOUND_ONE_ROW = "its dimension 0 must equal dimension 0 of states\\[0\\] \\(state_0\\) \\(2\\)"
 HELD = ("states", "source")  # the arguments that bind_steps checks once; the others, each step
 
