@@ -59,8 +59,9 @@ class ExportedDecoder:
         token_mask: torch.Tensor | None,
         cache: ConvCache,
         source: dict[str, torch.Tensor],
+        every_position: bool = False,
     ) -> torch.Tensor:
-        """Decode T new tokens per row; the logits of the last one.
+        """Decode T new tokens per row; the logits of the last one, or of each.
 
         Args:
             input_ids: (B, T) int64 ids, checked to lie in the vocabulary.
@@ -68,21 +69,24 @@ class ExportedDecoder:
             cache: the model's `ConvCache`, updated in place as the model's forward updates it.
             source: an encoder-decoder's step inputs of the source by name (``ExportedDecoder.source_names``),
                 one row per step row; empty for a causal LM.
+            every_position: give each new token's logits, running the step graph once per token (the
+                prompt graph gives the last token's only).
 
         Returns:
-            (B, 1, V) float32 logits of each row's last token.
+            (B, 1, V) float32 logits of each row's last token; (B, T, V) with ``every_position``.
         """
         has_past = cache.has_past
         self._check_cache(cache, has_past, input_ids.shape[0])
-        if not has_past and self.prompt is not None:
+        if not has_past and self.prompt is not None and not every_position:
             return self._run_prompt(input_ids, token_mask, cache)
         if input_ids.shape[1] == 1:  # a decoding step
             return self._run_step(input_ids, token_mask, source, cache)
+        logits = []
         for column in range(input_ids.shape[1]):
             new = slice(column, column + 1)
             column_mask = None if token_mask is None else token_mask[:, new]
-            logits = self._run_step(input_ids[:, new], column_mask, source, cache)
-        return logits
+            logits.append(self._run_step(input_ids[:, new], column_mask, source, cache))
+        return torch.cat(logits, dim=1) if every_position else logits[-1]
 
     def _check_cache(self, cache: ConvCache, has_past: bool, batch: int) -> None:
         """A cache of these graphs' layers (and, once it holds a past, of ``batch`` rows), or a ValueError."""

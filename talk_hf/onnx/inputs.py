@@ -44,20 +44,17 @@ def new_tokens(
     Args:
         names: what the caller called the ids and the mask (``decoder_input_ids`` ...).
         ids: (B, T) ids in [0, vocab_size); mask: (B, T) or (B, past_length + T) of 0 and 1, or None.
-        logits_to_keep: 1, or 0 (every position's) for one token per row: the graphs give the last token's.
+        logits_to_keep: how many of the last positions' logits to give (0: every position's), an int >= 0.
     """
     if ids is None:
         raise ValueError(f"pass {names.ids} (B, T): an exported model takes token ids")
     check_stack_inputs(names, ids, None, mask, past_length, 0)
     check_token_ids(names.ids, ids, vocab_size)
     check_mask_values(names.mask, mask)
-    keeps_last = isinstance(logits_to_keep, int) and (
-        logits_to_keep == 1 or (logits_to_keep == 0 and ids.shape[1] == 1)
-    )
-    if not keeps_last:
+    if isinstance(logits_to_keep, bool) or not isinstance(logits_to_keep, int) or logits_to_keep < 0:
         raise ValueError(
-            f"logits_to_keep={logits_to_keep!r} with {ids.shape[1]} new tokens: the exported graphs give the logits of "
-            "each row's last token only; pass logits_to_keep=1 (generate does; assisted decoding is not supported)"
+            f"logits_to_keep must be an int >= 0 (how many of the last positions' logits; 0: every position's), got "
+            f"{logits_to_keep!r}: the exported graphs cannot keep the logits of chosen positions"
         )
     token_mask = None if mask is None else mask[:, mask.shape[1] - ids.shape[1] :].long()
     return ids.long(), token_mask

@@ -12,7 +12,8 @@ The generation cache is the package's own (`ConvCache`; `ConvEncoderDecoderCache
 encoder-decoder, whose cross-attention half stays empty: a step reads the encoder's outputs, which
 ``generate`` repeats per beam itself), its windows the graphs' outputs (`ExportedDecoder`).  What the
 graphs cannot do is refused naming the argument: embeddings in place of ids, labels (no loss), attention
-weights or hidden states, the logits of more than the last token, assisted decoding, ``compile_config``.
+weights or hidden states, assisted decoding, ``compile_config``, an encoder-decoder's ``guidance_scale``.
+The logits of more than the last token (``logits_to_keep`` other than 1) take one step graph call per token.
 """
 
 from __future__ import annotations
@@ -135,6 +136,13 @@ class ORTModelBase(FixedStateGenerationMixin, PreTrainedModel, GenerationMixin):
                 f"{type(self).__name__} cannot verify drafted tokens (assistant_model, prompt_lookup_num_tokens): its "
                 "graphs give the logits of one token per row; generate without them"
             )
+        guided = generation_config.guidance_scale not in (None, 1)
+        if guided and self.is_encoder_decoder_class:
+            raise ValueError(
+                f"{type(self).__name__} cannot apply guidance_scale={generation_config.guidance_scale}: classifier-free "
+                "guidance runs an unconditional forward of the decoder alone, without a source, which an "
+                "encoder-decoder cannot (its PyTorch model neither); generate without guidance_scale"
+            )
         if generation_config.compile_config is not None:
             raise ValueError(
                 f"{type(self).__name__} runs compiled graphs already (ONNX Runtime): generate without compile_config"
@@ -168,12 +176,17 @@ class ORTModelBase(FixedStateGenerationMixin, PreTrainedModel, GenerationMixin):
 
     def _decode(self, names: InputNames, ids, mask, cache, logits_to_keep, source: dict) -> torch.Tensor:
         """Check the new tokens (B, T) and their mask (B, T) or (B, past + T) (`inputs.new_tokens`) and
-        decode them; (B, 1, V) logits of each row's last token."""
+        decode them; the (B, K, V) logits of each row's last K = ``logits_to_keep`` tokens (0: every
+        token's), as the PyTorch model's forward gives them.  Every token's (K != 1, T > 1: a forward
+        outside ``generate``, or classifier-free guidance's unconditional one) takes one step graph
+        call per token."""
         conv_cache = split_cache(cache)[0]
         covers_past = mask is not None and mask.dim() == 2 and ids is not None and mask.shape[1] != ids.shape[-1]
         past = conv_cache.get_seq_length() if covers_past else 0
         ids, token_mask = new_tokens(names, ids, mask, past, self.exported.vocab_size, logits_to_keep)
-        return self.exported(ids, token_mask, conv_cache, source)
+        every_position = logits_to_keep != 1 and ids.shape[1] > 1
+        logits = self.exported(ids, token_mask, conv_cache, source, every_position)
+        return logits[:, -logits_to_keep:] if every_position else logits
 
 
 class ORTModelForCausalLM(ORTModelBase):
@@ -203,8 +216,8 @@ class ORTModelForCausalLM(ORTModelBase):
         **kwargs,
     ) -> CausalLMOutputWithPast:
         """input_ids (B, T), attention_mask (B, T) or (B, past + T) with 1 at real tokens (left padding
-        allowed), the cache (``cache``, or ``past_key_values`` before transformers 5.24) -> logits (B, 1, V)
-        of each row's last token, and the cache moved on (None with ``use_cache=False``)."""
+        allowed), the cache (``cache``, or ``past_key_values`` before transformers 5.24) -> logits (B, K, V)
+        of each row's last K = ``logits_to_keep`` tokens (0: all), and the cache moved on (None with ``use_cache=False``)."""
         refuse_unknown_arguments(self, kwargs)
         refuse_unsupported(
             f"{type(self).__name__}.forward()",
@@ -255,7 +268,8 @@ class ORTModelForSeq2SeqLM(EncoderDecoderChunkedPrefillMixin, ORTModelBase):
         **kwargs,
     ) -> Seq2SeqLMOutput:
         """Source (B, S) ids and mask (or the ``encoder_outputs`` of `get_encoder`), the decoder's new (B, T)
-        ids and their mask, the cache -> logits (B, 1, V) of each row's last token, and the cache moved on."""
+        ids and their mask, the cache -> logits (B, K, V) of each row's last K = ``logits_to_keep`` tokens (0:
+        all), and the cache moved on."""
         # generate's chunked prefill leaves position_ids=None (a causal LM's name, unused here) among the inputs
         given = {name: value for name, value in kwargs.items() if not (name == "position_ids" and value is None)}
         refuse_unknown_arguments(self, given)

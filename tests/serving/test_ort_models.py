@@ -460,7 +460,6 @@ def _lm_requests(lm):
             "inputs_embeds .the graphs embed",
         ),
         "forward-labels": (lambda: lm.ort(input_ids=ids, labels=ids), ValueError, "labels .the graphs compute no loss"),
-        "forward-every-logit": (lambda: lm.ort(input_ids=ids), ValueError, "logits_to_keep=0 with 5 new tokens"),
         "forward-id-outside-vocabulary": (
             lambda: lm.ort(input_ids=ids + VOCAB, logits_to_keep=1),
             ValueError,
@@ -505,7 +504,6 @@ LM_REQUESTS = [
     "generate-compile-config",
     "generate-inputs-embeds",
     "forward-labels",
-    "forward-every-logit",
     "forward-id-outside-vocabulary",
     "forward-mask-of-2",
     "forward-position-ids",
