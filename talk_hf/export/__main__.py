@@ -60,10 +60,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_config(model_dir: str):
-    """The configuration saved in ``model_dir``; ValueError naming a folder without one."""
-    if not (Path(model_dir) / "config.json").is_file():
+    """The configuration saved in ``model_dir``; ValueError naming a folder without one, or its config.json
+    and the field of a value of the wrong type or out of range."""
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
         raise ValueError(f"{model_dir} is not a save_pretrained folder: it has no config.json")
-    return AutoConfig.from_pretrained(model_dir)
+    try:
+        return AutoConfig.from_pretrained(model_dir)
+    except (TypeError, ValueError) as error:  # the configuration's own checks name the field
+        raise ValueError(f"{path} does not load: {error}") from None
 
 
 def load_model(model_dir: str) -> torch.nn.Module:

@@ -374,3 +374,21 @@ def test_export_refuses_a_file_as_its_folder(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(NotADirectoryError, match="file is a file, so .* cannot be a folder"):
         export_onnx(LM.model(), tmp_path / "file" / "out")
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [("40", "vocab_size must be an int, got '40'"), (-1, "vocab_size must be >= 1, got -1")],
+    ids=["wrong-type", "out-of-range"],
+)
+def test_command_line_names_the_config_field_of_a_bad_value(tmp_path, capsys, value, message):
+    """A config.json value the configuration refuses (a TypeError for a wrong type) is one ``error:`` line
+    naming the file and the field, not a traceback."""
+    LM.model().save_pretrained(tmp_path / "model")
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    (tmp_path / "model" / "config.json").write_text(json.dumps({**config, "vocab_size": value}))
+    capsys.readouterr()  # save_pretrained's progress
+    assert main([str(tmp_path / "model"), str(tmp_path / "onnx")]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: {tmp_path / 'model' / 'config.json'} does not load: {message}"), error
+    assert not (tmp_path / "onnx").exists()
