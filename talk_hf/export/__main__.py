@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from transformers import AutoConfig, AutoTokenizer
 
 from ..models.families import family_of
@@ -73,9 +74,18 @@ def load_config(model_dir: str):
 
 def load_model(model_dir: str) -> torch.nn.Module:
     """The generative head saved in ``model_dir``, in float32 and eval mode; ValueError naming a missing
-    folder or a model type that is not the package's."""
-    head_class = family_of(load_config(model_dir).model_type).head_class
-    return head_class.from_pretrained(model_dir, dtype=torch.float32).eval()
+    folder, a model type that is not the package's, or weights that do not load into its configuration
+    (a damaged file, weights of other shapes)."""
+    config = load_config(model_dir)
+    head_class = family_of(config.model_type).head_class
+    try:
+        model = head_class.from_pretrained(model_dir, dtype=torch.float32)
+    except (RuntimeError, SafetensorError) as error:  # transformers' load report, logged above, names the weights
+        raise ValueError(
+            f"the weights in {model_dir} do not load into the {config.model_type} model of its config.json ({error}): "
+            "save the model again (save_pretrained), with its own config.json"
+        ) from None
+    return model.eval()
 
 
 def load_tokenizer(model_dir: str):

@@ -392,3 +392,34 @@ def test_command_line_names_the_config_field_of_a_bad_value(tmp_path, capsys, va
     error = capsys.readouterr().err
     assert error.startswith(f"error: {tmp_path / 'model' / 'config.json'} does not load: {message}"), error
     assert not (tmp_path / "onnx").exists()
+
+
+def _other_vocabulary(model: Path) -> None:
+    """The config.json of a larger vocabulary than its weights'."""
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "vocab_size": VOCAB + 8}))
+
+
+def _truncated_weights(model: Path) -> None:
+    weights = (model / "model.safetensors").read_bytes()
+    (model / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+
+
+@pytest.mark.parametrize(
+    "damage, cause",
+    [(_other_vocabulary, "ignore_mismatched_sizes"), (_truncated_weights, "deserializing header")],
+    ids=["other-shapes", "truncated-file"],
+)
+def test_command_line_names_weights_that_do_not_load(tmp_path, capsys, damage, cause):
+    """Weights that do not fit the config (a RuntimeError after transformers' load report) or a damaged
+    weights file (safetensors' own error) are one ``error:`` line naming the folder, not a traceback."""
+    LM.model().save_pretrained(tmp_path / "model")
+    damage(tmp_path / "model")
+    capsys.readouterr()  # save_pretrained's progress
+    assert main([str(tmp_path / "model"), str(tmp_path / "onnx")]) == 1
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert error.startswith(f"error: the weights in {tmp_path / 'model'} do not load into the dynamic_conv_lm model"), (
+        error
+    )
+    assert cause in error and "save the model again" in error
+    assert not (tmp_path / "onnx").exists()
