@@ -74,17 +74,23 @@ def load_config(model_dir: str):
 
 def load_model(model_dir: str) -> torch.nn.Module:
     """The generative head saved in ``model_dir``, in float32 and eval mode; ValueError naming a missing
-    folder, a model type that is not the package's, or weights that do not load into its configuration
-    (a damaged file, weights of other shapes)."""
+    folder, a model type that is not the package's, or weights that are not its configuration's (a damaged
+    file, weights of other shapes, weights missing or left over)."""
     config = load_config(model_dir)
     head_class = family_of(config.model_type).head_class
     try:
-        model = head_class.from_pretrained(model_dir, dtype=torch.float32)
+        model, loading = head_class.from_pretrained(model_dir, dtype=torch.float32, output_loading_info=True)
     except (RuntimeError, SafetensorError) as error:  # transformers' load report, logged above, names the weights
         raise ValueError(
             f"the weights in {model_dir} do not load into the {config.model_type} model of its config.json ({error}): "
             "save the model again (save_pretrained), with its own config.json"
         ) from None
+    missing, unexpected = sorted(loading["missing_keys"]), sorted(loading["unexpected_keys"])
+    if missing or unexpected:  # transformers initialises the missing weights at random and drops the others
+        raise ValueError(
+            f"the weights in {model_dir} are not those of the {config.model_type} model of its config.json: it lacks "
+            f"{missing} and holds {unexpected}: save the model again (save_pretrained), with its own config.json"
+        )
     return model.eval()
 
 

@@ -423,3 +423,23 @@ def test_command_line_names_weights_that_do_not_load(tmp_path, capsys, damage, c
     )
     assert cause in error and "save the model again" in error
     assert not (tmp_path / "onnx").exists()
+
+
+def test_command_line_refuses_weights_missing_or_left_over(tmp_path, capsys):
+    """A weights file that lacks one of the model's weights (transformers would initialise it at random and
+    only log it) and holds one the model has not (dropped) is refused, naming both, before anything is written."""
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    LM.model().save_pretrained(tmp_path / "model")
+    path = tmp_path / "model" / "model.safetensors"
+    weights = safetensors_torch.load_file(path)
+    dropped = sorted(weights)[-1]
+    weights["extra.weight"] = weights.pop(dropped)
+    safetensors_torch.save_file(weights, path, metadata={"format": "pt"})
+    capsys.readouterr()  # save_pretrained's progress
+    assert main([str(tmp_path / "model"), str(tmp_path / "onnx")]) == 1
+    error = capsys.readouterr().err.splitlines()[-1]
+    expected = (
+        f"error: the weights in {tmp_path / 'model'} are not those of the dynamic_conv_lm model of its config.json"
+    )
+    assert error.startswith(f"{expected}: it lacks ['{dropped}'] and holds ['extra.weight']"), error
+    assert not (tmp_path / "onnx").exists()
