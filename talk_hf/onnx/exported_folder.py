@@ -1,6 +1,8 @@
 """Reading an exported folder for `talk_hf.onnx`'s models: its runner (manifest and ONNX Runtime
 sessions), config.json and generation_config.json, each refused with a message naming the file; a
-config.json whose vocabulary sizes are not the graphs' is refused naming the field and both sizes."""
+config.json whose vocabulary sizes are not the graphs' is refused naming the field and both sizes.  Also the
+folder's files, for a copy or an upload of it (`talk_hf.onnx.hub`): those its manifest lists, the graphs'
+external data, and their states at loading, to tell a folder rewritten since."""
 
 from __future__ import annotations
 
@@ -8,8 +10,9 @@ from pathlib import Path
 
 from transformers import CONFIG_MAPPING, AutoConfig, GenerationConfig
 
+from ..export.folder_writes import previous_export_files
 from ..export.onnx_files import CONFIG_FILE, GENERATION_CONFIG_FILE
-from ..export.runner import OnnxGenerator
+from ..export.runner import RUNNER_FILES, OnnxGenerator
 from ..export.runner_checks import MANIFEST_NAME
 
 CLASSES = {True: "ORTModelForSeq2SeqLM", False: "ORTModelForCausalLM"}  # by is_encoder_decoder
@@ -89,3 +92,88 @@ def _check_vocabularies(config, manifest: dict, folder: Path) -> None:
                 f"{exported} ({MANIFEST_NAME}'s {manifest_field}): config.json was edited or comes from another "
                 f"export; export the model again (python -m talk_hf.export MODEL_DIR {folder})"
             )
+
+
+def exported_file_names(folder: Path) -> list[str]:
+    """The files an export wrote into ``folder``, as its manifest lists them (`folder_writes.previous_export_files`:
+    its ``written`` list, or an older manifest's graphs, with its configurations and runner); empty where
+    ``folder`` holds no talk_hf-onnx manifest.
+
+    Raises:
+        ValueError: the manifest lists a name that is no file name of ``folder`` (a path into a folder or out of
+            it), which no copy or download may follow.
+    """
+    written = previous_export_files(Path(folder))
+    outside = sorted(name for name in written if Path(name).name != name or name in (".", "..") or "\\" in name)
+    if outside:
+        raise ValueError(
+            f"{Path(folder) / MANIFEST_NAME} field written lists {outside}, which are not file names of the folder: the "
+            f"manifest was edited or damaged; export the model again (python -m talk_hf.export MODEL_DIR {folder})"
+        )
+    return sorted(written | {CONFIG_FILE, GENERATION_CONFIG_FILE, *RUNNER_FILES, MANIFEST_NAME}) if written else []
+
+
+def external_data_files(folder: Path, graphs) -> list[str]:
+    """The files beside ``folder``'s ``graphs`` (file names) that hold their tensors' data outside them (ONNX
+    external data: a graph over protobuf's 2 GB, or one saved so by a tool), read from each graph without
+    its data, each once.
+
+    Raises:
+        ValueError: a graph's external data is not a plain file name of ``folder`` (a path into a folder or out
+            of it), naming the graph and the location.
+    """
+    import onnx  # the export's library; only a folder's copy or download reads graphs here
+
+    found = {}
+    for name in graphs:
+        graph = onnx.load(folder / name, load_external_data=False).graph
+        for location in _external_locations(graph):
+            if Path(location).name != location or location in ("", ".", ".."):
+                raise ValueError(
+                    f"{folder / name} keeps tensor data in {location!r}, not a file beside it: save the graph with its "
+                    "external data in one file of the exported folder (onnx.save_model(..., location=NAME))"
+                )
+            found[location] = None
+    return list(found)
+
+
+def _external_locations(graph) -> list[str]:
+    """The external-data file names of ``graph``'s tensors: its initializers', its nodes' tensor attributes',
+    and those of its subgraphs (an ``If`` or ``Loop`` node's)."""
+    from onnx import AttributeProto, TensorProto
+
+    tensors, locations = list(graph.initializer), []
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
+                for subgraph in [attribute.g] if attribute.type == AttributeProto.GRAPH else attribute.graphs:
+                    locations += _external_locations(subgraph)
+            tensors += [attribute.t] if attribute.type == AttributeProto.TENSOR else list(attribute.tensors)
+    for tensor in tensors:
+        if tensor.data_location == TensorProto.EXTERNAL:
+            locations += [entry.value for entry in tensor.external_data if entry.key == "location"]
+    return locations
+
+
+def file_states(folder: Path, names: list[str]) -> dict[str, tuple[int, int] | None]:
+    """Each file's (size, modification time in ns) in ``folder`` (a link's target's), None where there is none:
+    what `check_unchanged` compares to tell a file rewritten (a new export, an int8 quantization) since."""
+    states = {}
+    for name in names:
+        try:
+            status = (folder / name).stat()
+            states[name] = (status.st_size, status.st_mtime_ns)
+        except OSError:
+            states[name] = None
+    return states
+
+
+def check_unchanged(folder: Path, loaded: dict[str, tuple[int, int] | None], owner: str) -> None:
+    """Refuse, naming the files, to copy or upload ``folder`` when its files are not those ``owner`` (a model's
+    class) loaded (`file_states` at loading): written since (a new export, quantize_exported), or removed."""
+    changed = [name for name, state in file_states(folder, list(loaded)).items() if state != loaded[name]]
+    if changed:
+        raise ValueError(
+            f"{folder}'s files {changed} changed since this {owner} was loaded from it (a new export or int8 "
+            f"quantization, or removed), so it no longer holds this model: load it again with {owner}.from_pretrained"
+        )

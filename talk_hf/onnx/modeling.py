@@ -38,14 +38,17 @@ from ..transformers_internals import (
 )
 from .encoder import ORTEncoder
 from .exported_decoder import ExportedDecoder
-from .exported_folder import read_folder
+from .exported_folder import exported_file_names, file_states, read_folder
+from .hub import HubOptions, check_loading_keywords, resolve_folder
 from .inputs import SourceInputs, new_tokens, refuse_unsupported
+from .saving import ExportedFolderHubMixin
 
 DECODER_NAMES = InputNames("decoder_input_ids", "decoder_attention_mask")  # an encoder-decoder's decoder inputs
 
 
-class ORTModelBase(FixedStateGenerationMixin, PreTrainedModel, GenerationMixin):
-    """What both heads share: loading a folder, the cache, the refusals, the CPU and float32 it runs in."""
+class ORTModelBase(ExportedFolderHubMixin, FixedStateGenerationMixin, PreTrainedModel, GenerationMixin):
+    """What both heads share: loading a folder (local or from the Hub), saving and uploading it
+    (`saving.ExportedFolderHubMixin`), the cache, the refusals, the CPU and float32 it runs in."""
 
     main_input_name = "input_ids"
     base_model_prefix = "model"  # no such attribute: the model is its own base model
@@ -57,26 +60,51 @@ class ORTModelBase(FixedStateGenerationMixin, PreTrainedModel, GenerationMixin):
         super().train(False)  # inference only: the graphs hold no dropout
         self.generation_config = generation_config
         self.folder = generator.folder
+        self.loaded_files = file_states(self.folder, exported_file_names(self.folder))  # save_pretrained's check
         self.exported = ExportedDecoder(generator)
 
     @classmethod
     def from_pretrained(
-        cls, folder: str | Path, threads: int | None = None, optimization: str = "all", spin: bool = False
+        cls,
+        pretrained_model_name_or_path: str | Path,
+        threads: int | None = None,
+        optimization: str = "all",
+        spin: bool = False,
+        *,
+        revision: str | None = None,
+        token: str | bool | None = None,
+        cache_dir: str | Path | None = None,
+        local_files_only: bool = False,
+        force_download: bool = False,
+        subfolder: str = "",
+        **kwargs,
     ):
-        """The model exported into ``folder`` (by ``python -m talk_hf.export`` / `talk_hf.export.export_onnx`).
+        """The model exported into a folder (by ``python -m talk_hf.export`` / `talk_hf.export.export_onnx`),
+        local or uploaded to the Hugging Face Hub (``push_to_hub``).
 
         Args:
-            folder: the exported folder (local).
+            pretrained_model_name_or_path: the exported folder's path (a `Path` is always one), or a Hub
+                repository id (``"user/talk-de-en-onnx"``) that is no existing path: its exported folder's files
+                are downloaded into the Hub cache, or found there offline (`hub.resolve_folder`).
             threads, optimization, spin: ONNX Runtime's intra-op threads (None: one per core), graph
                 optimisation level and idle spinning, as for `talk_hf.export.OnnxGenerator`.
+            revision, token, cache_dir, local_files_only, force_download: as for ``huggingface_hub.snapshot_download``.
+            subfolder: the exported folder's path inside the repository (or the local folder).
+            kwargs: ``dtype`` / ``torch_dtype`` (float32 or "auto") and ``device_map`` ("cpu") only; every other
+                keyword of ``PreTrainedModel.from_pretrained`` is refused by name (`hub.check_loading_keywords`).
 
         Raises:
-            FileNotFoundError: no manifest, graph, config.json or generation_config.json in ``folder``.
+            FileNotFoundError: no manifest, graph, config.json or generation_config.json in the folder; a Hub
+                repository that is not there, not cached offline, or holds no exported folder (`hub.resolve_folder`).
             ValueError: a damaged folder (`talk_hf.export.read_manifest`), a model of the other kind (a
                 causal LM's folder given to the encoder-decoder class, or the reverse), a config.json that
                 does not load, of another model type than the manifest's, or of other vocabulary sizes than
-                the graphs' (its field and both sizes named).
+                the graphs' (its field and both sizes named); a ``dtype`` or ``device_map`` it cannot run in.
+            TypeError: a keyword of ``PreTrainedModel.from_pretrained`` that means nothing here.
         """
+        check_loading_keywords(cls.__name__, kwargs)
+        hub = HubOptions(revision, token, cache_dir, local_files_only, force_download, subfolder)
+        folder = resolve_folder(pretrained_model_name_or_path, hub)
         options = {"threads": threads, "optimization": optimization, "spin": spin}
         config, generation_config, generator = read_folder(folder, cls.is_encoder_decoder_class, **options)
         return cls(config, generation_config, generator)
@@ -120,12 +148,6 @@ class ORTModelBase(FixedStateGenerationMixin, PreTrainedModel, GenerationMixin):
                 f"{type(self).__name__} is for inference: its graphs cannot be trained (train the PyTorch model)"
             )
         return super().train(False)
-
-    def save_pretrained(self, *args, **kwargs):
-        raise ValueError(
-            f"{type(self).__name__} is an exported folder ({self.folder}): copy that folder to keep or share it "
-            "(save_pretrained would write a model without weights)"
-        )
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs):
         """Refuse, before the first decoding step, what the graphs cannot do; then the cache

@@ -493,7 +493,6 @@ def _lm_requests(lm):
         "to-cuda": (lambda: lm.ort.to("cuda"), ValueError, "cannot move or cast to 'cuda'"),
         "half": (lambda: lm.ort.half(), ValueError, "cannot move or cast it"),
         "train": (lambda: lm.ort.train(), ValueError, "is for inference"),
-        "save-pretrained": (lambda: lm.ort.save_pretrained(lm.folder / "saved"), ValueError, "copy that folder"),
     }
 
 
@@ -513,7 +512,6 @@ LM_REQUESTS = [
     "to-cuda",
     "half",
     "train",
-    "save-pretrained",
 ]
 
 

@@ -1,0 +1,367 @@
+"""`talk_hf.onnx` models and the Hugging Face Hub: ``from_pretrained`` of a repository id (its exported folder
+found in a Hub cache built here, offline: nothing is downloaded), ``save_pretrained`` (a copy that loads
+token-equal, written by the export's rules for an existing folder) and ``push_to_hub`` (huggingface_hub's
+API replaced by a recording stand-in).  A local folder loads as before; what cannot be loaded, saved or
+uploaded says why.  The folders are the session's shared exports (`exported.SharedExports`) or copies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("onnxruntime")
+
+import huggingface_hub  # noqa: E402
+import onnx  # noqa: E402
+from huggingface_hub import RepoUrl, constants  # noqa: E402
+from huggingface_hub.utils import filter_repo_objects  # noqa: E402
+
+from talk_hf.export import quantize_exported  # noqa: E402
+from talk_hf.onnx import ORTModelForCausalLM, ORTModelForSeq2SeqLM  # noqa: E402
+from talk_hf.onnx.hub import PLAIN_FILES  # noqa: E402
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+REPO = "org/talk-lm-onnx"
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    """Every test runs as with HF_HUB_OFFLINE=1: huggingface_hub reaches no server."""
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+
+
+@pytest.fixture(scope="module")
+def lm_export(shared_exports):
+    return shared_exports("talk-lm")
+
+
+@pytest.fixture(scope="module")
+def seq2seq_export(shared_exports):
+    return shared_exports("dynamic-seq2seq")
+
+
+def cache_repo(cache: Path, repo_id: str, files: dict[str, Path], ref: str = "main") -> Path:
+    """Put ``files`` (path in the repository -> the file to put there) into the Hub cache ``cache`` as
+    huggingface_hub leaves a download: the data in blobs/, named by hash, links to them in
+    snapshots/<commit>/, the commit in refs/<ref>; the snapshot folder."""
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / ref).write_text(COMMIT)
+    for name, source in files.items():
+        data = source.read_bytes()
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.parent.mkdir(exist_ok=True)
+        blob.write_bytes(data)
+        link = repo / "snapshots" / COMMIT / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    return repo / "snapshots" / COMMIT
+
+
+def folder_files(folder: Path, prefix: str = "") -> dict[str, Path]:
+    return {prefix + path.name: path for path in folder.iterdir() if path.is_file()}
+
+
+def written(folder: Path) -> set[str]:
+    return set(json.loads((folder / "manifest.json").read_text())["written"])
+
+
+def generated(model, export) -> torch.Tensor:
+    return model.generate(input_ids=export.ids, attention_mask=export.mask, max_new_tokens=8, num_beams=2)
+
+
+def test_a_repo_id_loads_its_exported_folder_from_the_hub_cache(lm_export, tmp_path):
+    """The PyTorch checkpoint's own files beside the export's are never read or copied."""
+    cache = tmp_path / "hub"
+    checkpoint = tmp_path / "model.safetensors"
+    checkpoint.write_bytes(b"not read")
+    snapshot = cache_repo(cache, REPO, {**folder_files(lm_export.folder), "model.safetensors": checkpoint})
+    model = ORTModelForCausalLM.from_pretrained(REPO, threads=1, cache_dir=cache)
+    assert model.folder == snapshot / PLAIN_FILES  # the runner follows no link out of a folder: hard links
+    assert ORTModelForCausalLM.from_pretrained(REPO, threads=1, cache_dir=cache).folder == model.folder
+    local = ORTModelForCausalLM.from_pretrained(lm_export.folder, threads=1)
+    assert torch.equal(generated(model, lm_export), generated(local, lm_export))
+    model.save_pretrained(tmp_path / "saved")
+    assert {path.name for path in (tmp_path / "saved").iterdir()} == written(lm_export.folder)
+    assert not any(path.is_symlink() for path in (tmp_path / "saved").iterdir())  # the files, not the cache's links
+
+
+def test_revision_subfolder_and_the_default_cache(lm_export, tmp_path, monkeypatch):
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    cache_repo(tmp_path / "hub", REPO, folder_files(lm_export.folder, "onnx/"), ref="v1")
+    for revision in ("v1", COMMIT):
+        model = ORTModelForCausalLM.from_pretrained(REPO, threads=1, revision=revision, subfolder="onnx")
+        snapshot = tmp_path / "hub" / "models--org--talk-lm-onnx" / "snapshots" / COMMIT
+        assert model.folder == snapshot / "onnx" / PLAIN_FILES
+    with pytest.raises(FileNotFoundError, match=f"{REPO} .revision main. is not a local folder.*not cached in"):
+        ORTModelForCausalLM.from_pretrained(REPO, revision="main", subfolder="onnx")
+
+
+def test_local_files_only_reads_the_cache_without_offline_mode(lm_export, tmp_path, monkeypatch):
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    cache_repo(tmp_path, REPO, folder_files(lm_export.folder))
+    assert ORTModelForCausalLM.from_pretrained(REPO, threads=1, cache_dir=tmp_path, local_files_only=True).folder
+
+
+def test_a_repo_that_is_not_cached_is_named(tmp_path):
+    with pytest.raises(
+        FileNotFoundError,
+        match=f"^org/absent is not a local folder, and its exported folder is not cached in {tmp_path}",
+    ):
+        ORTModelForSeq2SeqLM.from_pretrained("org/absent", cache_dir=tmp_path)
+
+
+def test_a_pytorch_checkpoints_repo_is_not_an_exported_folder(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    cache_repo(tmp_path / "hub", "org/talk", {"config.json": tmp_path / "config.json"})
+    with pytest.raises(
+        FileNotFoundError, match=r"org/talk is neither .* has no manifest.json in the Hub cache.*talk_hf.export"
+    ):
+        ORTModelForSeq2SeqLM.from_pretrained("org/talk", cache_dir=tmp_path / "hub")
+
+
+def test_files_the_manifest_lists_but_the_cache_lacks_are_named(lm_export, tmp_path):
+    files = folder_files(lm_export.folder)
+    del files["decoder_step.onnx"], files["tokenizer.json"]
+    cache_repo(tmp_path, REPO, files)
+    with pytest.raises(
+        FileNotFoundError, match=r"lacks \['decoder_step.onnx', 'tokenizer.json'\].*not in the Hub cache"
+    ):
+        ORTModelForCausalLM.from_pretrained(REPO, cache_dir=tmp_path)
+
+
+def test_without_hard_links_the_snapshot_files_are_copied(lm_export, tmp_path, monkeypatch):
+    def no_link(source, destination):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", no_link)
+    cache_repo(tmp_path, REPO, folder_files(lm_export.folder))
+    folder = ORTModelForCausalLM.from_pretrained(REPO, threads=1, cache_dir=tmp_path).folder
+    assert folder.name == PLAIN_FILES and not any(path.is_symlink() for path in folder.iterdir())
+    assert (folder / "decoder_step.onnx").read_bytes() == (lm_export.folder / "decoder_step.onnx").read_bytes()
+
+
+def test_a_cache_that_cannot_be_written_says_how_to_download_instead(lm_export, tmp_path, monkeypatch):
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", read_only)
+    snapshot = cache_repo(tmp_path, REPO, folder_files(lm_export.folder))
+    with pytest.raises(OSError, match=f"making {snapshot / PLAIN_FILES} .*failed .*hf download REPO --local-dir DIR"):
+        ORTModelForCausalLM.from_pretrained(REPO, cache_dir=tmp_path)
+
+
+def test_a_written_name_outside_the_folder_is_refused(lm_export, tmp_path):
+    folder = lm_export.copy(tmp_path / "export")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["written"].append("../victim")
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    (tmp_path / "hub" / "models--org--talk-lm-onnx" / "victim").parent.mkdir(parents=True)
+    (tmp_path / "hub" / "models--org--talk-lm-onnx" / "victim").write_text("not to be read")
+    cache_repo(tmp_path / "hub", REPO, folder_files(folder))
+    with pytest.raises(
+        ValueError, match=r"field written lists \['../victim'\], which are not file names of the folder"
+    ):
+        ORTModelForCausalLM.from_pretrained(REPO, cache_dir=tmp_path / "hub")
+
+
+def test_a_local_folders_subfolder(lm_export, tmp_path):
+    lm_export.copy(tmp_path / "repo" / "onnx")
+    model = ORTModelForCausalLM.from_pretrained(str(tmp_path / "repo"), threads=1, subfolder="onnx")
+    assert model.folder == tmp_path / "repo" / "onnx"
+
+
+def test_local_folders_load_and_fail_as_local_folders(lm_export, tmp_path, monkeypatch):
+    """An existing path shaped like a repository id is a folder; a missing `Path` or path that is no repository
+    id gets the local error."""
+    monkeypatch.chdir(tmp_path)
+    lm_export.copy(tmp_path / "org" / "name")
+    assert ORTModelForCausalLM.from_pretrained("org/name", threads=1).folder == Path("org/name")
+    for missing in (Path("org/other"), "./other", str(tmp_path / "other")):
+        with pytest.raises(FileNotFoundError, match="manifest.json does not exist: export the model first"):
+            ORTModelForCausalLM.from_pretrained(missing)
+
+
+@pytest.mark.parametrize(
+    "keywords, error, match",
+    [
+        ({"quantization_config": {}}, TypeError, r"from_pretrained does not take \['quantization_config'\]"),
+        ({"config": None, "trust_remote_code": True}, TypeError, r"\['config', 'trust_remote_code'\]"),
+        ({"dtype": torch.float16}, ValueError, "dtype=torch.float16, but an exported folder runs .* in float32"),
+        ({"torch_dtype": "bfloat16"}, ValueError, "torch_dtype='bfloat16'"),
+        ({"device_map": "cuda"}, ValueError, "device_map='cuda'.*pass device_map='cpu'"),
+        ({"device_map": {"": 0}}, ValueError, "device_map=.'': 0."),
+        ({"device_map": "nowhere"}, ValueError, "device_map='nowhere'"),
+    ],
+)
+def test_keywords_without_meaning_are_refused_by_name(lm_export, keywords, error, match):
+    with pytest.raises(error, match=match):
+        ORTModelForCausalLM.from_pretrained(lm_export.folder, **keywords)
+
+
+def test_float32_and_the_cpu_are_accepted(lm_export):
+    for keywords in ({"dtype": "auto", "device_map": "cpu"}, {"torch_dtype": torch.float32, "device_map": {"": "cpu"}}):
+        assert ORTModelForCausalLM.from_pretrained(lm_export.folder, threads=1, **keywords).dtype == torch.float32
+
+
+def test_save_pretrained_writes_a_folder_that_loads_token_equal(seq2seq_export, lm_export, tmp_path):
+    """Saved over a copy of another export, beside a user's file: the other export's files that this one does
+    not write go, the user's file stays."""
+    destination = lm_export.copy(tmp_path / "saved")
+    (destination / "notes.txt").write_text("mine")
+    model = ORTModelForSeq2SeqLM.from_pretrained(seq2seq_export.folder, threads=1)
+    model.save_pretrained(destination)
+    assert {path.name for path in destination.iterdir()} == written(seq2seq_export.folder) | {"notes.txt"}
+    saved = ORTModelForSeq2SeqLM.from_pretrained(destination, threads=1)
+    assert torch.equal(generated(saved, seq2seq_export), generated(model, seq2seq_export))
+
+
+def test_save_pretrained_keeps_a_users_file_of_an_exports_name(lm_export, tmp_path):
+    model = ORTModelForCausalLM.from_pretrained(lm_export.folder, threads=1)
+    (tmp_path / "config.json").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"holds \['config.json'\], which the export would replace"):
+        model.save_pretrained(tmp_path)
+    assert [path.name for path in tmp_path.iterdir()] == ["config.json"]
+    model.save_pretrained(tmp_path, overwrite=True)
+    assert ORTModelForCausalLM.from_pretrained(tmp_path, threads=1).folder == tmp_path
+
+
+def test_save_pretrained_refuses_the_source_folder(lm_export, tmp_path):
+    model = ORTModelForCausalLM.from_pretrained(lm_export.copy(tmp_path / "export"), threads=1)
+    (tmp_path / "link").symlink_to(tmp_path / "export")
+    for destination in (tmp_path / "export", tmp_path / "link"):
+        with pytest.raises(ValueError, match="would write the exported folder onto itself"):
+            model.save_pretrained(destination)
+
+
+def test_a_folder_rewritten_after_loading_is_neither_saved_nor_pushed(lm_export, tmp_path, hub):
+    folder = lm_export.copy(tmp_path / "export")
+    model = ORTModelForCausalLM.from_pretrained(folder, threads=1)
+    quantize_exported(folder)
+    with pytest.raises(ValueError, match=r"files \['decoder_prompt.onnx', 'decoder_step.onnx', 'manifest.json'\] "):
+        model.save_pretrained(tmp_path / "saved")
+    with pytest.raises(ValueError, match="changed since this ORTModelForCausalLM was loaded from it"):
+        model.push_to_hub("user/tiny")
+    assert not (tmp_path / "saved").exists() and hub == []
+
+
+def test_a_listed_file_missing_at_loading_is_named_when_saving(lm_export, tmp_path):
+    folder = lm_export.copy(tmp_path / "export")
+    (folder / "tokenizer.json").unlink()
+    model = ORTModelForCausalLM.from_pretrained(folder, threads=1)
+    with pytest.raises(FileNotFoundError, match=r"lacks \['tokenizer.json'\], which its manifest.json lists"):
+        model.save_pretrained(tmp_path / "saved")
+
+
+def test_save_pretrained_refuses_its_weights_keywords(lm_export, tmp_path):
+    model = ORTModelForCausalLM.from_pretrained(lm_export.folder, threads=1)
+    with pytest.raises(TypeError, match=r"save_pretrained does not take \['max_shard_size', 'safe_serialization'\]"):
+        model.save_pretrained(tmp_path, safe_serialization=True, max_shard_size="1GB")
+
+
+def external_step_data(folder: Path, location: str) -> Path:
+    """``folder``'s step graph saved with its weights (tensors over 1 kB) in the external-data file ``location``."""
+    graph = onnx.load(folder / "decoder_step.onnx")
+    onnx.save_model(graph, folder / "decoder_step.onnx", save_as_external_data=True, location=location)
+    return folder / location
+
+
+def test_external_data_is_downloaded_copied_and_pushed(lm_export, tmp_path, hub):
+    folder = lm_export.copy(tmp_path / "export")
+    external_step_data(folder, "decoder_step.onnx.data")
+    cache_repo(tmp_path / "hub", REPO, folder_files(folder))
+    model = ORTModelForCausalLM.from_pretrained(REPO, threads=1, cache_dir=tmp_path / "hub")
+    model.save_pretrained(tmp_path / "saved")
+    assert (tmp_path / "saved" / "decoder_step.onnx.data").read_bytes() == (
+        folder / "decoder_step.onnx.data"
+    ).read_bytes()
+    assert torch.equal(
+        generated(ORTModelForCausalLM.from_pretrained(tmp_path / "saved", threads=1), lm_export),
+        generated(ORTModelForCausalLM.from_pretrained(lm_export.folder, threads=1), lm_export),
+    )
+    ORTModelForCausalLM.from_pretrained(folder, threads=1).push_to_hub("user/tiny")
+    assert "decoder_step.onnx.data" in hub[-1]["files"]
+
+
+def test_external_data_the_cache_lacks_is_named(lm_export, tmp_path):
+    folder = lm_export.copy(tmp_path / "export")
+    external_step_data(folder, "weights.bin").unlink()
+    cache_repo(tmp_path, REPO, folder_files(folder))
+    with pytest.raises(FileNotFoundError, match=r"lacks \['weights.bin'\].*not in the Hub cache"):
+        ORTModelForCausalLM.from_pretrained(REPO, cache_dir=tmp_path)
+
+
+def test_external_data_in_a_subfolder_is_refused_when_saving(lm_export, tmp_path):
+    folder = lm_export.copy(tmp_path / "export")
+    (folder / "weights").mkdir()
+    external_step_data(folder, "weights/step.bin")
+    model = ORTModelForCausalLM.from_pretrained(folder, threads=1)
+    with pytest.raises(ValueError, match="keeps tensor data in 'weights/step.bin', not a file beside it"):
+        model.save_pretrained(tmp_path / "saved")
+
+
+@pytest.fixture
+def hub(monkeypatch) -> list[dict]:
+    """What would be sent to the Hub: each create_repo, create_branch and upload_folder call's arguments (an
+    upload's files as huggingface_hub selects them from its folder); any other upload fails the test."""
+    calls = []
+
+    def create_repo(self, repo_id, private=None, exist_ok=False, **kwargs):
+        calls.append({"call": "create_repo", "repo_id": repo_id, "private": private, "token": self.token})
+        return RepoUrl(f"https://huggingface.co/{repo_id if '/' in repo_id else f'user/{repo_id}'}")
+
+    def create_branch(self, repo_id, branch, exist_ok=False, **kwargs):
+        calls.append({"call": "create_branch", "repo_id": repo_id, "branch": branch})
+
+    def upload_folder(self, *, repo_id, folder_path, allow_patterns, **kwargs):
+        names = [path.name for path in Path(folder_path).iterdir()]
+        files = sorted(filter_repo_objects(names, allow_patterns=allow_patterns))
+        calls.append({"call": "upload_folder", "repo_id": repo_id, "files": files, "token": self.token, **kwargs})
+        return "commit"
+
+    def refused(*args, **kwargs):
+        pytest.fail("an upload other than upload_folder was reached")
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", create_repo)
+    monkeypatch.setattr(huggingface_hub.HfApi, "create_branch", create_branch)
+    monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", upload_folder)
+    for name in ("create_commit", "upload_file", "preupload_lfs_files"):
+        monkeypatch.setattr(huggingface_hub.HfApi, name, refused)
+    return calls
+
+
+def test_push_to_hub_uploads_the_exported_files_only(lm_export, tmp_path, hub):
+    folder = lm_export.copy(tmp_path / "export")
+    (folder / "notes.txt").write_text("not uploaded")
+    model = ORTModelForCausalLM.from_pretrained(folder, threads=1)
+    assert model.push_to_hub("user/tiny", private=True, token="secret", commit_message="tiny LM") == "commit"
+    assert hub == [
+        {"call": "create_repo", "repo_id": "user/tiny", "private": True, "token": "secret"},
+        {
+            "call": "upload_folder",
+            "repo_id": "user/tiny",
+            "files": sorted(written(folder)),
+            "token": "secret",
+            "commit_message": "tiny LM",
+            "commit_description": None,
+            "revision": None,
+            "create_pr": False,
+        },
+    ]
+
+
+def test_save_pretrained_pushes_to_a_branch(lm_export, tmp_path, hub):
+    model = ORTModelForCausalLM.from_pretrained(lm_export.folder, threads=1)
+    model.save_pretrained(tmp_path / "tiny", push_to_hub=True, revision="v1", create_pr=True)
+    assert [call["call"] for call in hub] == ["create_repo", "create_branch", "upload_folder"]
+    assert hub[1] == {"call": "create_branch", "repo_id": "user/tiny", "branch": "v1"}  # the saved folder's name
+    assert hub[2]["revision"] == "v1" and hub[2]["create_pr"] is True and hub[2]["commit_message"]
+    with pytest.raises(TypeError, match=r"push_to_hub does not take \['tags'\]"):
+        model.push_to_hub("user/tiny", tags=["onnx"])
