@@ -12,7 +12,7 @@ from transformers import CONFIG_MAPPING, AutoConfig, GenerationConfig
 
 from ..export.folder_writes import previous_export_files
 from ..export.onnx_files import CONFIG_FILE, GENERATION_CONFIG_FILE
-from ..export.runner import RUNNER_FILES, OnnxGenerator
+from ..export.runner import OnnxGenerator
 from ..export.runner_checks import MANIFEST_NAME
 
 CLASSES = {True: "ORTModelForSeq2SeqLM", False: "ORTModelForCausalLM"}  # by is_encoder_decoder
@@ -95,9 +95,10 @@ def _check_vocabularies(config, manifest: dict, folder: Path) -> None:
 
 
 def exported_file_names(folder: Path) -> list[str]:
-    """The files an export wrote into ``folder``, as its manifest lists them (`folder_writes.previous_export_files`:
-    its ``written`` list, or an older manifest's graphs, with its configurations and runner); empty where
-    ``folder`` holds no talk_hf-onnx manifest.
+    """The files of ``folder`` that its model is: those an export wrote there, as its manifest lists them
+    (`folder_writes.previous_export_files`: its ``written`` list, or an older manifest's graphs and runner),
+    and the manifest and configurations that `read_folder` reads; empty where ``folder`` holds no talk_hf-onnx
+    manifest.
 
     Raises:
         ValueError: the manifest lists a name that is no file name of ``folder`` (a path into a folder or out of
@@ -110,7 +111,7 @@ def exported_file_names(folder: Path) -> list[str]:
             f"{Path(folder) / MANIFEST_NAME} field written lists {outside}, which are not file names of the folder: the "
             f"manifest was edited or damaged; export the model again (python -m talk_hf.export MODEL_DIR {folder})"
         )
-    return sorted(written | {CONFIG_FILE, GENERATION_CONFIG_FILE, *RUNNER_FILES, MANIFEST_NAME}) if written else []
+    return sorted(written | {CONFIG_FILE, GENERATION_CONFIG_FILE, MANIFEST_NAME}) if written else []
 
 
 def external_data_files(folder: Path, graphs) -> list[str]:

@@ -133,8 +133,8 @@ def resolve_folder(name_or_path: str | Path, options: HubOptions) -> str | Path:
 def plain_files(folder: Path, names: list[str]) -> Path:
     """``folder`` where its files ``names`` are plain files; else (the Hub cache's snapshot files are links to
     its blobs, which the runner refuses as links leaving the folder: `runner_checks.confined_file`) the folder
-    `PLAIN_FILES` inside it, made once per snapshot (a commit's files never change), all at once: the files as
-    hard links to the blobs (copies where the file system has none), deleted with the snapshot.
+    `PLAIN_FILES` inside it, deleted with the snapshot, holding each of ``names`` as a hard link to its blob
+    (a copy where the file system has none), each put in whole and once (a commit's files never change).
 
     Raises:
         OSError: the Hub cache cannot be written (the message says how to download the folder instead).
@@ -142,19 +142,11 @@ def plain_files(folder: Path, names: list[str]) -> Path:
     if not any((folder / name).is_symlink() for name in names):
         return folder
     plain = folder / PLAIN_FILES
-    if plain.is_dir():  # complete: renamed into place whole
-        return plain
     try:
-        staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=folder))
-        try:
-            for name in names:
-                _link_or_copy((folder / name).resolve(), staging / name)
-            os.rename(staging, plain)
-        except OSError:
-            if not plain.is_dir():  # else another process made it first
-                raise
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        plain.mkdir(exist_ok=True)
+        for name in names:
+            if not (plain / name).is_file():
+                _link_or_copy((folder / name).resolve(), plain, name)
     except OSError as error:
         raise OSError(
             f"{folder} is in the Hugging Face cache, whose files are links that talk_hf's runner does not follow out of "
@@ -164,11 +156,21 @@ def plain_files(folder: Path, names: list[str]) -> Path:
     return plain
 
 
-def _link_or_copy(source: Path, destination: Path) -> None:
+def _link_or_copy(source: Path, folder: Path, name: str) -> None:
+    """``source`` as ``folder / name``: a hard link, or a copy (another file system, or one without hard
+    links) written under a temporary name and renamed, so that no reader finds part of it."""
     try:
-        os.link(source, destination)
-    except OSError:  # another file system, or one without hard links
-        shutil.copyfile(source, destination)
+        os.link(source, folder / name)
+    except FileExistsError:  # another process put it there
+        pass
+    except OSError:
+        descriptor, partial = tempfile.mkstemp(prefix=STAGING_PREFIX, dir=folder)
+        os.close(descriptor)
+        try:
+            shutil.copyfile(source, partial)
+            os.replace(partial, folder / name)
+        finally:
+            Path(partial).unlink(missing_ok=True)
 
 
 def _graphs(names: list[str]) -> list[str]:

@@ -150,12 +150,24 @@ def test_without_hard_links_the_snapshot_files_are_copied(lm_export, tmp_path, m
 
 def test_a_cache_that_cannot_be_written_says_how_to_download_instead(lm_export, tmp_path, monkeypatch):
     def read_only(*args, **kwargs):
-        raise PermissionError(13, "Permission denied")
+        raise OSError(30, "Read-only file system")
 
-    monkeypatch.setattr(tempfile, "mkdtemp", read_only)
+    monkeypatch.setattr(os, "link", read_only)
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
     snapshot = cache_repo(tmp_path, REPO, folder_files(lm_export.folder))
     with pytest.raises(OSError, match=f"making {snapshot / PLAIN_FILES} .*failed .*hf download REPO --local-dir DIR"):
         ORTModelForCausalLM.from_pretrained(REPO, cache_dir=tmp_path)
+
+
+def test_files_missing_from_the_plain_folder_are_added(lm_export, tmp_path):
+    """A folder of plain files that a run stopped while filling (or an earlier talk_hf filled) is completed."""
+    snapshot = cache_repo(tmp_path, REPO, folder_files(lm_export.folder))
+    model = ORTModelForCausalLM.from_pretrained(REPO, threads=1, cache_dir=tmp_path)
+    (model.folder / "decoder_step.onnx").unlink()
+    assert ORTModelForCausalLM.from_pretrained(REPO, threads=1, cache_dir=tmp_path).folder == snapshot / PLAIN_FILES
+    assert (snapshot / PLAIN_FILES / "decoder_step.onnx").stat().st_ino == (
+        snapshot / "decoder_step.onnx"
+    ).stat().st_ino
 
 
 def test_a_written_name_outside_the_folder_is_refused(lm_export, tmp_path):
