@@ -101,13 +101,21 @@ def refuse_keywords(method: str, keywords: dict) -> None:
 def resolve_folder(name_or_path: str | Path, options: HubOptions) -> str | Path:
     """The local exported folder named by ``name_or_path``: an existing path (a `Path` always is one) joined
     with ``options.subfolder``, given back as it came without one; else a Hub repository id, downloaded.
+    ``token``, ``cache_dir``, ``local_files_only`` and ``force_download`` say how to fetch a repository's files
+    and have nothing to do for a local folder; a ``revision`` would choose other files, so it is refused there.
 
     Raises:
+        ValueError: a ``revision`` with a local folder.
         FileNotFoundError: the repository (or its revision) is not on the Hub; offline (``HF_HUB_OFFLINE=1``
             or ``local_files_only``) and its files are not in the Hub cache; it holds no exported folder
             (no manifest.json: a PyTorch checkpoint's repository); or it lacks files its manifest lists.
     """
     if isinstance(name_or_path, Path) or Path(name_or_path).exists() or not _is_repo_id(str(name_or_path)):
+        if options.revision is not None:
+            raise ValueError(
+                f"revision={options.revision!r} chooses a version of a Hub repository, but {str(name_or_path)!r} is a "
+                "local path (a Path, an existing one, or no repository id): load the folder without revision"
+            )
         return Path(name_or_path) / options.subfolder if options.subfolder else name_or_path
     repo = f"{name_or_path}" + (f" (revision {options.revision})" if options.revision else "")
     where = f"{repo}'s folder {options.subfolder!r}" if options.subfolder else repo

@@ -199,6 +199,10 @@ def test_local_folders_load_and_fail_as_local_folders(lm_export, tmp_path, monke
     for missing in (Path("org/other"), "./other", str(tmp_path / "other")):
         with pytest.raises(FileNotFoundError, match="manifest.json does not exist: export the model first"):
             ORTModelForCausalLM.from_pretrained(missing)
+    with pytest.raises(
+        ValueError, match="revision='v1' chooses a version of a Hub repository, but 'org/name' is a local"
+    ):
+        ORTModelForCausalLM.from_pretrained("org/name", revision="v1")
 
 
 @pytest.mark.parametrize(
