@@ -14,7 +14,7 @@ import glob
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import huggingface_hub
@@ -59,7 +59,7 @@ class HubOptions:
 
     def download(self, repo_id: str, names: list[str]) -> Path:
         """The cached snapshot of ``repo_id`` holding (where the Hub or the cache has them) ``names`` of the
-        exported folder: its path in the snapshot."""
+        exported folder: the snapshot's folder (``snapshots/<commit>``)."""
         patterns = [glob.escape(f"{self.subfolder}/{name}" if self.subfolder else name) for name in names]
         snapshot = huggingface_hub.snapshot_download(
             repo_id,
@@ -70,7 +70,7 @@ class HubOptions:
             force_download=self.force_download,
             allow_patterns=patterns,
         )
-        return Path(snapshot) / self.subfolder
+        return Path(snapshot)
 
 
 def check_loading_keywords(owner: str, keywords: dict) -> None:
@@ -119,7 +119,8 @@ def resolve_folder(name_or_path: str | Path, options: HubOptions) -> str | Path:
         return Path(name_or_path) / options.subfolder if options.subfolder else name_or_path
     repo = f"{name_or_path}" + (f" (revision {options.revision})" if options.revision else "")
     where = f"{repo}'s folder {options.subfolder!r}" if options.subfolder else repo
-    folder = _downloading(repo, options, lambda: options.download(name_or_path, [MANIFEST_NAME]))
+    snapshot = _downloading(repo, options, lambda: options.download(name_or_path, [MANIFEST_NAME]))
+    folder = snapshot / options.subfolder
     if not (folder / MANIFEST_NAME).is_file():
         raise FileNotFoundError(
             f"{name_or_path} is neither a local folder nor, on the Hugging Face Hub, an exported folder: {where} has no "
@@ -129,11 +130,12 @@ def resolve_folder(name_or_path: str | Path, options: HubOptions) -> str | Path:
     names = [name for name in exported_file_names(folder) if name != MANIFEST_NAME]
     if not names:  # a manifest that is not a talk_hf-onnx one: read_folder says why
         return folder
-    folder = _downloading(repo, options, lambda: options.download(name_or_path, names))
+    pinned = replace(options, revision=snapshot.name)  # the manifest's commit, even if the branch moves on meanwhile
+    _downloading(repo, options, lambda: pinned.download(name_or_path, names))
     _check_downloaded(folder, names, where, options)
     extra = [name for name in external_data_files(folder, _graphs(names)) if name not in names]
     if extra:
-        folder = _downloading(repo, options, lambda: options.download(name_or_path, extra))
+        _downloading(repo, options, lambda: pinned.download(name_or_path, extra))
         _check_downloaded(folder, extra, where, options)
     return plain_files(folder, [MANIFEST_NAME, *names, *extra])
 

@@ -47,22 +47,22 @@ def seq2seq_export(shared_exports):
     return shared_exports("dynamic-seq2seq")
 
 
-def cache_repo(cache: Path, repo_id: str, files: dict[str, Path], ref: str = "main") -> Path:
+def cache_repo(cache: Path, repo_id: str, files: dict[str, Path], ref: str = "main", commit: str = COMMIT) -> Path:
     """Put ``files`` (path in the repository -> the file to put there) into the Hub cache ``cache`` as
     huggingface_hub leaves a download: the data in blobs/, named by hash, links to them in
     snapshots/<commit>/, the commit in refs/<ref>; the snapshot folder."""
     repo = cache / f"models--{repo_id.replace('/', '--')}"
     (repo / "refs").mkdir(parents=True, exist_ok=True)
-    (repo / "refs" / ref).write_text(COMMIT)
+    (repo / "refs" / ref).write_text(commit)
     for name, source in files.items():
         data = source.read_bytes()
         blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
         blob.parent.mkdir(exist_ok=True)
         blob.write_bytes(data)
-        link = repo / "snapshots" / COMMIT / name
+        link = repo / "snapshots" / commit / name
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(os.path.relpath(blob, link.parent))
-    return repo / "snapshots" / COMMIT
+    return repo / "snapshots" / commit
 
 
 def folder_files(folder: Path, prefix: str = "") -> dict[str, Path]:
@@ -102,6 +102,26 @@ def test_revision_subfolder_and_the_default_cache(lm_export, tmp_path, monkeypat
         assert model.folder == snapshot / "onnx" / PLAIN_FILES
     with pytest.raises(FileNotFoundError, match=f"{REPO} .revision main. is not a local folder.*not cached in"):
         ORTModelForCausalLM.from_pretrained(REPO, revision="main", subfolder="onnx")
+
+
+def test_the_files_come_from_the_manifests_commit_while_the_branch_moves_on(
+    lm_export, seq2seq_export, tmp_path, monkeypatch
+):
+    """main moves to another export's commit after the manifest was fetched: the graphs are still the manifest's."""
+    snapshot = cache_repo(tmp_path, REPO, folder_files(lm_export.folder))
+    cache_repo(tmp_path, REPO, folder_files(seq2seq_export.folder), commit="f" * 40)
+    (tmp_path / "models--org--talk-lm-onnx" / "refs" / "main").write_text(COMMIT)
+    download, revisions = huggingface_hub.snapshot_download, []
+
+    def moving_on(repo_id, **options):
+        revisions.append(options["revision"])
+        snapshot = download(repo_id, **options)
+        (tmp_path / "models--org--talk-lm-onnx" / "refs" / "main").write_text("f" * 40)
+        return snapshot
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", moving_on)
+    assert ORTModelForCausalLM.from_pretrained(REPO, threads=1, cache_dir=tmp_path).folder == snapshot / PLAIN_FILES
+    assert revisions == [None, COMMIT]
 
 
 def test_local_files_only_reads_the_cache_without_offline_mode(lm_export, tmp_path, monkeypatch):
