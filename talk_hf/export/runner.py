@@ -60,19 +60,16 @@ else:  # the copy in an exported folder, imported as the top-level module ``runn
             sys.modules[name] = importlib.util.module_from_spec(spec)
         return name
 
+    _missing = [name for name in RUNNER_FILES if not Path(__file__).with_name(name).is_file()]
+    if _missing:  # checked before any import: a file that one of the others imports would be named by neither
+        raise ImportError(
+            f"{Path(__file__).parent} lacks {_missing}: runner.py runs with the files the export writes beside it "
+            f"({', '.join(RUNNER_FILES)}); copy the whole exported folder"
+        )
+
     def _beside(name: str):
-        """The runner's file ``name``.py beside this one; ImportError naming a missing file of the runner."""
-        package = _folder_package()
-        try:
-            return importlib.import_module(f"{package}.{name}")
-        except ModuleNotFoundError as error:  # this file or one it imports
-            if not (error.name or "").startswith(f"{package}."):
-                raise
-            missing = Path(__file__).with_name(error.name.removeprefix(f"{package}.") + ".py")
-            raise ImportError(
-                f"{missing} does not exist: runner.py runs with the files the export writes beside it "
-                f"({', '.join(RUNNER_FILES)}); copy the whole exported folder"
-            ) from None
+        """The runner's file ``name``.py beside this one."""
+        return importlib.import_module(f"{_folder_package()}.{name}")
 
     checks, runner_decoding = _beside("runner_checks"), _beside("runner_decoding")
     runner_logits, runner_settings = _beside("runner_logits"), _beside("runner_settings")

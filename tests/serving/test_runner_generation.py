@@ -533,13 +533,14 @@ def test_a_batch_row_where_no_candidate_ended_keeps_its_finished_beams(seed, len
     assert finished.done[0].sum() == 2 and finished.lengths[0].max() == column + 1 - start
 
 
-def test_a_runner_without_its_files_names_the_missing_one(tmp_path):
-    """runner.py and runner_checks.py copied alone: importing runner names the file it lacks."""
-    for name in ("runner.py", "runner_checks.py"):
-        shutil.copyfile(Path(runner_module.__file__).with_name(name), tmp_path / name)
+@pytest.mark.parametrize("missing", ["runner_settings.py", "runner_logits.py"])
+def test_a_runner_without_its_files_names_the_missing_one(tmp_path, missing):
+    """runner.py without one of its files (runner_logits.py: imported by runner_decoding.py, not by
+    runner.py): importing runner names the file it lacks, before importing any."""
+    for name in runner_module.RUNNER_FILES:
+        if name != missing:
+            shutil.copyfile(Path(runner_module.__file__).with_name(name), tmp_path / name)
     script = f"import sys\nsys.path.insert(0, {str(tmp_path)!r})\nimport runner\n"
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
-    assert (
-        f"ImportError: {tmp_path / 'runner_settings.py'} does not exist: runner.py runs with the files" in result.stderr
-    )
+    assert f"ImportError: {tmp_path} lacks ['{missing}']: runner.py runs with the files" in result.stderr
