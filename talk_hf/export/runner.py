@@ -256,7 +256,7 @@ class OnnxGenerator:
         prompt_length = 1 if seq2seq else ids.shape[1]
         vocab, default_length = self.manifest["vocab_size"], self.manifest[runner_settings.DEFAULT_LENGTH]
         settings = runner_settings.resolved_settings(settings, self.defaults, default_length, vocab, prompt_length)
-        rng = _sampling_generator(seed, settings["do_sample"])
+        rng = runner_logits.sampling_generator(seed, settings["do_sample"])
         beams = settings["num_beams"]
         if beams > 1 and CANDIDATES not in self.sessions:
             raise self._no_candidates_graph()
@@ -279,16 +279,3 @@ class OnnxGenerator:
 def _by_row(logits: np.ndarray) -> np.ndarray:
     """A graph's (B, 1, V) logits output (the LM head's own) as a (B, V) view."""
     return logits[:, 0]
-
-
-def _sampling_generator(seed, sampling: bool) -> np.random.Generator | None:
-    """The numpy Generator of a sampling request's ``seed`` (None: fresh entropy); None without sampling."""
-    if seed is not None and not sampling:
-        raise ValueError("seed applies only when sampling: pass do_sample=True too, or leave seed out")
-    if not sampling:
-        return None
-    if isinstance(seed, np.random.Generator):
-        return seed
-    if seed is not None:
-        seed = runner_settings.check_integer("seed", seed, 0)
-    return np.random.default_rng(seed)
