@@ -98,7 +98,7 @@ def save_folder(source: Path, destination: str | Path, loaded: dict, overwrite: 
     destination.mkdir(parents=True, exist_ok=True)
     with staging_folder(destination) as staging:
         for name in names:
-            shutil.copyfile(source / name, staging / name)  # a Hub snapshot's link: the file it points to
+            shutil.copyfile(source / name, staging / name)  # a link: the file it points to
         publish(staging, destination, names)
     remove_stale(destination, previous, names)
     return destination
