@@ -78,9 +78,20 @@ else:  # the copy in an exported folder, imported as the top-level module ``runn
 CANDIDATES, PROMPT = checks.CANDIDATES, checks.PROMPT
 
 
-def _session(path: Path, graph: dict, options: ort.SessionOptions) -> ort.InferenceSession:
-    """An ORT CPU session of ``path`` whose input and output names must be the manifest's ``graph``."""
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+_STATE = ort.capi.onnxruntime_pybind11_state  # ONNX Runtime's errors of a file it cannot load as a graph
+_LOAD_ERRORS = (_STATE.Fail, _STATE.InvalidArgument, _STATE.InvalidGraph, _STATE.InvalidProtobuf, _STATE.NoSuchFile)
+
+
+def _session(path: Path, role: str, graph: dict, options: ort.SessionOptions) -> ort.InferenceSession:
+    """An ORT CPU session of ``path`` (the manifest's ``files.<role>``) whose input and output names must be
+    the manifest's ``graph``; ValueError naming a file ONNX Runtime does not load (damaged, not a graph)."""
+    try:
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except _LOAD_ERRORS as error:
+        raise ValueError(
+            f"{path}, named by {path.with_name(checks.MANIFEST_NAME)} field files.{role}, is not an ONNX graph that "
+            f"ONNX Runtime loads (a damaged or truncated file?): export the model again ({error})"
+        ) from None
     found = {"inputs": [x.name for x in session.get_inputs()], "outputs": [x.name for x in session.get_outputs()]}
     for kind, names in found.items():
         if names != graph[kind]:
@@ -115,7 +126,7 @@ class OnnxGenerator:
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
         files, graphs = self.manifest["files"], self.manifest["graphs"]
         self.sessions = {
-            role: _session(checks.confined_file(self.folder, f"files.{role}", name), graphs[role], options)
+            role: _session(checks.confined_file(self.folder, f"files.{role}", name), role, graphs[role], options)
             for role, name in files.items()
         }
         checks.check_graph_shapes(self.manifest, self.sessions, self.folder)

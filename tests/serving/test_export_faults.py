@@ -443,3 +443,20 @@ def test_command_line_refuses_weights_missing_or_left_over(tmp_path, capsys):
     )
     assert error.startswith(f"{expected}: it lacks ['{dropped}'] and holds ['extra.weight']"), error
     assert not (tmp_path / "onnx").exists()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [lambda data: b"not a graph", lambda data: data[: len(data) // 2], lambda data: b""],
+    ids=["garbage", "truncated", "empty"],
+)
+@pytest.mark.parametrize("graph", ["encoder", "decoder_step", "beam_candidates"])
+def test_a_damaged_graph_file_is_named(exported, tmp_path, graph, damage):
+    """A graph file ONNX Runtime cannot load is refused naming the file, the manifest field and the fix,
+    not with ONNX Runtime's own INVALID_PROTOBUF / INVALID_ARGUMENT error."""
+    folder = _copy(exported, tmp_path)
+    path = folder / f"{graph}.onnx"
+    path.write_bytes(damage(path.read_bytes()))
+    message = f"{re.escape(str(path))}, named by .*manifest.json field files.{graph}, is not an ONNX graph that ONNX Runtime loads"
+    with pytest.raises(ValueError, match=f"^{message} .*export the model again"):
+        OnnxGenerator(folder)
