@@ -280,6 +280,13 @@ def resolved_settings(passed: dict, defaults: dict, default_length: dict, vocab_
             )
         values["max_new_tokens"] = max_length - prompt_length
     values["max_length"] = prompt_length + values["max_new_tokens"]
+    try:  # beam search divides each finished beam's score by its new tokens ** length_penalty
+        float(values["max_new_tokens"]) ** (values["length_penalty"] if values["num_beams"] > 1 else 0)
+    except OverflowError:
+        raise ValueError(
+            f"length_penalty {values['length_penalty']} overflows: {values['max_new_tokens']} new tokens ** length_penalty "
+            "is beyond a float's range; pass a length_penalty of smaller size"
+        ) from None
     if values["min_new_tokens"] is None:
         values["min_new_tokens"] = max(values["min_length"] - prompt_length, 0)
     return values

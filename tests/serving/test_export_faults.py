@@ -239,6 +239,11 @@ BAD_REQUESTS = {
     "early-stopping": (dict(input_ids=IDS, early_stopping="yes"), ValueError, "early_stopping must be True, False or"),
     "length-penalty-nan": (dict(input_ids=IDS, length_penalty=float("nan")), ValueError, "length_penalty must be a"),
     "length-penalty-text": (dict(input_ids=IDS, length_penalty="1"), ValueError, "length_penalty must be a finite"),
+    "length-penalty-overflow": (  # Python's OverflowError in beam search's new_tokens ** length_penalty
+        dict(input_ids=IDS, num_beams=2, length_penalty=1e300, max_new_tokens=3),
+        ValueError,
+        r"length_penalty 1e\+300 overflows: 3 new tokens \*\* length_penalty is beyond a float's range",
+    ),
     "beams-huge": (dict(input_ids=IDS, num_beams=10**6), ValueError, r"num_beams must be in \[1, 40\] \(no more beams"),
     "beams-string": (dict(input_ids=IDS, num_beams="3"), TypeError, "num_beams must be an int, got '3'"),
     "max-new-zero": (dict(input_ids=IDS, max_new_tokens=0), ValueError, "max_new_tokens must be >= 1, got 0"),
@@ -252,6 +257,15 @@ def test_a_bad_request_is_refused_as_generate_refuses_it(runner, name):
     request, error, message = BAD_REQUESTS[name]
     with pytest.raises(error, match=message):
         runner.generate(**request)
+
+
+def test_a_manifest_length_penalty_that_would_overflow_is_inert_without_beams(runner, monkeypatch):
+    """Greedy decoding does not apply the manifest's length_penalty, so a huge one refuses only beam search."""
+    expected = runner.generate(IDS, max_new_tokens=3, num_beams=1)
+    monkeypatch.setitem(runner.defaults, "length_penalty", 1e300)
+    np.testing.assert_array_equal(runner.generate(IDS, max_new_tokens=3, num_beams=1), expected)
+    with pytest.raises(ValueError, match="length_penalty 1e\\+300 overflows"):
+        runner.generate(IDS, max_new_tokens=3, num_beams=2)
 
 
 def test_bad_session_options_are_refused(exported):
