@@ -23,6 +23,7 @@ from step to step; beam search reorders its rows.
 
 from __future__ import annotations
 
+from os import PathLike
 from pathlib import Path
 
 import numpy as np
@@ -111,6 +112,10 @@ class OnnxGenerator:
     """
 
     def __init__(self, folder: str | Path, threads: int | None = None, optimization: str = "all", spin: bool = False):
+        if not isinstance(folder, (str, PathLike)):
+            raise TypeError(
+                f"folder must be the path of an exported folder (a str or Path), got {type(folder).__name__}"
+            )
         self.folder = Path(folder)
         self.manifest = checks.read_manifest(folder)
         self.defaults = runner_settings.checked_defaults(self.manifest)  # generate's, checked once

@@ -268,6 +268,12 @@ def test_a_manifest_length_penalty_that_would_overflow_is_inert_without_beams(ru
         runner.generate(IDS, max_new_tokens=3, num_beams=2)
 
 
+@pytest.mark.parametrize("folder", [None, 3, b"folder"], ids=["none", "int", "bytes"])
+def test_a_folder_that_is_not_a_path_is_named(folder):
+    with pytest.raises(TypeError, match=r"^folder must be the path of an exported folder \(a str or Path\), got "):
+        OnnxGenerator(folder)
+
+
 def test_bad_session_options_are_refused(exported):
     with pytest.raises(ValueError, match="threads must be >= 1, got 0"):
         OnnxGenerator(exported, threads=0)
