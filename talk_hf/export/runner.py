@@ -166,7 +166,8 @@ class OnnxGenerator:
         return session and runner_inputs.GraphInputs(session, call, parameters, token_ids).feed
 
     def new_states(self, batch: int) -> list[np.ndarray]:
-        """Zero histories for ``batch`` rows: (batch, history_size, channels) float32 per layer."""
+        """Zero histories for ``batch`` (an int >= 1) rows: (batch, history_size, channels) float32 per layer."""
+        batch = runner_settings.check_integer("OnnxGenerator.new_states: batch", batch, 1)
         return [np.zeros((batch, s["history_size"], s["channels"]), np.float32) for s in self.manifest["states"]]
 
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> list[np.ndarray]:

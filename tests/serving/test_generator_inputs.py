@@ -299,3 +299,17 @@ def test_checked_candidates_are_the_graphs(generator):
     np.testing.assert_array_equal(scores, direct[0])
     np.testing.assert_array_equal(indices, direct[1])
     assert indices.shape == (1, 2 * VOCAB)
+
+
+@pytest.mark.parametrize(
+    "batch, error, message",
+    [
+        (0, ValueError, "must be >= 1, got 0"),
+        (-1, ValueError, "must be >= 1, got -1"),
+        ("2", TypeError, "must be an int"),
+    ],
+)
+def test_new_states_of_a_bad_batch_are_named(generator, batch, error, message):
+    """numpy's 'negative dimensions are not allowed' and "'str' object cannot be interpreted as an integer"."""
+    with pytest.raises(error, match=f"^OnnxGenerator.new_states: batch {message}"):
+        generator.new_states(batch)
