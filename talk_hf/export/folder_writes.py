@@ -52,10 +52,19 @@ def check_replaceable(folder: Path, names: Iterable[str], overwrite: bool) -> No
         IsADirectoryError: one of ``names`` is a folder in ``folder``.
         FileExistsError: one of ``names`` is in ``folder`` and no export wrote it (its manifest does not
             list it), unless ``overwrite``; the message names the files.
+        PermissionError: ``folder`` (or the folder it would be created in) cannot be written, found
+            before anything is traced or loaded (by making and removing a folder in it, as `staging_folder` does).
     """
     existing = next(path for path in (folder, *folder.parents) if path.exists())
     if not existing.is_dir():
         raise NotADirectoryError(f"{existing} is a file, so {folder} cannot be a folder: choose another output folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=existing))
+    except OSError as error:
+        raise PermissionError(
+            f"{folder} cannot be written: {existing} refuses new files ({error.strerror}); choose another output "
+            "folder, or make it writable"
+        ) from None
     present = [name for name in names if (folder / name).exists() or (folder / name).is_symlink()]
     folders = [name for name in present if (folder / name).is_dir() and not (folder / name).is_symlink()]
     if folders:

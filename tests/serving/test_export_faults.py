@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 import torch
 
-from talk_hf.export import OnnxGenerator, export_onnx, quantize_exported
+from talk_hf.export import OnnxGenerator, export_onnx, folder_writes, quantize_exported
+from talk_hf.export import __main__ as command_line
 from talk_hf.export.__main__ import main
 from talk_hf.export.folder_writes import STAGING_PREFIX
 from talk_hf.export.runner import RUNNER_FILES
@@ -480,3 +481,26 @@ def test_a_damaged_graph_file_is_named(exported, tmp_path, graph, damage):
     message = f"{re.escape(str(path))}, named by .*manifest.json field files.{graph}, is not an ONNX graph that ONNX Runtime loads"
     with pytest.raises(ValueError, match=f"^{message} .*export the model again"):
         OnnxGenerator(folder)
+
+
+@pytest.mark.parametrize("target", ["folder", "new-subfolder"])
+def test_command_line_names_a_read_only_target_before_loading_the_model(tmp_path, capsys, monkeypatch, target):
+    """An output folder (or the folder it would be made in) that refuses new files is named with the fix
+    before the model loads or is traced; it failed after tracing, naming the export's hidden staging folder."""
+    LM.model().save_pretrained(tmp_path / "model")
+    (tmp_path / "out").mkdir()
+
+    def refused(prefix, dir):
+        raise PermissionError(1, "Operation not permitted", str(Path(dir) / prefix))
+
+    monkeypatch.setattr(folder_writes.tempfile, "mkdtemp", refused)  # a read-only folder, as root cannot chmod one
+    monkeypatch.setattr(command_line, "load_model", lambda model_dir: pytest.fail("the model loaded"))
+    output = tmp_path / "out" / ("sub" if target == "new-subfolder" else "")
+    capsys.readouterr()  # save_pretrained's progress
+    assert main([str(tmp_path / "model"), str(output)]) == 1
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert error == (
+        f"error: {output} cannot be written: {tmp_path / 'out'} refuses new files (Operation not permitted); "
+        "choose another output folder, or make it writable"
+    )
+    assert list((tmp_path / "out").iterdir()) == []
