@@ -7,7 +7,8 @@ request never reaches a raw ONNX Runtime, ``KeyError`` or ``IndexError`` failure
 
 * `read_manifest` / `check_manifest`: the manifest's fields, their types and ranges (token ids within
   the vocabulary, state sizes, graph names), and every ``files`` entry confined to the folder
-  (`confined_file`: a plain file name, not a symlink that leads out);
+  (`confined_file`: a plain file name, not a symlink that leads out, but for a Hugging Face Hub cache
+  snapshot's links to its repository's blobs);
 * `check_graph_shapes`: the graphs ONNX Runtime loaded declare the manifest's state shapes and vocabulary,
   and logits of a shape the runner reads;
 * `checked_inputs`: what transformers' ``generate`` refuses of the inputs (ids outside the vocabulary,
@@ -67,18 +68,27 @@ def confined_file(folder: Path, field: str, name) -> Path:
 
     Raises:
         ValueError: ``name`` is not a plain file name of ``folder`` (an absolute path, a path with
-            folders or ``..``, a symlink whose target lies outside ``folder``), naming ``field``.
+            folders or ``..``, a symlink whose target lies outside ``folder`` and, for a Hub cache
+            snapshot, outside its repository's blobs: `_link_targets`), naming ``field``.
         FileNotFoundError: no such file.
     """
     manifest = _Field(Path(folder) / MANIFEST_NAME, field)
     if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name or "\\" in name:
         raise manifest.error("a file name inside the exported folder (no folders, '..' or absolute paths)", name)
     path = Path(folder) / name
-    if path.is_symlink() and Path(folder).resolve() not in path.resolve().parents:
+    if path.is_symlink() and not any(root in path.resolve().parents for root in _link_targets(folder)):
         raise manifest.error(f"a file inside the exported folder, not a symlink to {path.resolve()}", name)
     if not path.is_file():
         raise FileNotFoundError(f"{path}, named by {manifest.path} field {field}, does not exist or is not a file")
     return path
+
+
+def _link_targets(folder: Path) -> list[Path]:
+    """Where the symlinks among ``folder``'s files may lead: into the folder, and for a folder in a Hugging Face
+    Hub cache snapshot (``<repo>/snapshots/<commit>/``, whose files are links to ``<repo>/blobs/``) that blobs folder."""
+    inside = Path(folder).resolve()
+    snapshots = [parent for parent in inside.parents if parent.name == "snapshots"][:1]
+    return [inside, *(parent.parent / "blobs" for parent in snapshots)]
 
 
 def read_manifest(folder: str | Path) -> dict:

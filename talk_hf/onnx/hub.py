@@ -11,9 +11,6 @@ nothing for an exported folder are refused by name (`check_loading_keywords`, `r
 from __future__ import annotations
 
 import glob
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -28,11 +25,9 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import validate_repo_id
 
-from ..export.folder_writes import STAGING_PREFIX
 from ..export.runner_checks import MANIFEST_NAME
 from .exported_folder import exported_file_names, external_data_files
 
-PLAIN_FILES = ".talk_hf-plain-files"  # in a Hub cache snapshot's exported folder: its files, not links (`plain_files`)
 EXPORT_ADVICE = "export the PyTorch model first (python -m talk_hf.export MODEL_DIR OUT) and load or upload OUT"
 # from_pretrained's keywords that take one value only here: the graphs' dtype, the CPU of ONNX Runtime's sessions.
 FIXED_KEYWORDS = {
@@ -137,50 +132,7 @@ def resolve_folder(name_or_path: str | Path, options: HubOptions) -> str | Path:
     if extra:
         _downloading(repo, options, lambda: pinned.download(name_or_path, extra))
         _check_downloaded(folder, extra, where, options)
-    return plain_files(folder, [MANIFEST_NAME, *names, *extra])
-
-
-def plain_files(folder: Path, names: list[str]) -> Path:
-    """``folder`` where its files ``names`` are plain files; else (the Hub cache's snapshot files are links to
-    its blobs, which the runner refuses as links leaving the folder: `runner_checks.confined_file`) the folder
-    `PLAIN_FILES` inside it, deleted with the snapshot, holding each of ``names`` as a hard link to its blob
-    (a copy where the file system has none), each put in whole and once (a commit's files never change).
-
-    Raises:
-        OSError: the Hub cache cannot be written (the message says how to download the folder instead).
-    """
-    if not any((folder / name).is_symlink() for name in names):
-        return folder
-    plain = folder / PLAIN_FILES
-    try:
-        plain.mkdir(exist_ok=True)
-        for name in names:
-            if not (plain / name).is_file():
-                _link_or_copy((folder / name).resolve(), plain, name)
-    except OSError as error:
-        raise OSError(
-            f"{folder} is in the Hugging Face cache, whose files are links that talk_hf's runner does not follow out of "
-            f"a folder, and making {plain} (the same files, hard-linked) failed ({error}): download the folder with "
-            "`hf download REPO --local-dir DIR` and load DIR"
-        ) from None
-    return plain
-
-
-def _link_or_copy(source: Path, folder: Path, name: str) -> None:
-    """``source`` as ``folder / name``: a hard link, or a copy (another file system, or one without hard
-    links) written under a temporary name and renamed, so that no reader finds part of it."""
-    try:
-        os.link(source, folder / name)
-    except FileExistsError:  # another process put it there
-        pass
-    except OSError:
-        descriptor, partial = tempfile.mkstemp(prefix=STAGING_PREFIX, dir=folder)
-        os.close(descriptor)
-        try:
-            shutil.copyfile(source, partial)
-            os.replace(partial, folder / name)
-        finally:
-            Path(partial).unlink(missing_ok=True)
+    return folder  # its files are links to the repository's blobs, which the runner follows (`confined_file`)
 
 
 def _graphs(names: list[str]) -> list[str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,9 +22,8 @@ import onnx  # noqa: E402
 from huggingface_hub import RepoUrl, constants  # noqa: E402
 from huggingface_hub.utils import filter_repo_objects  # noqa: E402
 
-from talk_hf.export import quantize_exported  # noqa: E402
+from talk_hf.export import OnnxGenerator, quantize_exported  # noqa: E402
 from talk_hf.onnx import ORTModelForCausalLM, ORTModelForSeq2SeqLM  # noqa: E402
-from talk_hf.onnx.hub import PLAIN_FILES  # noqa: E402
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 REPO = "org/talk-lm-onnx"
@@ -83,9 +81,10 @@ def test_a_repo_id_loads_its_exported_folder_from_the_hub_cache(lm_export, tmp_p
     checkpoint = tmp_path / "model.safetensors"
     checkpoint.write_bytes(b"not read")
     snapshot = cache_repo(cache, REPO, {**folder_files(lm_export.folder), "model.safetensors": checkpoint})
+    cached = sorted(cache.rglob("*"))
     model = ORTModelForCausalLM.from_pretrained(REPO, threads=1, cache_dir=cache)
-    assert model.folder == snapshot / PLAIN_FILES  # the runner follows no link out of a folder: hard links
-    assert ORTModelForCausalLM.from_pretrained(REPO, threads=1, cache_dir=cache).folder == model.folder
+    assert model.folder == snapshot  # its files are links into the repository's blobs
+    assert sorted(cache.rglob("*")) == cached  # nothing written into the cache (it may be read-only)
     local = ORTModelForCausalLM.from_pretrained(lm_export.folder, threads=1)
     assert torch.equal(generated(model, lm_export), generated(local, lm_export))
     model.save_pretrained(tmp_path / "saved")
@@ -99,7 +98,7 @@ def test_revision_subfolder_and_the_default_cache(lm_export, tmp_path, monkeypat
     for revision in ("v1", COMMIT):
         model = ORTModelForCausalLM.from_pretrained(REPO, threads=1, revision=revision, subfolder="onnx")
         snapshot = tmp_path / "hub" / "models--org--talk-lm-onnx" / "snapshots" / COMMIT
-        assert model.folder == snapshot / "onnx" / PLAIN_FILES
+        assert model.folder == snapshot / "onnx"
     with pytest.raises(FileNotFoundError, match=f"{REPO} .revision main. is not a local folder.*not cached in"):
         ORTModelForCausalLM.from_pretrained(REPO, revision="main", subfolder="onnx")
 
@@ -120,7 +119,7 @@ def test_the_files_come_from_the_manifests_commit_while_the_branch_moves_on(
         return snapshot
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", moving_on)
-    assert ORTModelForCausalLM.from_pretrained(REPO, threads=1, cache_dir=tmp_path).folder == snapshot / PLAIN_FILES
+    assert ORTModelForCausalLM.from_pretrained(REPO, threads=1, cache_dir=tmp_path).folder == snapshot
     assert revisions == [None, COMMIT]
 
 
@@ -157,37 +156,20 @@ def test_files_the_manifest_lists_but_the_cache_lacks_are_named(lm_export, tmp_p
         ORTModelForCausalLM.from_pretrained(REPO, cache_dir=tmp_path)
 
 
-def test_without_hard_links_the_snapshot_files_are_copied(lm_export, tmp_path, monkeypatch):
-    def no_link(source, destination):
-        raise OSError(18, "Invalid cross-device link")
-
-    monkeypatch.setattr(os, "link", no_link)
-    cache_repo(tmp_path, REPO, folder_files(lm_export.folder))
-    folder = ORTModelForCausalLM.from_pretrained(REPO, threads=1, cache_dir=tmp_path).folder
-    assert folder.name == PLAIN_FILES and not any(path.is_symlink() for path in folder.iterdir())
-    assert (folder / "decoder_step.onnx").read_bytes() == (lm_export.folder / "decoder_step.onnx").read_bytes()
-
-
-def test_a_cache_that_cannot_be_written_says_how_to_download_instead(lm_export, tmp_path, monkeypatch):
-    def read_only(*args, **kwargs):
-        raise OSError(30, "Read-only file system")
-
-    monkeypatch.setattr(os, "link", read_only)
-    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+def test_the_torch_free_runner_reads_a_snapshot_but_no_link_out_of_its_repository(lm_export, tmp_path):
+    """A snapshot's files link into its repository's blobs, which the runner follows (a host with only
+    onnxruntime and numpy runs ``snapshot_download``'s folder); a link anywhere else is still refused."""
     snapshot = cache_repo(tmp_path, REPO, folder_files(lm_export.folder))
-    with pytest.raises(OSError, match=f"making {snapshot / PLAIN_FILES} .*failed .*hf download REPO --local-dir DIR"):
-        ORTModelForCausalLM.from_pretrained(REPO, cache_dir=tmp_path)
-
-
-def test_files_missing_from_the_plain_folder_are_added(lm_export, tmp_path):
-    """A folder of plain files that a run stopped while filling (or an earlier talk_hf filled) is completed."""
-    snapshot = cache_repo(tmp_path, REPO, folder_files(lm_export.folder))
-    model = ORTModelForCausalLM.from_pretrained(REPO, threads=1, cache_dir=tmp_path)
-    (model.folder / "decoder_step.onnx").unlink()
-    assert ORTModelForCausalLM.from_pretrained(REPO, threads=1, cache_dir=tmp_path).folder == snapshot / PLAIN_FILES
-    assert (snapshot / PLAIN_FILES / "decoder_step.onnx").stat().st_ino == (
-        snapshot / "decoder_step.onnx"
-    ).stat().st_ino
+    runner = OnnxGenerator(snapshot, threads=1)
+    assert runner.generate(lm_export.ids.numpy(), lm_export.mask.numpy(), max_new_tokens=4).shape[0] == 3
+    outside = tmp_path / "decoder_step.onnx"  # outside the repository's blobs
+    outside.write_bytes((snapshot / "decoder_step.onnx").read_bytes())
+    (snapshot / "decoder_step.onnx").unlink()
+    (snapshot / "decoder_step.onnx").symlink_to(outside)
+    with pytest.raises(
+        ValueError, match=r"field files.decoder_step must be a file inside the exported folder, not a symlink"
+    ):
+        OnnxGenerator(snapshot, threads=1)
 
 
 def test_a_written_name_outside_the_folder_is_refused(lm_export, tmp_path):
