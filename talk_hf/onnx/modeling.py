@@ -41,6 +41,7 @@ from .exported_decoder import ExportedDecoder
 from .exported_folder import exported_file_names, file_states, read_folder
 from .hub import HubOptions, check_loading_keywords, resolve_folder
 from .inputs import SourceInputs, new_tokens, refuse_unsupported
+from .outputs import model_output
 from .saving import ExportedFolderHubMixin
 
 DECODER_NAMES = InputNames("decoder_input_ids", "decoder_attention_mask")  # an encoder-decoder's decoder inputs
@@ -250,7 +251,9 @@ class ORTModelForCausalLM(ORTModelBase):
         )
         cache = self._cache(cache, past_key_values, use_cache)
         logits = self._decode(InputNames(), input_ids, attention_mask, cache, logits_to_keep, {})
-        return CausalLMOutputWithPast(logits=logits, **{CACHE_NAME: None if use_cache is False else cache})
+        return model_output(
+            CausalLMOutputWithPast, logits=logits, **{CACHE_NAME: None if use_cache is False else cache}
+        )
 
 
 class ORTModelForSeq2SeqLM(EncoderDecoderChunkedPrefillMixin, ORTModelBase):
@@ -311,7 +314,8 @@ class ORTModelForSeq2SeqLM(EncoderDecoderChunkedPrefillMixin, ORTModelBase):
         rows = None if decoder_input_ids is None else decoder_input_ids.shape[0]
         source = self.source_inputs(encoder_outputs, attention_mask, rows)
         logits = self._decode(DECODER_NAMES, decoder_input_ids, decoder_attention_mask, cache, logits_to_keep, source)
-        return Seq2SeqLMOutput(
+        return model_output(
+            Seq2SeqLMOutput,
             logits=logits,
             **{CACHE_NAME: None if use_cache is False else cache},
             encoder_last_hidden_state=encoder_outputs.get("last_hidden_state"),

@@ -22,8 +22,13 @@ from transformers import (
     WatermarkingConfig,
     pipeline,
 )
+from transformers.modeling_outputs import CausalLMOutputWithPast, Seq2SeqLMOutput
+
+from talk_hf.transformers_internals import CACHE_NAME
 
 pytest.importorskip("onnxruntime")
+
+from talk_hf.onnx.outputs import model_output  # noqa: E402
 
 from ..models.helpers import VOCAB  # noqa: E402
 from .test_ort_models import NEW_TOKENS, Served, _served  # noqa: E402
@@ -176,3 +181,66 @@ def test_text_generation_pipeline_options_equal_the_pytorch_models(lm, settings)
     assert outputs[0] == outputs[1]
     per_text = settings.get("num_return_sequences", 1)
     assert [len(rows) for rows in outputs[1]] == [per_text] * len(texts)
+
+
+def _step(seq2seq: Served, encoder_outputs, cache, token: int):
+    """One decoding step of the three sources on ``cache``: the forward's output."""
+    decoder_input_ids = torch.full((3, 1), token)
+    return seq2seq.ort(
+        encoder_outputs=encoder_outputs, attention_mask=seq2seq.mask, decoder_input_ids=decoder_input_ids, cache=cache
+    )
+
+
+def test_step_logits_a_caller_keeps_are_never_overwritten(seq2seq):
+    """A step writes its logits into a tensor it keeps between steps (bound once) only while nothing else
+    holds that tensor or its memory: the logits kept whole, as a view and as a numpy array keep the values
+    of their step; the tensors of outputs let go are written again (two, alternated)."""
+    encoder_outputs = seq2seq.ort.get_encoder()(seq2seq.ids, attention_mask=seq2seq.mask)
+    cache = seq2seq.ort.new_cache()
+    keep = {
+        "whole": lambda logits: logits,
+        "view": lambda logits: logits[:, -1],
+        "numpy": lambda logits: logits.numpy(),
+    }
+    kept, values = {}, {}
+    for token, (name, taken) in enumerate(keep.items(), start=7):
+        kept[name] = taken(_step(seq2seq, encoder_outputs, cache, token).logits)
+        values[name] = torch.as_tensor(kept[name]).clone()
+    addresses = [_step(seq2seq, encoder_outputs, cache, token).logits.data_ptr() for token in (10, 11, 12, 13)]
+    for name, held in kept.items():
+        torch.testing.assert_close(torch.as_tensor(held), values[name], atol=0, rtol=0, msg=name)
+    assert addresses[0] == addresses[2] and addresses[1] == addresses[3] and addresses[0] != addresses[1]
+    kept_addresses = {torch.as_tensor(held).data_ptr() for held in kept.values()}
+    assert not kept_addresses & set(addresses)
+
+
+def test_forward_outputs_read_as_transformers_outputs(seq2seq, lm):
+    """The forward's outputs are the transformers classes' own: by attribute, name, index, to_tuple() and
+    return_dict=False, the fields not given None and left out of the items, as a constructed one reads."""
+    encoder_outputs = seq2seq.ort.get_encoder()(seq2seq.ids, attention_mask=seq2seq.mask)
+    cache = seq2seq.ort.new_cache()
+    output = _step(seq2seq, encoder_outputs, cache, 7)
+    fields = {"logits": output.logits, CACHE_NAME: cache, "encoder_last_hidden_state": encoder_outputs[0]}
+    expected = Seq2SeqLMOutput(**fields)
+    assert type(output) is Seq2SeqLMOutput and vars(output) == vars(expected)
+    assert list(output.keys()) == list(expected.keys()) == list(fields)
+    assert (
+        output[0] is output["logits"] is output.logits and output[1] is cache and output.decoder_hidden_states is None
+    )
+    assert output.to_tuple() == expected.to_tuple()
+    as_tuple = seq2seq.ort(
+        encoder_outputs=encoder_outputs,
+        attention_mask=seq2seq.mask,
+        decoder_input_ids=torch.full((3, 1), 8),
+        cache=cache,
+        return_dict=False,
+    )
+    assert isinstance(as_tuple, tuple) and len(as_tuple) == 3 and as_tuple[1] is cache
+    lm_output = lm.ort(input_ids=lm.ids, attention_mask=lm.mask, use_cache=False)
+    assert type(lm_output) is CausalLMOutputWithPast and list(lm_output.keys()) == ["logits"]
+    assert getattr(lm_output, CACHE_NAME) is None and lm_output.to_tuple() == (lm_output.logits,)
+
+
+def test_model_output_refuses_a_name_that_is_no_field():
+    with pytest.raises(TypeError, match=r"CausalLMOutputWithPast has no fields \['past'\]; its fields: \['loss', "):
+        model_output(CausalLMOutputWithPast, logits=torch.zeros(1, 1, 2), past=None)
