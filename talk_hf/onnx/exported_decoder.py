@@ -113,7 +113,7 @@ class ExportedDecoder:
         """The prompt graph over the (B, T) ``ids`` and their ``token_mask`` (None: all real) on a new cache."""
         batch = ids.shape[0]
         mask = self._real_tokens(ids.shape) if token_mask is None else token_mask
-        logits = torch.empty(batch, 1, self.vocab_size, dtype=torch.float32)
+        logits = self._new_logits(batch)
         windows = [torch.empty(batch, size, channels) for size, channels in self.state_shapes]
         outputs = {self.logits_name: logits, **dict(zip(self.window_names, windows, strict=True))}
         self.prompt.run({"input_ids": ids, "attention_mask": mask}, outputs)
@@ -122,7 +122,7 @@ class ExportedDecoder:
     def _run_step(self, ids: torch.Tensor, token_mask: torch.Tensor | None, source: dict, cache: ConvCache):
         """The step graph over one token per row, (B, 1) ``ids`` and ``token_mask`` (None: all real), on
         the cache's windows and positions and the ``source``.  Its new windows go into the buffers that the
-        cache's `StepBuffers` alternate between, its logits into their binding's logits tensor."""
+        cache's `StepBuffers` alternate between."""
         batch = ids.shape[0]
         if cache.has_past:
             current = [layer.window for layer in cache.layers]
@@ -132,13 +132,18 @@ class ExportedDecoder:
         buffers = self._step_buffers.get(cache)
         if buffers is None:
             buffers = self._step_buffers[cache] = StepBuffers(self.step)
-        binding, windows, logits = buffers.next_step(current, (batch, 1, self.vocab_size))
+        binding, windows = buffers.next_step(current)
         mask = self._real_tokens(ids.shape) if token_mask is None else token_mask
         leading = dict(zip(STEP_LEADING_INPUTS, (ids, seen.unsqueeze(1), mask), strict=True))
         inputs = {**leading, **dict(zip(self.state_names, current, strict=True)), **source}
+        logits = self._new_logits(batch)
         outputs = {self.logits_name: logits, **dict(zip(self.window_names, windows, strict=True))}
         self.step.run(inputs, outputs, binding, STAGED_INPUTS if token_mask is not None else STAGED_INPUTS[:1])
         return self._keep(cache, logits, windows, token_mask, ids.shape)
+
+    def _new_logits(self, batch: int) -> torch.Tensor:
+        """A new (B, 1, V) tensor for a graph's logits."""
+        return torch.empty(batch, 1, self.vocab_size, dtype=torch.float32)
 
     def _keep(self, cache: ConvCache, logits, windows: list[torch.Tensor], token_mask, shape: torch.Size):
         """Hold the graph's new ``windows`` in ``cache`` and count there the (B, T) = ``shape`` new tokens

@@ -192,9 +192,8 @@ def _step(seq2seq: Served, encoder_outputs, cache, token: int):
 
 
 def test_step_logits_a_caller_keeps_are_never_overwritten(seq2seq):
-    """A step writes its logits into a tensor it keeps between steps (bound once) only while nothing else
-    holds that tensor or its memory: the logits kept whole, as a view and as a numpy array keep the values
-    of their step; the tensors of outputs let go are written again (two, alternated)."""
+    """The windows' buffers are written again two steps later, the logits never: the logits kept whole, as
+    a view and as a numpy array keep the values of their step while decoding goes on."""
     encoder_outputs = seq2seq.ort.get_encoder()(seq2seq.ids, attention_mask=seq2seq.mask)
     cache = seq2seq.ort.new_cache()
     keep = {
@@ -206,12 +205,10 @@ def test_step_logits_a_caller_keeps_are_never_overwritten(seq2seq):
     for token, (name, taken) in enumerate(keep.items(), start=7):
         kept[name] = taken(_step(seq2seq, encoder_outputs, cache, token).logits)
         values[name] = torch.as_tensor(kept[name]).clone()
-    addresses = [_step(seq2seq, encoder_outputs, cache, token).logits.data_ptr() for token in (10, 11, 12, 13)]
+    for token in (10, 11, 12, 13):
+        _step(seq2seq, encoder_outputs, cache, token)
     for name, held in kept.items():
         torch.testing.assert_close(torch.as_tensor(held), values[name], atol=0, rtol=0, msg=name)
-    assert addresses[0] == addresses[2] and addresses[1] == addresses[3] and addresses[0] != addresses[1]
-    kept_addresses = {torch.as_tensor(held).data_ptr() for held in kept.values()}
-    assert not kept_addresses & set(addresses)
 
 
 def test_forward_outputs_read_as_transformers_outputs(seq2seq, lm):
