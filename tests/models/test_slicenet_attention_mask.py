@@ -65,6 +65,9 @@ def test_a_block_over_a_source_of_padding_only_adds_nothing():
     """The t2t block returns LN(x + Attend): for a row of padding only, LN(x)."""
     torch.manual_seed(0)
     block = SliceAttention(D_MODEL, [3], [1], [0], residual="t2t", eps=1e-6).double()
+    for module in block.modules():  # the convolutions are allocated uninitialised: the model fills them
+        if hasattr(module, "init_weights"):
+            module.init_weights()
     x, source, mask = _inputs(torch.float64)
     out, _ = block(x, torch.zeros_like(x), source, attention_bias(source, mask))
     torch.testing.assert_close(out[2], block.norm(x[2]))
