@@ -10,7 +10,8 @@
 //
 // Backward, without atomics or host synchronisation: the gradient for x is the forward kernel
 // with the taps reversed; the weight gradient is one partial sum per block (its tile of steps), in
-// a (blocks, K, C) tensor that a reduction kernel (at::sum) adds up on the same stream.  The input
+// a (blocks, C, K) tensor that one reduction kernel (at::sum over the blocks) adds up on the same
+// stream into the (C, K) gradient, already in the weight's layout (no transposing copy).  The input
 // gate is applied to each value as it is read (forward, weight gradient) and its derivative to the
 // gradient for x as it is stored.
 //
@@ -91,7 +92,7 @@ __global__ void correlate_kernel(const scalar_t* __restrict__ in, const scalar_t
   }
 }
 
-// partial[block, k, c] = sum over the block's steps t of grad[b, t, c] * u[b, t + k * dilation - left, c]
+// partial[block, c, k] = sum over the block's steps t of grad[b, t, c] * u[b, t + k * dilation - left, c]
 // (rows inside the span of t only), u the gated x.
 template <typename Gate, typename scalar_t, typename acc_t, typename Spans>
 __global__ void weight_gradient_kernel(const scalar_t* __restrict__ grad, const scalar_t* __restrict__ x,
@@ -117,7 +118,7 @@ __global__ void weight_gradient_kernel(const scalar_t* __restrict__ grad, const 
       sum += static_cast<acc_t>(grad[(row_base + t) * g.channels + channel]) *
              Gate::apply(static_cast<acc_t>(x[row * g.channels + channel]), scale, row);
     }
-    target[static_cast<int64_t>(k) * g.channels + channel] = sum;
+    target[channel * g.taps + k] = sum;
   }
 }
 
@@ -186,7 +187,7 @@ std::tuple<at::Tensor, at::Tensor> depthwise_backward(const at::Tensor& grad_out
   reversed.left = static_cast<int64_t>(g.taps - 1) * g.dilation - g.left;
   correlate<false>(grad_out, weight, grad_x, x, scale, relu, document_edges, reversed, true);
   const dim3 grid = grid_of(x.size(0), g, kWeightTile);
-  at::Tensor partials = at::empty({static_cast<int64_t>(grid.z) * grid.x, g.taps, g.channels}, accumulation);
+  at::Tensor partials = at::empty({static_cast<int64_t>(grid.z) * grid.x, g.channels, g.taps}, accumulation);
   const auto stream = at::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "depthwise_weight_gradient_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
@@ -200,7 +201,7 @@ std::tuple<at::Tensor, at::Tensor> depthwise_backward(const at::Tensor& grad_out
       });
     });
   });
-  return {grad_x, partials.sum(0).t().contiguous()};
+  return {grad_x, partials.sum(0)};
 }
 
 }  // namespace talk_hf

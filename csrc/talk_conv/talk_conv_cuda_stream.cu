@@ -26,7 +26,10 @@
 //   Instructions per element: 2 fused multiply-adds, 3/V vector loads.
 //
 // The reach kernel (talk_stream_reach_kernel) reads the offsets once (2 s / head_size per element)
-// and reduces the farthest scatter entry before and after a token with atomicMax into two ints.
+// and reduces the farthest scatter entry before and after a token with atomicMax into two ints.  It
+// runs only where the sequence spans several chunks: a single chunk's block walks every token of its
+// row whatever the reach, so there grad_x takes no reach (the bound T, known on the host) and the
+// backward is two launches and three allocations (its gradients), nothing zero-filled.
 //
 // Packed rows: every kernel reads token t's span through `spans` (talk_math.h: RowSpans, the row
 // [0, T - 1], or DocumentSpans, t's document from the (B, T, 2) edges, 8 bytes per token read) and
@@ -117,6 +120,8 @@ __global__ void __launch_bounds__(kReachThreads)
 
 // Grid (channel vectors / kBackwardThreads, chunks of kBackwardChunk steps, B); dynamic shared
 // memory kBackwardChunk * kBackwardThreads * kWidth accumulators.  grad_out, grad_x (B, T, C).
+// reach: the reach kernel's two ints, or nullptr for the bound T (every token of the row is walked:
+// what a single chunk walks anyway).
 // Launched at kWidth = kGradXWidth (1); the width stays a parameter so that this is the source the
 // H200 ran at every width, and so that a later measurement can choose another.
 template <typename scalar_t, typename acc_t, int kWidth, typename Spans>
@@ -137,8 +142,9 @@ __global__ void __launch_bounds__(kBackwardThreads)
   for (int r = 0; r < end - first; ++r) store_shared(difference + r * stride, zeros);
 
   // Tokens whose scatter entries may straddle a row of the chunk (reach[0] before, reach[1] after).
-  const int t_begin = first - reach[1] > 0 ? first - reach[1] : 0;
-  const int t_last = end - 1 + reach[0] < shape.length - 1 ? end - 1 + reach[0] : shape.length - 1;
+  const int before = reach != nullptr ? reach[0] : shape.length, after = reach != nullptr ? reach[1] : shape.length;
+  const int t_begin = first - after > 0 ? first - after : 0;
+  const int t_last = end - 1 + before < shape.length - 1 ? end - 1 + before : shape.length - 1;
   const scalar_t* grad_column = grad_out + b * shape.length * shape.channels + channel;
   for (int t = t_begin; t <= t_last; ++t) {
     const int offset_index = (b * shape.length + t) * shape.heads + head;
@@ -232,18 +238,22 @@ void launch_backward(const TalkInputs& inputs, const TalkShape& shape, const Spa
   const scalar_t* offset_right = optional_data<scalar_t>(inputs.offset_right);
   const int count = static_cast<int>(inputs.offset_left.numel());  // (b, t, head) triples
 
-  const at::Tensor reach = at::zeros({2}, inputs.x.options().dtype(at::kInt));
-  const unsigned reach_blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(count, kReachThreads), kReachBlocks));
-  talk_stream_reach_kernel<scalar_t, acc_t, Spans><<<reach_blocks, kReachThreads, 0, stream>>>(
-      offset_left, offset_right, shape, spans, count, reach.mutable_data_ptr<int>());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-
   const dim3 grad_x_grid(static_cast<unsigned>(ceil_div(inputs.x.size(2), kBackwardThreads)),
                          static_cast<unsigned>(ceil_div(inputs.x.size(1), kBackwardChunk)),
                          static_cast<unsigned>(inputs.x.size(0)));
+  at::Tensor reach;  // undefined where one chunk covers the row (grad_x then walks it whole)
+  if (grad_x_grid.y > 1) {
+    reach = at::zeros({2}, inputs.x.options().dtype(at::kInt));
+    const unsigned reach_blocks =
+        static_cast<unsigned>(std::min<int64_t>(ceil_div(count, kReachThreads), kReachBlocks));
+    talk_stream_reach_kernel<scalar_t, acc_t, Spans><<<reach_blocks, kReachThreads, 0, stream>>>(
+        offset_left, offset_right, shape, spans, count, reach.mutable_data_ptr<int>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+
   talk_stream_grad_x_kernel<scalar_t, acc_t, kGradXWidth, Spans>
       <<<grad_x_grid, kBackwardThreads, grad_x_shared_bytes(sizeof(acc_t)), stream>>>(
-          grad_out.const_data_ptr<scalar_t>(), offset_left, offset_right, reach.const_data_ptr<int>(),
+          grad_out.const_data_ptr<scalar_t>(), offset_left, offset_right, optional_data<int>(reach),
           grad_x.mutable_data_ptr<scalar_t>(), shape, spans);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 
