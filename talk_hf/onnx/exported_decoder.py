@@ -6,7 +6,8 @@ and leaves that cache as the model's own forward would: each layer's window the 
 (the output tensor ONNX Runtime wrote, `BoundGraph`, taken as it is: no copy), the token counts moved
 on.  A causal LM's prompt on a new cache runs ``decoder_prompt.onnx`` in one call; every other token
 runs ``decoder_step.onnx``, one call per token (an encoder-decoder's first token, a prompt that goes on
-from a cache, a folder exported without the prompt graph).
+from a cache, a folder exported without the prompt graph).  Beam search's reordering of the cache
+(`ExportedDecoder.reorder`) gathers the windows into the step buffers the next step reads.
 """
 
 from __future__ import annotations
@@ -87,6 +88,24 @@ class ExportedDecoder:
             column_mask = None if token_mask is None else token_mask[:, new]
             logits.append(self._run_step(input_ids[:, new], column_mask, source, cache))
         return torch.cat(logits, dim=1) if every_position else logits[-1]
+
+    def reorder(self, cache: ConvCache, beam_idx: torch.Tensor) -> None:
+        """Beam search's reordering of ``cache`` (row i of its state becomes row ``beam_idx[i]``, a (B,) int64
+        tensor), as ``cache.reorder_cache`` does it; the windows a decoding step wrote are gathered into
+        the step buffers the next step reads (`StepBuffers.reorder`) instead of in place (a gather into a
+        new tensor, then a copy back).  Any other cache (windows from elsewhere, recorded rows of assisted
+        decoding) reorders itself."""
+        buffers = self._step_buffers.get(cache)
+        plain = cache.has_past and all(layer.recorded is None for layer in cache.layers)
+        windows = None
+        if buffers is not None and plain:
+            windows = buffers.reorder([layer.window for layer in cache.layers], beam_idx)
+        if windows is None:
+            cache.reorder_cache(beam_idx)
+            return
+        for layer, window in zip(cache.layers, windows, strict=True):
+            layer.window = window
+        cache.next_positions.copy_(cache.next_positions.index_select(0, beam_idx))
 
     def _check_cache(self, cache: ConvCache, has_past: bool, batch: int) -> None:
         """A cache of these graphs' layers (and, once it holds a past, of ``batch`` rows), or a ValueError."""

@@ -194,6 +194,16 @@ class ORTModelBase(ExportedFolderHubMixin, FixedStateGenerationMixin, PreTrained
             )
         return cache
 
+    def _reorder_cache(self, cache, beam_idx: torch.Tensor):
+        """Beam search's reordering of the generation cache (row i becomes row ``beam_idx[i]``), called by
+        ``generate`` in place of ``cache.reorder_cache`` (5.17 to 5.24): the windows are gathered into the
+        step graph's bound buffers (`ExportedDecoder.reorder`); the cross-attention half, empty, reorders itself."""
+        conv_cache, cross_cache = split_cache(cache)
+        self.exported.reorder(conv_cache, beam_idx)
+        if cross_cache is not None:
+            cross_cache.reorder_cache(beam_idx)
+        return cache
+
     def new_cache(self) -> ConvCache | ConvEncoderDecoderCache:
         return self.cache_class(self.exported.new_cache_sizes())
 
