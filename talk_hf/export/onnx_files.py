@@ -6,7 +6,8 @@ prompt in one call, `traced_forward.PromptGraph`), ``decoder_step.onnx``, ``beam
 ``generation_config.json`` (the model's, as ``save_pretrained`` writes them: what
 `talk_hf.onnx` reads), the tokenizer's files when one is given, ``manifest.json`` (the graphs' input
 and output names, each layer's state shape, the special tokens, the vocabulary size, the model type,
-the generation settings as ``generate`` resolves them for the model, and the files the export wrote), ``runner.py`` and the
+the generation settings as ``generate`` resolves them for the model, the files the export wrote, and the export's
+id, ``export_id``, which each graph also carries in its metadata: `runner_checks.check_export_id`), ``runner.py`` and the
 files of ``runner.RUNNER_FILES`` beside it (copies of `talk_hf.export.runner` and its modules:
 onnxruntime and numpy only).  Batch, source and prompt length are dynamic axes; every state keeps a
 fixed (batch, history_size, channels) shape.
@@ -25,6 +26,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import uuid
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,7 +43,15 @@ from .attention_lowering import TRANSLATIONS
 from .beam_graph import INPUTS, OUTPUTS, candidates_graph, chunk_size
 from .folder_writes import check_replaceable, previous_export_files, publish, remove_stale, staging_folder
 from .graphs import TracedGraphs, check_head, start_token, trace_graphs
-from .runner_checks import CANDIDATES, FORMAT, FORMAT_VERSION, MANIFEST_NAME, PROMPT, check_manifest
+from .runner_checks import (
+    CANDIDATES,
+    EXPORT_ID,
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    PROMPT,
+    check_manifest,
+)
 from .runner_settings import (
     APPLIED,
     DEFAULT_LENGTH,
@@ -71,22 +81,23 @@ EXPORT_FILES = (
 )
 
 
-def _to_onnx(program: torch.export.ExportedProgram, path: Path, names: dict) -> None:
-    """Write the traced ``program`` to ``path`` as ONNX (its optimiser run), with ``names``' input and output names."""
+def _to_onnx(program: torch.export.ExportedProgram, path: Path, names: dict, export_id: str) -> None:
+    """Write the traced ``program`` to ``path`` as ONNX (its optimiser run), with ``names``' input and output
+    names and ``export_id`` in its metadata (`EXPORT_ID`)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", (DeprecationWarning, UserWarning, FutureWarning))
-        torch.onnx.export(
+        onnx_program = torch.onnx.export(
             program,
             (),
-            str(path),
             input_names=names["inputs"],
             output_names=names["outputs"],
             opset_version=OPSET,
             dynamo=True,
             verbose=False,
-            external_data=False,
             custom_translation_table=TRANSLATIONS,
         )
+        onnx_program.model.metadata_props[EXPORT_ID] = export_id
+        onnx_program.save(str(path), external_data=False)
 
 
 def _special_tokens(model) -> dict:
@@ -180,6 +191,7 @@ def export_onnx(model, folder: str | Path, exporter: str = "dynamo", overwrite: 
         raise ValueError(f"export a float32 model; {type(model).__name__} has parameters of {sorted(map(str, dtypes))}")
     fields = {"special_tokens": _special_tokens(model), **_generation_fields(model)}
     fields["exported_with"] = {"talk_hf": __version__, "torch": torch.__version__, "exporter": exporter, "opset": OPSET}
+    fields[EXPORT_ID] = uuid.uuid4().hex  # tells this export's graphs from another's of the same shapes
     folder = Path(folder)
     with _saved_tokenizer(tokenizer, model.config.vocab_size) as (tokenizer_folder, tokenizer_files):
         names = [*written_files(model.config.is_encoder_decoder), *tokenizer_files]
@@ -198,9 +210,9 @@ def export_onnx(model, folder: str | Path, exporter: str = "dynamo", overwrite: 
 
 def _write_folder(model, traced: TracedGraphs, staging: Path, fields: dict) -> None:
     """Write the graphs, the configurations, the runner and the manifest into ``staging``, the manifest
-    with ``fields`` (special tokens, generation settings and default length, ``exported_with``, ``written``) and checked as
-    the runner reads it."""
-    files = _write_graphs(model, traced, staging)
+    with ``fields`` (special tokens, generation settings and default length, ``exported_with``, ``export_id``,
+    ``written``) and checked as the runner reads it; each graph carries ``export_id`` too."""
+    files = _write_graphs(model, traced, staging, fields[EXPORT_ID])
     model.config.save_pretrained(staging)
     model.generation_config.save_pretrained(staging)
     graphs = {**traced.names, CANDIDATES: {"inputs": list(INPUTS), "outputs": list(OUTPUTS)}}
@@ -259,18 +271,20 @@ def _saved_tokenizer(tokenizer, vocab_size: int) -> Iterator[tuple[Path | None, 
         yield Path(saved), [entry.name for entry in entries]
 
 
-def _write_graphs(model, traced: TracedGraphs, folder: Path) -> dict:
+def _write_graphs(model, traced: TracedGraphs, folder: Path, export_id: str) -> dict:
     """Write the ``traced`` encoder (encoder-decoders) or prompt (causal LMs) and step, and the beam
-    candidates graph, into ``folder``: each graph's file name, by role."""
+    candidates graph, into ``folder``, each with ``export_id`` in its metadata: each graph's file name, by role."""
     files = {"decoder_step": STEP_FILE}
     if traced.encoder is not None:
-        _to_onnx(traced.encoder, folder / ENCODER_FILE, traced.names["encoder"])
+        _to_onnx(traced.encoder, folder / ENCODER_FILE, traced.names["encoder"], export_id)
         files["encoder"] = ENCODER_FILE
     if traced.prompt is not None:
-        _to_onnx(traced.prompt, folder / PROMPT_FILE, traced.names[PROMPT])
+        _to_onnx(traced.prompt, folder / PROMPT_FILE, traced.names[PROMPT], export_id)
         files[PROMPT] = PROMPT_FILE
-    _to_onnx(traced.step, folder / STEP_FILE, traced.names["decoder_step"])
+    _to_onnx(traced.step, folder / STEP_FILE, traced.names["decoder_step"], export_id)
     vocab_size = model.get_output_embeddings().out_features
-    onnx.save(candidates_graph(vocab_size, chunk_size(vocab_size), OPSET), folder / CANDIDATES_FILE)
+    candidates = candidates_graph(vocab_size, chunk_size(vocab_size), OPSET)
+    onnx.helper.set_model_props(candidates, {EXPORT_ID: export_id})
+    onnx.save(candidates, folder / CANDIDATES_FILE)
     files[CANDIDATES] = CANDIDATES_FILE
     return files

@@ -85,13 +85,14 @@ _LOAD_ERRORS = (_STATE.Fail, _STATE.InvalidArgument, _STATE.InvalidGraph, _STATE
 
 def _session(path: Path, role: str, graph: dict, options: ort.SessionOptions) -> ort.InferenceSession:
     """An ORT CPU session of ``path`` (the manifest's ``files.<role>``) whose input and output names must be
-    the manifest's ``graph``; ValueError naming a file ONNX Runtime does not load (damaged, not a graph)."""
+    the manifest's ``graph``; ValueError naming a file ONNX Runtime does not load (damaged, not a graph, or
+    saved by another tool with ONNX external data that is not beside it: an export writes none)."""
     try:
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     except _LOAD_ERRORS as error:
         raise ValueError(
             f"{path}, named by {path.with_name(checks.MANIFEST_NAME)} field files.{role}, is not an ONNX graph that "
-            f"ONNX Runtime loads (a damaged or truncated file?): export the model again ({error})"
+            f"ONNX Runtime loads (damaged, truncated, or missing its external data?): export the model again ({error})"
         ) from None
     found = {"inputs": [x.name for x in session.get_inputs()], "outputs": [x.name for x in session.get_outputs()]}
     for kind, names in found.items():
@@ -135,6 +136,7 @@ class OnnxGenerator:
             for role, name in files.items()
         }
         checks.check_graph_shapes(self.manifest, self.sessions, self.folder)
+        checks.check_export_id(self.manifest, self.sessions, self.folder)
         self.step_inputs = graphs["decoder_step"]["inputs"]
         self.source_inputs = self.step_inputs[3 + len(self.manifest["states"]) :]
         states = [state["name"] for state in self.manifest["states"]]
@@ -266,9 +268,9 @@ class OnnxGenerator:
         for the model).  ``seed`` (an int >= 0 or a ``numpy.random.Generator``; None: fresh entropy) seeds
         sampling.  The inputs and settings are refused as ``generate`` refuses them, and a setting the
         runner does not apply or that the request's strategy would not use is refused by name
-        (`runner_checks.checked_inputs`, `runner_settings.resolved_settings`), before anything runs.
+        (`runner_inputs.checked_inputs`, `runner_settings.resolved_settings`), before anything runs.
         """
-        ids, mask = checks.checked_inputs(input_ids, attention_mask, checks.source_vocab_size(self.manifest))
+        ids, mask = runner_inputs.checked_inputs(input_ids, attention_mask, checks.source_vocab_size(self.manifest))
         seq2seq = self.manifest["is_encoder_decoder"]
         prompt_length = 1 if seq2seq else ids.shape[1]
         vocab, default_length = self.manifest["vocab_size"], self.manifest[runner_settings.DEFAULT_LENGTH]

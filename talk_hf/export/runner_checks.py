@@ -1,9 +1,9 @@
-"""The runner's checks: of an exported folder's manifest and graphs, and of each ``generate`` request.
+"""The runner's checks of an exported folder: its manifest, and the graphs ONNX Runtime loaded from it.
 
 Copied beside ``runner.py`` into every exported folder, so like it this file imports nothing but the
-standard library, numpy and the runner's files beside it.  Each check raises before ONNX Runtime runs
-anything, with a message that names the manifest field or the argument, so a tampered folder or a bad
-request never reaches a raw ONNX Runtime, ``KeyError`` or ``IndexError`` failure:
+standard library and the runner's files beside it.  Each check raises before ONNX Runtime runs
+anything, with a message that names the manifest field or the file, so a tampered folder never reaches
+a raw ONNX Runtime, ``KeyError`` or ``IndexError`` failure:
 
 * `read_manifest` / `check_manifest`: the manifest's fields, their types and ranges (token ids within
   the vocabulary, state sizes, graph names), and every ``files`` entry confined to the folder
@@ -11,18 +11,16 @@ request never reaches a raw ONNX Runtime, ``KeyError`` or ``IndexError`` failure
   snapshot's links to its repository's blobs);
 * `check_graph_shapes`: the graphs ONNX Runtime loaded declare the manifest's state shapes and vocabulary,
   and logits of a shape the runner reads;
-* `checked_inputs`: what transformers' ``generate`` refuses of the inputs (ids outside the vocabulary,
-  a mask of other values than 0 and 1, float ids, an empty batch); the settings are checked by
-  `runner_settings.resolved_settings` (and the arrays of ``OnnxGenerator.step`` / ``encode`` by
-  `runner_inputs.GraphInputs`).
+* `check_export_id`: they are the graphs of the export that wrote the manifest.
+
+A ``generate`` request's inputs are checked by `runner_inputs.checked_inputs`, its settings by
+`runner_settings.resolved_settings`.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-
-import numpy as np
 
 from .runner_settings import (
     DEFAULT_LENGTH,
@@ -40,6 +38,8 @@ MOVING_IN = ".talk_hf-moving-in.json"
 # Version 2: the step takes the source's inputs one row per step row.
 # Version 3: the manifest holds every generation setting the runner applies and generate's default length.
 FORMAT, FORMAT_VERSION = "talk_hf-onnx", 3
+# The manifest's field and each graph's metadata key of the export's id (a folder exported before it has none).
+EXPORT_ID = "export_id"
 REQUIRED_FIELDS = ("model_type", "is_encoder_decoder", "files", "graphs", "states", "vocab_size", "special_tokens")
 CANDIDATES = "beam_candidates"  # the graph role of beam search's candidates (talk_hf.export.beam_graph)
 PROMPT = "decoder_prompt"  # the graph role of a causal LM's whole prompt in one call (traced_forward.PromptGraph)
@@ -151,6 +151,8 @@ def check_manifest(manifest, path: Path) -> None:
         if not seq2seq or not is_int(source_vocab) or source_vocab < 2:
             expected = "an encoder-decoder's source vocabulary size, an int >= 2 (a causal LM has none)"
             raise _Field(path, "source_vocab_size").error(expected, source_vocab)
+    if EXPORT_ID in manifest and not (isinstance(manifest[EXPORT_ID], str) and manifest[EXPORT_ID]):
+        raise _Field(path, EXPORT_ID).error("the export's id, a non-empty string", manifest[EXPORT_ID])
     _check_files(manifest["files"], path, seq2seq)
     _check_graphs(manifest, path)
     _check_special_tokens(manifest["special_tokens"], path, vocab, seq2seq)
@@ -266,32 +268,14 @@ def check_graph_shapes(manifest: dict, sessions: dict, folder: Path) -> None:
             )
 
 
-def checked_inputs(input_ids, attention_mask, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """(B, S) ``input_ids`` and ``attention_mask`` (None: all ones) as int64 arrays, refused as ``generate``
-    refuses them: not (batch, length) with both >= 1, non-integer ids, ids outside [0, vocab_size), a mask
-    of another shape or of values other than 0 and 1 (bool, integer or float)."""
-    ids = _array("input_ids", input_ids)
-    if ids.ndim != 2 or 0 in ids.shape:
-        raise ValueError(f"input_ids must be (batch, length) with batch and length >= 1, got shape {ids.shape}")
-    if ids.dtype.kind not in "iu":
-        raise ValueError(f"input_ids must hold integer token ids, got dtype {ids.dtype}")
-    if ids.min() < 0 or ids.max() >= vocab_size:
-        raise ValueError(
-            f"input_ids must hold token ids in [0, {vocab_size}), got values from {ids.min()} to {ids.max()}"
-        )
-    if attention_mask is None:
-        return ids.astype(np.int64), np.ones(ids.shape, np.int64)
-    mask = _array("attention_mask", attention_mask)
-    if mask.shape != ids.shape:
-        raise ValueError(f"attention_mask has shape {mask.shape} but input_ids {ids.shape}")
-    if mask.dtype.kind not in "biuf" or not np.isin(mask, (0, 1)).all():
-        values = np.unique(mask[~np.isin(mask, (0, 1))])[:5].tolist() if mask.dtype.kind in "biuf" else mask.dtype
-        raise ValueError(f"attention_mask must hold only 0 (padding) and 1 (real token), got {values}")
-    return ids.astype(np.int64), mask.astype(np.int64)
-
-
-def _array(name: str, value) -> np.ndarray:
-    try:
-        return np.asarray(value)
-    except ValueError as error:  # ragged rows
-        raise ValueError(f"{name} must be a (batch, length) array, rows of equal length: {error}") from None
+def check_export_id(manifest: dict, sessions: dict, folder: Path) -> None:
+    """Each loaded graph (``sessions``: role -> ONNX Runtime session) carries the manifest's ``export_id`` in its
+    metadata: a graph copied in from another export of the same shapes is refused, naming its file."""
+    for role, session in sessions.items() if EXPORT_ID in manifest else ():
+        found = session.get_modelmeta().custom_metadata_map.get(EXPORT_ID)
+        if found != manifest[EXPORT_ID]:
+            raise ValueError(
+                f"{Path(folder) / manifest['files'][role]} is not a graph of the export that wrote "
+                f"{Path(folder) / MANIFEST_NAME} (its {EXPORT_ID} {found!r}, the manifest's {manifest[EXPORT_ID]!r}): "
+                f"the folder mixes two exports' files; export the model again"
+            )

@@ -1,11 +1,14 @@
-"""The arrays of a call of ``OnnxGenerator.step`` or ``encode`` against the inputs its graph declares.
+"""The arrays of a call of ``OnnxGenerator.step`` or ``encode`` against the inputs its graph declares, and
+the token ids and mask of a ``generate`` request (`checked_inputs`).
 
 Copied beside ``runner.py`` into every exported folder, so like it this file imports nothing but numpy
 and the runner's files beside it.  `GraphInputs.feed` refuses, naming the argument and what it must be,
 what ONNX Runtime would refuse with its own error or, worse, run: a wrong dtype, rank or fixed size,
 rows that differ in number between the arrays (a source of one row would be broadcast over every step
 row), another count of states or source arrays, token ids outside the vocabulary (ONNX Runtime's Gather
-fails on an id >= V and reads the row V + id of an id < 0).
+fails on an id >= V and reads the row V + id of an id < 0).  `checked_inputs` refuses what transformers'
+``generate`` refuses of a request's inputs (ids outside the vocabulary, a mask of other values than 0 and 1,
+float ids, an empty batch).
 """
 
 from __future__ import annotations
@@ -124,3 +127,34 @@ class GraphInputs:
                     f"got values from {ids.min()} to {ids.max()}"
                 )
         return sizes
+
+
+def checked_inputs(input_ids, attention_mask, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(B, S) ``input_ids`` and ``attention_mask`` (None: all ones) as int64 arrays, refused as ``generate``
+    refuses them: not (batch, length) with both >= 1, non-integer ids, ids outside [0, vocab_size), a mask
+    of another shape or of values other than 0 and 1 (bool, integer or float)."""
+    ids = _array("input_ids", input_ids)
+    if ids.ndim != 2 or 0 in ids.shape:
+        raise ValueError(f"input_ids must be (batch, length) with batch and length >= 1, got shape {ids.shape}")
+    if ids.dtype.kind not in "iu":
+        raise ValueError(f"input_ids must hold integer token ids, got dtype {ids.dtype}")
+    if ids.min() < 0 or ids.max() >= vocab_size:
+        raise ValueError(
+            f"input_ids must hold token ids in [0, {vocab_size}), got values from {ids.min()} to {ids.max()}"
+        )
+    if attention_mask is None:
+        return ids.astype(np.int64), np.ones(ids.shape, np.int64)
+    mask = _array("attention_mask", attention_mask)
+    if mask.shape != ids.shape:
+        raise ValueError(f"attention_mask has shape {mask.shape} but input_ids {ids.shape}")
+    if mask.dtype.kind not in "biuf" or not np.isin(mask, (0, 1)).all():
+        values = np.unique(mask[~np.isin(mask, (0, 1))])[:5].tolist() if mask.dtype.kind in "biuf" else mask.dtype
+        raise ValueError(f"attention_mask must hold only 0 (padding) and 1 (real token), got {values}")
+    return ids.astype(np.int64), mask.astype(np.int64)
+
+
+def _array(name: str, value) -> np.ndarray:
+    try:
+        return np.asarray(value)
+    except ValueError as error:  # ragged rows
+        raise ValueError(f"{name} must be a (batch, length) array, rows of equal length: {error}") from None
