@@ -1,8 +1,10 @@
 """Reading an exported folder for `talk_hf.onnx`'s models: its runner (manifest and ONNX Runtime
 sessions), config.json and generation_config.json, each refused with a message naming the file; a
 config.json whose vocabulary sizes are not the graphs' is refused naming the field and both sizes.  Also the
-folder's files, for a copy or an upload of it (`talk_hf.onnx.hub`): those its manifest lists, the graphs'
-external data, and their states at loading, to tell a folder rewritten since."""
+folder's files, for a download, a copy or an upload of it (`talk_hf.onnx.hub`, `talk_hf.onnx.saving`): those
+its manifest lists, and their states at loading, to tell a folder rewritten since.  These are the whole model:
+an export writes no ONNX external data (each graph one file), and a graph that another tool saved with
+external data loads only where that file lies beside it (else ONNX Runtime's error names the file)."""
 
 from __future__ import annotations
 
@@ -112,48 +114,6 @@ def exported_file_names(folder: Path) -> list[str]:
             f"manifest was edited or damaged; export the model again (python -m talk_hf.export MODEL_DIR {folder})"
         )
     return sorted(written | {CONFIG_FILE, GENERATION_CONFIG_FILE, MANIFEST_NAME}) if written else []
-
-
-def external_data_files(folder: Path, graphs) -> list[str]:
-    """The files beside ``folder``'s ``graphs`` (file names) that hold their tensors' data outside them (ONNX
-    external data: a graph over protobuf's 2 GB, or one saved so by a tool), read from each graph without
-    its data, each once.
-
-    Raises:
-        ValueError: a graph's external data is not a plain file name of ``folder`` (a path into a folder or out
-            of it), naming the graph and the location.
-    """
-    import onnx  # the export's library; only a folder's copy or download reads graphs here
-
-    found = {}
-    for name in graphs:
-        graph = onnx.load(folder / name, load_external_data=False).graph
-        for location in _external_locations(graph):
-            if Path(location).name != location or location in ("", ".", ".."):
-                raise ValueError(
-                    f"{folder / name} keeps tensor data in {location!r}, not a file beside it: save the graph with its "
-                    "external data in one file of the exported folder (onnx.save_model(..., location=NAME))"
-                )
-            found[location] = None
-    return list(found)
-
-
-def _external_locations(graph) -> list[str]:
-    """The external-data file names of ``graph``'s tensors: its initializers', its nodes' tensor attributes',
-    and those of its subgraphs (an ``If`` or ``Loop`` node's)."""
-    from onnx import AttributeProto, TensorProto
-
-    tensors, locations = list(graph.initializer), []
-    for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
-                for subgraph in [attribute.g] if attribute.type == AttributeProto.GRAPH else attribute.graphs:
-                    locations += _external_locations(subgraph)
-            tensors += [attribute.t] if attribute.type == AttributeProto.TENSOR else list(attribute.tensors)
-    for tensor in tensors:
-        if tensor.data_location == TensorProto.EXTERNAL:
-            locations += [entry.value for entry in tensor.external_data if entry.key == "location"]
-    return locations
 
 
 def file_states(folder: Path, names: list[str]) -> dict[str, tuple[int, int] | None]:

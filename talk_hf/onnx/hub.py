@@ -2,8 +2,8 @@
 
 `resolve_folder` gives the local folder of a name: an existing path as it is, else a Hub repository id
 (as ``huggingface_hub`` recognises one), whose exported folder is downloaded into the Hub cache (or found
-there offline): its manifest first, then the files the manifest lists (`exported_folder.exported_file_names`)
-and the graphs' external data, nothing else of the repository.  Saving and uploading: `talk_hf.onnx.saving`.
+there offline): its manifest first, then the files the manifest lists (`exported_folder.exported_file_names`),
+nothing else of the repository (no graph is read to find more).  Saving and uploading: `talk_hf.onnx.saving`.
 The keywords of ``PreTrainedModel.from_pretrained`` / ``save_pretrained`` / ``push_to_hub`` that mean
 nothing for an exported folder are refused by name (`check_loading_keywords`, `refuse_keywords`).
 """
@@ -26,7 +26,7 @@ from huggingface_hub.errors import (
 from huggingface_hub.utils import validate_repo_id
 
 from ..export.runner_checks import MANIFEST_NAME
-from .exported_folder import exported_file_names, external_data_files
+from .exported_folder import exported_file_names
 
 EXPORT_ADVICE = "export the PyTorch model first (python -m talk_hf.export MODEL_DIR OUT) and load or upload OUT"
 # from_pretrained's keywords that take one value only here: the graphs' dtype, the CPU of ONNX Runtime's sessions.
@@ -128,15 +128,7 @@ def resolve_folder(name_or_path: str | Path, options: HubOptions) -> str | Path:
     pinned = replace(options, revision=snapshot.name)  # the manifest's commit, even if the branch moves on meanwhile
     _downloading(repo, options, lambda: pinned.download(name_or_path, names))
     _check_downloaded(folder, names, where, options)
-    extra = [name for name in external_data_files(folder, _graphs(names)) if name not in names]
-    if extra:
-        _downloading(repo, options, lambda: pinned.download(name_or_path, extra))
-        _check_downloaded(folder, extra, where, options)
     return folder  # its files are links to the repository's blobs, which the runner follows (`confined_file`)
-
-
-def _graphs(names: list[str]) -> list[str]:
-    return [name for name in names if name.endswith(".onnx")]
 
 
 def _is_repo_id(name: str) -> bool:

@@ -1,25 +1,30 @@
 """Saving and uploading the exported folder of a `talk_hf.onnx` model: `ExportedFolderHubMixin` gives the
 models ``save_pretrained`` (`save_folder`: an atomic copy of the folder by `talk_hf.export.folder_writes`'
-rules) and ``push_to_hub`` (``create_repo`` and ``upload_folder`` of the folder's files, as
-``PreTrainedModel.push_to_hub`` does).  Both copy or upload the files the folder's manifest lists and its
-graphs' external data, nothing else of it, and refuse a folder changed since the model was loaded.
+rules) and ``push_to_hub`` (``create_repo``, then one ``create_commit`` of the folder's files and, into a
+repository without a README.md, its model card: `model_card`), as ``PreTrainedModel.push_to_hub`` does.  Both
+copy or upload the files the folder's manifest lists, nothing else of it, and refuse a folder changed since the
+model was loaded.  transformers' own ``PushToHubMixin.push_to_hub(model, repo_id)`` works too: it calls
+``save_pretrained(..., max_shard_size=...)``, whose size no graph may exceed (`check_shard_size`).
 """
 
 from __future__ import annotations
 
-import glob
 import shutil
 from pathlib import Path
 
 import huggingface_hub
+from huggingface_hub import CommitOperationAdd
+from transformers.utils.hub import convert_file_size_to_int
 
 from ..export.folder_writes import check_replaceable, previous_export_files, publish, remove_stale, staging_folder
 from ..export.runner_checks import MANIFEST_NAME, read_manifest
-from .exported_folder import check_unchanged, external_data_files
+from .exported_folder import check_unchanged
 from .hub import refuse_keywords
+from .model_card import CARD_NAME, exported_model_card
 
 # save_pretrained(..., push_to_hub=True)'s keywords for push_to_hub.
 PUSH_KEYWORDS = ("repo_id", "commit_message", "commit_description", "private", "token", "revision", "create_pr")
+DEFAULT_SHARD_SIZE = "50GB"  # transformers' max_shard_size
 
 
 class ExportedFolderHubMixin:
@@ -30,17 +35,25 @@ class ExportedFolderHubMixin:
     folder: Path
     loaded_files: dict[str, tuple[int, int] | None]
 
-    def save_pretrained(self, save_directory: str | Path, push_to_hub: bool = False, overwrite: bool = False, **kwargs):
+    def save_pretrained(
+        self,
+        save_directory: str | Path,
+        push_to_hub: bool = False,
+        overwrite: bool = False,
+        max_shard_size: int | str = DEFAULT_SHARD_SIZE,
+        **kwargs,
+    ):
         """Copy the exported folder into ``save_directory`` (`save_folder`: all or nothing, other files kept),
         a folder that ``from_pretrained`` loads; with ``push_to_hub``, then upload it (`push_to_hub`'s keywords,
         ``repo_id`` defaulting to the folder's name).  ``overwrite``: replace files of an export's names that no
-        export wrote there."""
+        export wrote there.  ``max_shard_size``: as transformers', the largest weights file to write; a graph is
+        never split, so one larger is refused (`check_shard_size`)."""
         owner = type(self).__name__
         pushed = {name: kwargs.pop(name) for name in PUSH_KEYWORDS if push_to_hub and name in kwargs}
         refuse_keywords(f"{owner}.save_pretrained", kwargs)
-        destination = save_folder(self.folder, save_directory, self.loaded_files, overwrite, owner)
+        destination = save_folder(self.folder, save_directory, self.loaded_files, overwrite, owner, max_shard_size)
         if push_to_hub:
-            self.push_to_hub(pushed.pop("repo_id", destination.resolve().name), **pushed)
+            self.push_to_hub(pushed.pop("repo_id", destination.resolve().name), max_shard_size=max_shard_size, **pushed)
 
     def push_to_hub(
         self,
@@ -51,23 +64,31 @@ class ExportedFolderHubMixin:
         token: str | bool | None = None,
         revision: str | None = None,
         create_pr: bool = False,
+        max_shard_size: int | str = DEFAULT_SHARD_SIZE,
         **kwargs,
     ):
-        """Upload the exported folder's files (those its manifest lists, and the graphs' external data) to the Hub
-        repository ``repo_id``, created where missing (``private``), on the branch ``revision`` (created where
-        missing) or as a pull request (``create_pr``), as ``PreTrainedModel.push_to_hub`` does; what
-        ``huggingface_hub.upload_folder`` returns."""
+        """Upload the exported folder's files (those its manifest lists) to the Hub repository ``repo_id``,
+        created where missing (``private``), on the branch ``revision`` (created where missing) or as a pull
+        request (``create_pr``), in one commit, as ``PreTrainedModel.push_to_hub`` does; with them, where the
+        repository (at ``revision``) has no README.md, the model card `model_card.exported_model_card` (an
+        existing one is kept as it is).  ``max_shard_size``: as for `save_pretrained`.  What
+        ``huggingface_hub.HfApi.create_commit`` returns."""
         owner = type(self).__name__
         refuse_keywords(f"{owner}.push_to_hub", kwargs)
         names = folder_file_names(self.folder, self.loaded_files, owner)  # before anything reaches the Hub
+        check_shard_size(self.folder, max_shard_size, owner)
+        manifest = read_manifest(self.folder)
         api = huggingface_hub.HfApi(token=token)
         repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
         if revision is not None and not revision.startswith("refs/pr/"):
             api.create_branch(repo_id, branch=revision, exist_ok=True)
-        return api.upload_folder(
-            repo_id=repo_id,
-            folder_path=self.folder,
-            allow_patterns=[glob.escape(name) for name in names],
+        files = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(self.folder / name)) for name in names]
+        if not api.file_exists(repo_id, CARD_NAME, revision=revision):
+            card = exported_model_card(repo_id, manifest, names, owner)
+            files.append(CommitOperationAdd(path_in_repo=CARD_NAME, path_or_fileobj=str(card).encode()))
+        return api.create_commit(
+            repo_id,
+            files,
             commit_message=commit_message or f"Upload {owner}'s exported folder (talk_hf)",
             commit_description=commit_description,
             revision=revision,
@@ -75,14 +96,17 @@ class ExportedFolderHubMixin:
         )
 
 
-def save_folder(source: Path, destination: str | Path, loaded: dict, overwrite: bool, owner: str) -> Path:
-    """Copy the exported ``source`` folder (the files ``loaded`` lists, as they were at loading, and the
-    graphs' external data) into ``destination``, all or nothing, by `talk_hf.export.folder_writes`' rules: a
-    file of the same name that no export wrote is refused unless ``overwrite``, an earlier export's files
-    that this one lacks are removed, no other file is touched.
+def save_folder(
+    source: Path, destination: str | Path, loaded: dict, overwrite: bool, owner: str, max_shard_size: int | str
+) -> Path:
+    """Copy the exported ``source`` folder (the files ``loaded`` lists, as they were at loading) into
+    ``destination``, all or nothing, by `talk_hf.export.folder_writes`' rules: a file of the same name that no
+    export wrote is refused unless ``overwrite``, an earlier export's files that this one lacks are removed, no
+    other file is touched.
 
     Raises:
-        ValueError: ``destination`` is ``source``; the source changed since loading (`check_unchanged`).
+        ValueError: ``destination`` is ``source``; the source changed since loading (`check_unchanged`); a file
+            larger than ``max_shard_size`` (`check_shard_size`).
         FileNotFoundError: a file of the source is gone.
         FileExistsError, IsADirectoryError, NotADirectoryError: `folder_writes.check_replaceable`.
     """
@@ -93,6 +117,7 @@ def save_folder(source: Path, destination: str | Path, loaded: dict, overwrite: 
             "the model already; save into another folder"
         )
     names = folder_file_names(source, loaded, owner)
+    check_shard_size(source, max_shard_size, owner)
     check_replaceable(destination, names, overwrite)
     previous = previous_export_files(destination)
     destination.mkdir(parents=True, exist_ok=True)
@@ -105,8 +130,9 @@ def save_folder(source: Path, destination: str | Path, loaded: dict, overwrite: 
 
 
 def folder_file_names(folder: Path, loaded: dict, owner: str) -> list[str]:
-    """The files of ``folder`` to copy or upload: those ``loaded`` lists (checked unchanged since loading and
-    present), then the graphs' external data."""
+    """The files of ``folder`` to copy or upload: those ``loaded`` lists (its manifest's, `exported_file_names`),
+    checked unchanged since loading and present.  A graph's ONNX external data is not among them: an export
+    writes none, and a graph saved so by another tool fails to load from the copy, ONNX Runtime naming the file."""
     check_unchanged(folder, loaded, owner)
     missing = [name for name in loaded if not (folder / name).is_file()]
     if missing:
@@ -114,5 +140,25 @@ def folder_file_names(folder: Path, loaded: dict, owner: str) -> list[str]:
             f"{folder} lacks {missing}, which its {MANIFEST_NAME} lists as exported: export the model again "
             f"(python -m talk_hf.export MODEL_DIR {folder})"
         )
+    return list(loaded)
+
+
+def check_shard_size(folder: Path, max_shard_size, owner: str) -> None:
+    """Refuse ``max_shard_size`` (transformers' keyword: an int of bytes or a size such as ``"5GB"``) where a
+    graph of ``folder`` is larger, naming it: an exported graph is one file (ONNX's protobuf limit, 2 GB), which
+    cannot be sharded."""
+    try:
+        if isinstance(max_shard_size, bool) or not isinstance(max_shard_size, (int, str)):
+            raise ValueError
+        limit = convert_file_size_to_int(max_shard_size)
+    except ValueError:
+        raise ValueError(
+            f"{owner}: max_shard_size must be an int of bytes or a size such as '5GB', got {max_shard_size!r}"
+        ) from None
     graphs = read_manifest(folder)["files"].values()
-    return [*loaded, *(name for name in external_data_files(folder, graphs) if name not in loaded)]
+    larger = {name: size for name in graphs if (size := (folder / name).stat().st_size) > limit}
+    if larger:
+        raise ValueError(
+            f"{owner}: max_shard_size={max_shard_size!r} ({limit} bytes), but {folder}'s graphs {larger} (bytes) are "
+            "larger, and an exported graph is one file, never sharded: pass a max_shard_size of at least the largest"
+        )

@@ -1,7 +1,7 @@
 """`talk_hf.onnx` models and the Hugging Face Hub: ``from_pretrained`` of a repository id (its exported folder
 found in a Hub cache built here, offline: nothing is downloaded), ``save_pretrained`` (a copy that loads
 token-equal, written by the export's rules for an existing folder) and ``push_to_hub`` (huggingface_hub's
-API replaced by a recording stand-in).  A local folder loads as before; what cannot be loaded, saved or
+API replaced by a recording stand-in), ours with its model card and transformers' own.  A local folder loads as before; what cannot be loaded, saved or
 uploaded says why.  The folders are the session's shared exports (`exported.SharedExports`) or copies.
 """
 
@@ -19,8 +19,9 @@ pytest.importorskip("onnxruntime")
 
 import huggingface_hub  # noqa: E402
 import onnx  # noqa: E402
-from huggingface_hub import RepoUrl, constants  # noqa: E402
-from huggingface_hub.utils import filter_repo_objects  # noqa: E402
+from huggingface_hub import ModelCard, RepoUrl, constants  # noqa: E402
+from huggingface_hub.errors import EntryNotFoundError  # noqa: E402
+from transformers.utils import PushToHubMixin  # noqa: E402
 
 from talk_hf.export import OnnxGenerator, quantize_exported  # noqa: E402
 from talk_hf.onnx import ORTModelForCausalLM, ORTModelForSeq2SeqLM  # noqa: E402
@@ -75,13 +76,16 @@ def generated(model, export) -> torch.Tensor:
     return model.generate(input_ids=export.ids, attention_mask=export.mask, max_new_tokens=8, num_beams=2)
 
 
-def test_a_repo_id_loads_its_exported_folder_from_the_hub_cache(lm_export, tmp_path):
-    """The PyTorch checkpoint's own files beside the export's are never read or copied."""
+def test_a_repo_id_loads_its_exported_folder_from_the_hub_cache(lm_export, tmp_path, monkeypatch):
+    """The PyTorch checkpoint's own files beside the export's are never read or copied; no graph is parsed in
+    Python to load or save (ONNX Runtime reads each once); the copy holds no README.md (as transformers')."""
     cache = tmp_path / "hub"
     checkpoint = tmp_path / "model.safetensors"
     checkpoint.write_bytes(b"not read")
     snapshot = cache_repo(cache, REPO, {**folder_files(lm_export.folder), "model.safetensors": checkpoint})
     cached = sorted(cache.rglob("*"))
+    for name in ("load", "load_model"):
+        monkeypatch.setattr(onnx, name, lambda *args, **kwargs: pytest.fail("a graph was parsed by onnx"))
     model = ORTModelForCausalLM.from_pretrained(REPO, threads=1, cache_dir=cache)
     assert model.folder == snapshot  # its files are links into the repository's blobs
     assert sorted(cache.rglob("*")) == cached  # nothing written into the cache (it may be read-only)
@@ -280,8 +284,12 @@ def test_a_listed_file_missing_at_loading_is_named_when_saving(lm_export, tmp_pa
 
 def test_save_pretrained_refuses_its_weights_keywords(lm_export, tmp_path):
     model = ORTModelForCausalLM.from_pretrained(lm_export.folder, threads=1)
-    with pytest.raises(TypeError, match=r"save_pretrained does not take \['max_shard_size', 'safe_serialization'\]"):
+    with pytest.raises(TypeError, match=r"save_pretrained does not take \['safe_serialization'\]"):
         model.save_pretrained(tmp_path, safe_serialization=True, max_shard_size="1GB")
+    for size in ("big", 2.5, None):
+        with pytest.raises(ValueError, match=f"max_shard_size must be an int of bytes .* got {size!r}"):
+            model.save_pretrained(tmp_path, max_shard_size=size)
+    assert list(tmp_path.iterdir()) == []
 
 
 def external_step_data(folder: Path, location: str) -> Path:
@@ -291,44 +299,33 @@ def external_step_data(folder: Path, location: str) -> Path:
     return folder / location
 
 
-def test_external_data_is_downloaded_copied_and_pushed(lm_export, tmp_path, hub):
+def test_external_data_is_not_the_folders_and_its_absence_is_named(lm_export, tmp_path):
+    """A graph that another tool saved with external data runs where the file lies beside it; the folder is what
+    its manifest lists, so a copy (or a download) lacks the file, and loading it names the graph and the file."""
     folder = lm_export.copy(tmp_path / "export")
     external_step_data(folder, "decoder_step.onnx.data")
-    cache_repo(tmp_path / "hub", REPO, folder_files(folder))
-    model = ORTModelForCausalLM.from_pretrained(REPO, threads=1, cache_dir=tmp_path / "hub")
-    model.save_pretrained(tmp_path / "saved")
-    assert (tmp_path / "saved" / "decoder_step.onnx.data").read_bytes() == (
-        folder / "decoder_step.onnx.data"
-    ).read_bytes()
+    model = ORTModelForCausalLM.from_pretrained(folder, threads=1)
     assert torch.equal(
-        generated(ORTModelForCausalLM.from_pretrained(tmp_path / "saved", threads=1), lm_export),
+        generated(model, lm_export),
         generated(ORTModelForCausalLM.from_pretrained(lm_export.folder, threads=1), lm_export),
     )
-    ORTModelForCausalLM.from_pretrained(folder, threads=1).push_to_hub("user/tiny")
-    assert "decoder_step.onnx.data" in hub[-1]["files"]
-
-
-def test_external_data_the_cache_lacks_is_named(lm_export, tmp_path):
-    folder = lm_export.copy(tmp_path / "export")
-    external_step_data(folder, "weights.bin").unlink()
-    cache_repo(tmp_path, REPO, folder_files(folder))
-    with pytest.raises(FileNotFoundError, match=r"lacks \['weights.bin'\].*not in the Hub cache"):
-        ORTModelForCausalLM.from_pretrained(REPO, cache_dir=tmp_path)
-
-
-def test_external_data_in_a_subfolder_is_refused_when_saving(lm_export, tmp_path):
-    folder = lm_export.copy(tmp_path / "export")
-    (folder / "weights").mkdir()
-    external_step_data(folder, "weights/step.bin")
-    model = ORTModelForCausalLM.from_pretrained(folder, threads=1)
-    with pytest.raises(ValueError, match="keeps tensor data in 'weights/step.bin', not a file beside it"):
-        model.save_pretrained(tmp_path / "saved")
+    model.save_pretrained(tmp_path / "saved")
+    assert not (tmp_path / "saved" / "decoder_step.onnx.data").exists()
+    cache_repo(
+        tmp_path / "hub", REPO, {name: path for name, path in folder_files(folder).items() if name in written(folder)}
+    )
+    for source, options in ((tmp_path / "saved", {}), (REPO, {"cache_dir": tmp_path / "hub"})):
+        with pytest.raises(
+            ValueError, match=r"decoder_step.onnx, named by .* missing its external data.*decoder_step.onnx.data"
+        ):
+            ORTModelForCausalLM.from_pretrained(source, threads=1, **options)
 
 
 @pytest.fixture
 def hub(monkeypatch) -> list[dict]:
-    """What would be sent to the Hub: each create_repo, create_branch and upload_folder call's arguments (an
-    upload's files as huggingface_hub selects them from its folder); any other upload fails the test."""
+    """What would be sent to the Hub: each create_repo, create_branch, file_exists and create_commit call's
+    arguments (a commit's files by their names in the repository; ``card``: its README.md); the repository has no
+    README.md unless a test appends ``{"readme": True}``; any other upload fails the test."""
     calls = []
 
     def create_repo(self, repo_id, private=None, exist_ok=False, **kwargs):
@@ -338,34 +335,44 @@ def hub(monkeypatch) -> list[dict]:
     def create_branch(self, repo_id, branch, exist_ok=False, **kwargs):
         calls.append({"call": "create_branch", "repo_id": repo_id, "branch": branch})
 
-    def upload_folder(self, *, repo_id, folder_path, allow_patterns, **kwargs):
-        names = [path.name for path in Path(folder_path).iterdir()]
-        files = sorted(filter_repo_objects(names, allow_patterns=allow_patterns))
-        calls.append({"call": "upload_folder", "repo_id": repo_id, "files": files, "token": self.token, **kwargs})
+    def file_exists(self, repo_id, filename, revision=None, **kwargs):
+        calls.append({"call": "file_exists", "repo_id": repo_id, "filename": filename, "revision": revision})
+        return filename == "README.md" and {"readme": True} in calls
+
+    def create_commit(self, repo_id, operations, **kwargs):
+        files = {operation.path_in_repo: operation.path_or_fileobj for operation in operations}
+        card = files.get("README.md")
+        card = card if isinstance(card, (bytes, type(None))) else Path(card).read_bytes()  # transformers' path
+        names = sorted(files)
+        calls.append({"call": "create_commit", "repo_id": repo_id, "files": names, "token": self.token, **kwargs})
+        calls[-1]["card"] = card and ModelCard(card.decode())
         return "commit"
 
     def refused(*args, **kwargs):
-        pytest.fail("an upload other than upload_folder was reached")
+        pytest.fail("an upload other than create_commit was reached")
 
     monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", create_repo)
     monkeypatch.setattr(huggingface_hub.HfApi, "create_branch", create_branch)
-    monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", upload_folder)
-    for name in ("create_commit", "upload_file", "preupload_lfs_files"):
+    monkeypatch.setattr(huggingface_hub.HfApi, "file_exists", file_exists)
+    monkeypatch.setattr(huggingface_hub.HfApi, "create_commit", create_commit)
+    for name in ("upload_folder", "upload_file", "preupload_lfs_files"):
         monkeypatch.setattr(huggingface_hub.HfApi, name, refused)
     return calls
 
 
-def test_push_to_hub_uploads_the_exported_files_only(lm_export, tmp_path, hub):
+def test_push_to_hub_uploads_the_exported_files_and_a_model_card(lm_export, tmp_path, hub):
     folder = lm_export.copy(tmp_path / "export")
     (folder / "notes.txt").write_text("not uploaded")
     model = ORTModelForCausalLM.from_pretrained(folder, threads=1)
     assert model.push_to_hub("user/tiny", private=True, token="secret", commit_message="tiny LM") == "commit"
+    card = hub[-1].pop("card")
     assert hub == [
         {"call": "create_repo", "repo_id": "user/tiny", "private": True, "token": "secret"},
+        {"call": "file_exists", "repo_id": "user/tiny", "filename": "README.md", "revision": None},
         {
-            "call": "upload_folder",
+            "call": "create_commit",
             "repo_id": "user/tiny",
-            "files": sorted(written(folder)),
+            "files": sorted(written(folder) | {"README.md"}),
             "token": "secret",
             "commit_message": "tiny LM",
             "commit_description": None,
@@ -373,13 +380,54 @@ def test_push_to_hub_uploads_the_exported_files_only(lm_export, tmp_path, hub):
             "create_pr": False,
         },
     ]
+    assert card.data.to_dict() == {
+        "library_name": "talk_hf",
+        "pipeline_tag": "text-generation",
+        "tags": ["onnx", "talk_hf", "talk_lm"],
+    }
+    assert 'ORTModelForCausalLM.from_pretrained("user/tiny")' in card.text
+    assert 'AutoTokenizer.from_pretrained("user/tiny")' in card.text and "{" not in card.text
+
+
+def test_a_repos_own_model_card_is_kept_and_a_seq2seqs_card(seq2seq_export, tmp_path, hub):
+    """An encoder-decoder exported without its tokenizer: a translation model, run from token ids."""
+    model = ORTModelForSeq2SeqLM.from_pretrained(seq2seq_export.folder, threads=1)
+    model.push_to_hub("user/tiny", revision="v1")
+    card = hub[-1]["card"]
+    assert card.data.pipeline_tag == "translation" and card.data.tags == ["onnx", "talk_hf", "dynamic_conv"]
+    assert 'ORTModelForSeq2SeqLM.from_pretrained("user/tiny")' in card.text and "AutoTokenizer" not in card.text
+    hub.append({"readme": True})
+    model.push_to_hub("user/tiny", revision="v1")
+    assert hub[-2] == {"call": "file_exists", "repo_id": "user/tiny", "filename": "README.md", "revision": "v1"}
+    assert hub[-1]["files"] == sorted(written(seq2seq_export.folder)) and hub[-1]["card"] is None
+
+
+def test_transformers_own_push_to_hub_uploads_the_exported_folder(lm_export, hub, monkeypatch):
+    """``PushToHubMixin.push_to_hub(model, ...)`` saves with max_shard_size and uploads what that saved, with
+    transformers' own model card; a max_shard_size smaller than a graph is refused by the save, after
+    transformers created the repository."""
+
+    def no_card(repo_id, **kwargs):
+        raise EntryNotFoundError(f"{repo_id} has no README.md")
+
+    monkeypatch.setattr(ModelCard, "load", no_card)
+    model = ORTModelForCausalLM.from_pretrained(lm_export.folder, threads=1)
+    PushToHubMixin.push_to_hub(model, "user/tiny")
+    assert hub[-1]["files"] == sorted(written(lm_export.folder) | {"README.md"})
+    assert hub[-1]["card"].data.library_name == "transformers"
+    with pytest.raises(
+        ValueError,
+        match=r"max_shard_size='1KB' \(1000 bytes\), but .* graphs \{'decoder_step.onnx': \d+, 'decoder_prompt.onnx'",
+    ):
+        PushToHubMixin.push_to_hub(model, "user/tiny", max_shard_size="1KB")
+    assert hub[-1]["call"] == "create_repo"
 
 
 def test_save_pretrained_pushes_to_a_branch(lm_export, tmp_path, hub):
     model = ORTModelForCausalLM.from_pretrained(lm_export.folder, threads=1)
     model.save_pretrained(tmp_path / "tiny", push_to_hub=True, revision="v1", create_pr=True)
-    assert [call["call"] for call in hub] == ["create_repo", "create_branch", "upload_folder"]
+    assert [call["call"] for call in hub] == ["create_repo", "create_branch", "file_exists", "create_commit"]
     assert hub[1] == {"call": "create_branch", "repo_id": "user/tiny", "branch": "v1"}  # the saved folder's name
-    assert hub[2]["revision"] == "v1" and hub[2]["create_pr"] is True and hub[2]["commit_message"]
+    assert hub[3]["revision"] == "v1" and hub[3]["create_pr"] is True and hub[3]["commit_message"]
     with pytest.raises(TypeError, match=r"push_to_hub does not take \['tags'\]"):
         model.push_to_hub("user/tiny", tags=["onnx"])
