@@ -31,17 +31,8 @@ pytest.importorskip("onnxruntime")
 from talk_hf.onnx.outputs import model_output  # noqa: E402
 
 from ..models.helpers import VOCAB  # noqa: E402
-from .test_ort_models import NEW_TOKENS, Served, _served  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def lm(shared_exports) -> Served:
-    return _served(shared_exports, "talk-lm")
-
-
-@pytest.fixture(scope="module")
-def seq2seq(shared_exports) -> Served:
-    return _served(shared_exports, "dynamic-seq2seq")
+from .exported import NEW_TOKENS  # noqa: E402
+from .served import Served  # noqa: E402
 
 
 class _StopAfter(StoppingCriteria):

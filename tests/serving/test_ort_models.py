@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -31,58 +30,13 @@ from talk_hf.onnx import ORTModelForCausalLM, ORTModelForSeq2SeqLM  # noqa: E402
 from talk_hf.transformers_internals import CACHE_NAME  # noqa: E402
 
 from ..models.helpers import EOS, VOCAB, word_tokenizer  # noqa: E402
-from .exported import EXPORTED, SharedExports  # noqa: E402
-
-NEW_TOKENS = 8
-
-
-@dataclass
-class Served:
-    model: torch.nn.Module  # the PyTorch model
-    ort: ORTModelForCausalLM | ORTModelForSeq2SeqLM  # its export, loaded with from_pretrained
-    folder: Path
-    ids: torch.Tensor  # (3, S) sources (row 0 right-padded, row 1 left-padded) or prompts (row 0 left-padded)
-    mask: torch.Tensor
-
-    def both(self, **settings) -> tuple[torch.Tensor, torch.Tensor]:
-        """(the PyTorch model's generate, the exported model's), each after torch.manual_seed(0)."""
-        settings = {"max_new_tokens": NEW_TOKENS, **settings}
-        tokens = []
-        for model in (self.model, self.ort):
-            torch.manual_seed(0)
-            tokens.append(model.generate(input_ids=self.ids, attention_mask=self.mask, **settings))
-        return tokens[0], tokens[1]
-
-
-def _served(shared_exports: SharedExports, name: str) -> Served:
-    """The session's export of ``name``, loaded with from_pretrained, beside a new copy of its model."""
-    shared = shared_exports(name)
-    loader = ORTModelForSeq2SeqLM if EXPORTED[name].is_seq2seq else ORTModelForCausalLM
-    return Served(
-        shared.model(), loader.from_pretrained(shared.folder, threads=1), shared.folder, shared.ids, shared.mask
-    )
+from .exported import EXPORTED, NEW_TOKENS  # noqa: E402
+from .served import Served  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
     return word_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def lm(shared_exports) -> Served:
-    """Exported with the word tokenizer."""
-    return _served(shared_exports, "talk-lm")
-
-
-@pytest.fixture(scope="module")
-def seq2seq(shared_exports) -> Served:
-    """Exported into a copy of the LM's folder: a previous export's files it does not write must go."""
-    return _served(shared_exports, "dynamic-seq2seq")
-
-
-@pytest.fixture(scope="module")
-def slicenet(shared_exports) -> Served:
-    return _served(shared_exports, "slicenet")
 
 
 # Every decoding strategy and logits processor of transformers' generate (max_new_tokens=NEW_TOKENS
