@@ -349,26 +349,26 @@ def test_overwrite_help_names_the_files_it_replaces(capsys):
 @pytest.mark.slow  # exports a model
 def test_a_previous_export_is_replaced_and_its_stale_files_removed(exported, tmp_path):
     """Exporting into an export's folder needs no overwrite: a causal LM exported over an encoder-decoder's
-    export replaces its files, removes the encoder.onnx that export wrote, and a user's other files stay."""
+    export replaces its files, removes the encoder.onnx that export wrote, and a user's other files stay.
+    A file of that name that is a symlink is replaced, never the file it points to; in a folder that no
+    export wrote, such a symlink is refused unless overwrite (checked before anything is traced)."""
+    victim = tmp_path / "victim.py"
+    victim.write_text("precious")
+    foreign = tmp_path / "out"
+    foreign.mkdir()
+    (foreign / "runner.py").symlink_to(victim)
+    with pytest.raises(FileExistsError, match=r"holds \['runner.py'\]"):
+        export_onnx(LM.model(), foreign)
+    folder_writes.check_replaceable(foreign, ["runner.py"], overwrite=True)
     folder = _copy(exported, tmp_path)
     (folder / "notes.txt").write_text("keep me")
+    (folder / "runner.py").unlink()
+    (folder / "runner.py").symlink_to(victim)
     export_onnx(LM.model(), folder)
     written = ["beam_candidates.onnx", "decoder_step.onnx", "manifest.json", *sorted(RUNNER_FILES)]
     written = sorted([*written, "config.json", "decoder_prompt.onnx", "generation_config.json"])
     assert sorted(path.name for path in folder.iterdir()) == sorted([*written, "notes.txt"])
     assert sorted(OnnxGenerator(folder).manifest["written"]) == written
-
-
-@pytest.mark.slow  # exports a model
-def test_overwrite_replaces_a_symlink_not_the_file_it_points_to(tmp_path):
-    victim = tmp_path / "victim.py"
-    victim.write_text("precious")
-    folder = tmp_path / "out"
-    folder.mkdir()
-    (folder / "runner.py").symlink_to(victim)
-    with pytest.raises(FileExistsError, match=r"holds \['runner.py'\]"):
-        export_onnx(LM.model(), folder)
-    export_onnx(LM.model(), folder, overwrite=True)
     assert victim.read_text() == "precious" and not (folder / "runner.py").is_symlink()
 
 
