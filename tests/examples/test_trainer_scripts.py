@@ -56,23 +56,25 @@ def test_run_translation_fine_tunes_and_predicts(tmp_path):
         assert AutoModelForSeq2SeqLM.from_pretrained(checkpoint).config.model_type == "talk"
 
 
-def test_run_clm_fine_tunes_and_reports_perplexity(tmp_path):
+def _run_clm(tmp_path, model_type: str, *flags: str) -> str:
+    """run_clm.py fine-tuning a fresh tiny ``model_type`` LM on WikiText's first 100 lines (blocks of 32)
+    into ``tmp_path/out``, evaluated; its output, after checking that the perplexity is > 1."""
     lines = load_columns(WIKITEXT, "train", ["text"], limit=100)["text"]
-    start = tiny_checkpoint(tmp_path / "start", "light_conv", lines, False, kind="word", vocab_size=2000)
-    output = tmp_path / "out"
-    flags = "--do_train --do_eval --max_train_samples 100 --block_size 32"
+    start = tiny_checkpoint(tmp_path / "start", model_type, lines, False, kind="word", vocab_size=2000)
     printed = run(
         "language-modeling/run_clm.py",
-        "--model_name_or_path",
-        start,
-        "--data_dir",
-        WIKITEXT,
-        "--output_dir",
-        output,
-        *flags.split(),
+        *("--model_name_or_path", start, "--data_dir", WIKITEXT, "--output_dir", tmp_path / "out"),
+        *"--do_train --do_eval --max_train_samples 100 --block_size 32".split(),
+        *flags,
         *TRAINER,
     )
-    assert json.loads((output / "eval_results.json").read_text())["perplexity"] > 1
+    assert json.loads((tmp_path / "out" / "eval_results.json").read_text())["perplexity"] > 1
+    return printed
+
+
+def test_run_clm_fine_tunes_and_reports_perplexity(tmp_path):
+    output = tmp_path / "out"
+    printed = _run_clm(tmp_path, "light_conv")
     assert "Writing model shards" not in printed
     for checkpoint in (output, output / "checkpoint-2"):
         model = AutoModelForCausalLM.from_pretrained(checkpoint)
@@ -81,21 +83,6 @@ def test_run_clm_fine_tunes_and_reports_perplexity(tmp_path):
 
 def test_run_clm_trains_on_packed_lines_with_data_collator_with_flattening(tmp_path):
     """--packing: lines as documents, each batch flattened into one row; evaluation keeps the blocks."""
-    lines = load_columns(WIKITEXT, "train", ["text"], limit=100)["text"]
-    start = tiny_checkpoint(tmp_path / "start", "talk", lines, False, kind="word", vocab_size=2000)
-    output = tmp_path / "out"
-    flags = "--do_train --do_eval --packing --max_train_samples 100 --block_size 32"
-    run(
-        "language-modeling/run_clm.py",
-        "--model_name_or_path",
-        start,
-        "--data_dir",
-        WIKITEXT,
-        "--output_dir",
-        output,
-        *flags.split(),
-        *TRAINER,
-    )
-    assert json.loads((output / "eval_results.json").read_text())["perplexity"] > 1
-    state = json.loads((output / "trainer_state.json").read_text())
+    _run_clm(tmp_path, "talk", "--packing")
+    state = json.loads((tmp_path / "out" / "trainer_state.json").read_text())
     assert all(math.isfinite(entry["loss"]) for entry in state["log_history"] if "loss" in entry)
