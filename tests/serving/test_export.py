@@ -26,7 +26,7 @@ from talk_hf.export.__main__ import main
 
 from ..models import helpers
 from ..models.helpers import VOCAB
-from .exported import EXPORTED, NEW_TOKENS
+from .exported import EXPORTED, NEW_TOKENS, fingerprint
 from .torch_free import generate_without_torch
 
 pytest.importorskip("onnx")
@@ -300,6 +300,36 @@ def test_runner_refuses_bad_json_and_bad_requests(exported, tmp_path):
         OnnxGenerator(exported("dynamic-lm").folder, optimization="max")
 
 
+# The export: a user's files are never replaced without asking.
+
+USER_FILES = {"runner.py": "print('my own runner')\n", "manifest.json": '{"mine": true}\n', "encoder.onnx": "weights"}
+
+
+def _user_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "out"
+    folder.mkdir()
+    for name, text in {**USER_FILES, "notes.txt": "keep me"}.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def test_export_refuses_to_replace_a_users_files(tmp_path):
+    folder = _user_folder(tmp_path)
+    before = fingerprint(folder)
+    with pytest.raises(
+        FileExistsError, match=r"holds \['encoder.onnx', 'manifest.json', 'runner.py'\].*overwrite=True"
+    ):
+        export_onnx(EXPORTED["dynamic-seq2seq"].model(), folder)
+    assert fingerprint(folder) == before
+
+
+def test_overwrite_help_names_the_files_it_replaces(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--overwrite replace the files encoder.onnx, decoder_step.onnx, beam_candidates.onnx, runner.py" in help_text
+
+
 # (model, the model folder's tokenizer: none, copied by the export, or left out with --no-tokenizer); the
 # encoder-decoders of the cheapest exports, and the toy family (registered from outside the package).
 COMMAND_LINE_CASES = [("light_conv-seq2seq", "copied"), ("dynamic-seq2seq", None), ("toy-seq2seq", "--no-tokenizer")]
@@ -307,21 +337,33 @@ COMMAND_LINE_CASES = [("light_conv-seq2seq", "copied"), ("dynamic-seq2seq", None
 
 @pytest.mark.parametrize("name,tokenizer", COMMAND_LINE_CASES)
 def test_command_line_exports_and_checks(tmp_path, capsys, name, tokenizer):
+    """Into a folder holding a user's files: refused (before the model loads), the folder unchanged,
+    unless --overwrite, which replaces the files of the export's names and keeps the others."""
     model = EXPORTED[name].model()
     model.save_pretrained(tmp_path / "model")
     if tokenizer is not None:
         helpers.word_tokenizer().save_pretrained(tmp_path / "model")
-    options = ["--no-tokenizer"] if tokenizer == "--no-tokenizer" else []
+    folder = _user_folder(tmp_path)
+    before = fingerprint(folder)
+    command = [str(tmp_path / "model"), str(folder), "--check", "--int8"]
+    command += ["--no-tokenizer"] if tokenizer == "--no-tokenizer" else []
+    capsys.readouterr()
+    assert main(command) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("error:") and "['encoder.onnx', 'manifest.json', 'runner.py']" in error
+    assert "--overwrite" in error and fingerprint(folder) == before
     # One export: the float32 graphs are checked against generate, then quantized in place.
-    assert main([str(tmp_path / "model"), str(tmp_path / "onnx"), "--check", "--int8", *options]) == 0
+    assert main([*command, "--overwrite"]) == 0
+    assert (folder / "notes.txt").read_text() == "keep me"
+    assert all((folder / file).read_bytes() != text.encode() for file, text in USER_FILES.items())
     printed = capsys.readouterr().out
     assert "check: greedy tokens of 4 random inputs equal model.generate's" in printed
     assert printed.index("check:") < printed.index("int8: decoder_step.onnx, encoder.onnx")
-    manifest = OnnxGenerator(tmp_path / "onnx").manifest
+    manifest = OnnxGenerator(folder).manifest
     assert manifest["head"] == type(model).__name__ and manifest["int8"]["weight_type"] == "QInt8"
     assert (", with its tokenizer (" in printed) is (tokenizer == "copied")
     assert ("tokenizer.json" in manifest["written"]) is (tokenizer == "copied")
-    assert (tmp_path / "onnx" / "tokenizer.json").is_file() is (tokenizer == "copied")
+    assert (folder / "tokenizer.json").is_file() is (tokenizer == "copied")
 
 
 def test_command_line_names_a_tokenizer_that_does_not_load(tmp_path, capsys):

@@ -4,8 +4,8 @@
   refused by `quantize_exported` and `OnnxGenerator`, naming the field, and the file outside is untouched;
 * `quantize_exported` is all or nothing: a damaged graph is named and the folder stays byte for byte;
 * a tampered manifest is refused with its field named; a bad request is refused as ``generate`` refuses it;
-* the export never replaces a user's files without ``overwrite`` / ``--overwrite``, and re-exports into its
-  own folder.
+* the export re-exports into its own folder, replacing a symlink there (not the file it points to), and
+  refuses a user's symlink without ``overwrite`` (a user's files and ``--overwrite``: test_export.py).
 """
 
 from __future__ import annotations
@@ -293,57 +293,6 @@ def test_a_huge_max_new_tokens_allocates_only_the_steps_taken(exported, tmp_path
     ids, mask = (tensor.numpy() for tensor in inputs(SEQ2SEQ))
     tokens = OnnxGenerator(folder, threads=1).generate(ids, mask, max_new_tokens=10**12, num_beams=2)
     assert tokens.shape[0] == len(ids) and tokens.shape[1] <= 4
-
-
-# The export: a user's files are never replaced without asking.
-
-USER_FILES = {"runner.py": "print('my own runner')\n", "manifest.json": '{"mine": true}\n', "encoder.onnx": "weights"}
-
-
-def _user_folder(tmp_path: Path) -> Path:
-    folder = tmp_path / "out"
-    folder.mkdir()
-    for name, text in {**USER_FILES, "notes.txt": "keep me"}.items():
-        (folder / name).write_text(text)
-    return folder
-
-
-def test_export_refuses_to_replace_a_users_files(tmp_path):
-    folder = _user_folder(tmp_path)
-    before = fingerprint(folder)
-    with pytest.raises(
-        FileExistsError, match=r"holds \['encoder.onnx', 'manifest.json', 'runner.py'\].*overwrite=True"
-    ):
-        export_onnx(SEQ2SEQ.model(), folder)
-    assert fingerprint(folder) == before
-
-
-@pytest.mark.slow  # exports a model
-def test_command_line_refuses_a_users_files_unless_overwrite(tmp_path, capsys):
-    SEQ2SEQ.model().save_pretrained(tmp_path / "model")
-    folder = _user_folder(tmp_path)
-    before = fingerprint(folder)
-    command = [str(tmp_path / "model"), str(folder)]
-    capsys.readouterr()
-    assert main(command) == 1
-    error = capsys.readouterr().err
-    assert (
-        error.startswith("error:")
-        and "['encoder.onnx', 'manifest.json', 'runner.py']" in error
-        and "--overwrite" in error
-    )
-    assert fingerprint(folder) == before
-    assert main([*command, "--overwrite"]) == 0
-    assert (folder / "notes.txt").read_text() == "keep me"
-    assert all((folder / name).read_bytes() != text.encode() for name, text in USER_FILES.items())
-    assert OnnxGenerator(folder).manifest["head"] == "DynamicConvForConditionalGeneration"
-
-
-def test_overwrite_help_names_the_files_it_replaces(capsys):
-    with pytest.raises(SystemExit):
-        main(["--help"])
-    help_text = " ".join(capsys.readouterr().out.split())
-    assert "--overwrite replace the files encoder.onnx, decoder_step.onnx, beam_candidates.onnx, runner.py" in help_text
 
 
 @pytest.mark.slow  # exports a model
