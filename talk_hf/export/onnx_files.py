@@ -7,7 +7,7 @@ prompt in one call, `traced_forward.PromptGraph`), ``decoder_step.onnx``, ``beam
 `talk_hf.onnx` reads), the tokenizer's files when one is given, ``manifest.json`` (the graphs' input
 and output names, each layer's state shape, the special tokens, the vocabulary size, the model type,
 the generation settings as ``generate`` resolves them for the model, the files the export wrote, and the export's
-id, ``export_id``, which each graph also carries in its metadata: `runner_checks.check_export_id`), ``runner.py`` and the
+id, ``export_id``, which each graph also carries in its metadata: `runner_sessions.check_export_id`), ``runner.py`` and the
 files of ``runner.RUNNER_FILES`` beside it (copies of `talk_hf.export.runner` and its modules:
 onnxruntime and numpy only).  Batch, source and prompt length are dynamic axes; every state keeps a
 fixed (batch, history_size, channels) shape.

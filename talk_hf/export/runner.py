@@ -1,9 +1,10 @@
 """Generate from an exported folder with ONNX Runtime and numpy only, as ``model.generate`` does.
 
 This file imports nothing of ``talk_hf`` (the export copies it into the folder as ``runner.py``, with
-the files of `RUNNER_FILES` beside it: its checks of the manifest and of each request, its generation
-settings, its logits processors, its decoding loops and their steps on bound buffers), so a serving
-host needs the folder, ``onnxruntime`` and ``numpy``.  ``OnnxGenerator(folder).generate(ids, mask, max_new_tokens=...)``
+the files of `RUNNER_FILES` beside it: its checks of the manifest, the loading of its graphs, its checks
+of each request's arrays, its generation settings and their resolution, its logits processors and
+sampling, its decoding loops and their steps on bound buffers), so a serving host needs the folder,
+``onnxruntime`` and ``numpy``.  ``OnnxGenerator(folder).generate(ids, mask, max_new_tokens=...)``
 returns what ``model.generate`` returns: for an encoder-decoder the decoder start token then the new
 tokens, for a causal LM the prompt then the new tokens, (B, length) int64, rows that ended padded with
 ``pad_token_id``.
@@ -11,8 +12,9 @@ tokens, for a causal LM the prompt then the new tokens, (B, length) int64, rows 
 Decoding follows transformers' ``generate`` with the model's generation configuration (the manifest's
 ``generation`` defaults) under the request's settings: greedy search, sampling (``do_sample``, seeded
 by ``seed``), beam search and beam sampling, with the logits processors of `runner_settings.APPLIED`
-applied in generate's order (`runner_logits`) and lengths counted as generate counts them.  A setting
-of generate's that the runner does not apply is refused, naming it (`runner_settings.NOT_APPLIED`).
+applied in generate's order (`runner_logits`) and lengths counted as generate counts them
+(`runner_request`).  A setting of generate's that the runner does not apply is refused, naming it
+(`runner_settings.NOT_APPLIED`).
 The graphs' float32 logits match PyTorch's to rounding, so greedy and beam tokens differ from
 generate's only where two candidates tie to within it; sampled tokens follow generate's distribution
 with numpy's random numbers, not torch's.
@@ -27,22 +29,33 @@ from os import PathLike
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
 # The files of the runner that the export copies into the folder.
 RUNNER_FILES = (
     "runner.py",
     "runner_checks.py",
+    "runner_sessions.py",
     "runner_inputs.py",
     "runner_settings.py",
+    "runner_request.py",
     "runner_logits.py",
+    "runner_sampling.py",
     "runner_decoding.py",
     "runner_steps.py",
 )
 
 if __package__:  # talk_hf.export.runner
     from . import runner_checks as checks
-    from . import runner_decoding, runner_inputs, runner_logits, runner_settings, runner_steps
+    from . import (
+        runner_decoding,
+        runner_inputs,
+        runner_logits,
+        runner_request,
+        runner_sampling,
+        runner_sessions,
+        runner_settings,
+        runner_steps,
+    )
 else:  # the copy in an exported folder, imported as the top-level module ``runner``
     import hashlib
     import importlib
@@ -75,30 +88,10 @@ else:  # the copy in an exported folder, imported as the top-level module ``runn
     checks, runner_decoding = _beside("runner_checks"), _beside("runner_decoding")
     runner_logits, runner_settings = _beside("runner_logits"), _beside("runner_settings")
     runner_inputs, runner_steps = _beside("runner_inputs"), _beside("runner_steps")
+    runner_request, runner_sampling = _beside("runner_request"), _beside("runner_sampling")
+    runner_sessions = _beside("runner_sessions")
 
 CANDIDATES, PROMPT = checks.CANDIDATES, checks.PROMPT
-
-
-_STATE = ort.capi.onnxruntime_pybind11_state  # ONNX Runtime's errors of a file it cannot load as a graph
-_LOAD_ERRORS = (_STATE.Fail, _STATE.InvalidArgument, _STATE.InvalidGraph, _STATE.InvalidProtobuf, _STATE.NoSuchFile)
-
-
-def _session(path: Path, role: str, graph: dict, options: ort.SessionOptions) -> ort.InferenceSession:
-    """An ORT CPU session of ``path`` (the manifest's ``files.<role>``) whose input and output names must be
-    the manifest's ``graph``; ValueError naming a file ONNX Runtime does not load (damaged, not a graph, or
-    saved by another tool with ONNX external data that is not beside it: an export writes none)."""
-    try:
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    except _LOAD_ERRORS as error:
-        raise ValueError(
-            f"{path}, named by {path.with_name(checks.MANIFEST_NAME)} field files.{role}, is not an ONNX graph that "
-            f"ONNX Runtime loads (damaged, truncated, or missing its external data?): export the model again ({error})"
-        ) from None
-    found = {"inputs": [x.name for x in session.get_inputs()], "outputs": [x.name for x in session.get_outputs()]}
-    for kind, names in found.items():
-        if names != graph[kind]:
-            raise ValueError(f"{path} has the {kind} {names}, but its manifest names {graph[kind]}")
-    return session
 
 
 class OnnxGenerator:
@@ -119,25 +112,9 @@ class OnnxGenerator:
             )
         self.folder = Path(folder)
         self.manifest = checks.read_manifest(folder)
-        self.defaults = runner_settings.checked_defaults(self.manifest)  # generate's, checked once
-        if not isinstance(spin, bool):
-            raise TypeError(f"spin must be True or False, got {spin!r}")
-        levels = {"basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
-        if optimization not in levels:
-            raise ValueError(f"optimization must be one of {list(levels)}, got {optimization!r}")
-        options = ort.SessionOptions()
-        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, levels[optimization])
-        if threads is not None:
-            options.intra_op_num_threads = runner_settings.check_integer("threads", threads, 1)
-        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
-        files, graphs = self.manifest["files"], self.manifest["graphs"]
-        self.sessions = {
-            role: _session(checks.confined_file(self.folder, f"files.{role}", name), role, graphs[role], options)
-            for role, name in files.items()
-        }
-        checks.check_graph_shapes(self.manifest, self.sessions, self.folder)
-        checks.check_export_id(self.manifest, self.sessions, self.folder)
-        self.step_inputs = graphs["decoder_step"]["inputs"]
+        self.defaults = runner_request.checked_defaults(self.manifest)  # generate's, checked once
+        self.sessions = runner_sessions.load_sessions(self.folder, self.manifest, threads, optimization, spin)
+        self.step_inputs = self.manifest["graphs"]["decoder_step"]["inputs"]
         self.source_inputs = self.step_inputs[3 + len(self.manifest["states"]) :]
         states = [state["name"] for state in self.manifest["states"]]
         step = dict(ids="input_ids", positions="positions", token_mask="token_mask", states=states)
@@ -268,14 +245,14 @@ class OnnxGenerator:
         for the model).  ``seed`` (an int >= 0 or a ``numpy.random.Generator``; None: fresh entropy) seeds
         sampling.  The inputs and settings are refused as ``generate`` refuses them, and a setting the
         runner does not apply or that the request's strategy would not use is refused by name
-        (`runner_inputs.checked_inputs`, `runner_settings.resolved_settings`), before anything runs.
+        (`runner_inputs.checked_inputs`, `runner_request.resolved_settings`), before anything runs.
         """
         ids, mask = runner_inputs.checked_inputs(input_ids, attention_mask, checks.source_vocab_size(self.manifest))
         seq2seq = self.manifest["is_encoder_decoder"]
         prompt_length = 1 if seq2seq else ids.shape[1]
         vocab, default_length = self.manifest["vocab_size"], self.manifest[runner_settings.DEFAULT_LENGTH]
-        settings = runner_settings.resolved_settings(settings, self.defaults, default_length, vocab, prompt_length)
-        rng = runner_logits.sampling_generator(seed, settings["do_sample"])
+        settings = runner_request.resolved_settings(settings, self.defaults, default_length, vocab, prompt_length)
+        rng = runner_sampling.sampling_generator(seed, settings["do_sample"])
         beams = settings["num_beams"]
         if beams > 1 and CANDIDATES not in self.sessions:
             raise self._no_candidates_graph()

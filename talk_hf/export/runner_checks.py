@@ -1,4 +1,4 @@
-"""The runner's checks of an exported folder: its manifest, and the graphs ONNX Runtime loaded from it.
+"""The runner's checks of an exported folder's manifest: its fields, and the files it names.
 
 Copied beside ``runner.py`` into every exported folder, so like it this file imports nothing but the
 standard library and the runner's files beside it.  Each check raises before ONNX Runtime runs
@@ -8,13 +8,11 @@ a raw ONNX Runtime, ``KeyError`` or ``IndexError`` failure:
 * `read_manifest` / `check_manifest`: the manifest's fields, their types and ranges (token ids within
   the vocabulary, state sizes, graph names), and every ``files`` entry confined to the folder
   (`confined_file`: a plain file name, not a symlink that leads out, but for a Hugging Face Hub cache
-  snapshot's links to its repository's blobs);
-* `check_graph_shapes`: the graphs ONNX Runtime loaded declare the manifest's state shapes and vocabulary,
-  and logits of a shape the runner reads;
-* `check_export_id`: they are the graphs of the export that wrote the manifest.
+  snapshot's links to its repository's blobs).
 
-A ``generate`` request's inputs are checked by `runner_inputs.checked_inputs`, its settings by
-`runner_settings.resolved_settings`.
+The graphs ONNX Runtime loaded from the folder are checked against the manifest by
+`runner_sessions.load_sessions`; a ``generate`` request's inputs by `runner_inputs.checked_inputs`, its
+settings by `runner_request.resolved_settings`.
 """
 
 from __future__ import annotations
@@ -47,7 +45,7 @@ ROLES = ("encoder", "decoder_step", CANDIDATES, PROMPT)
 STEP_LEADING_INPUTS = ("input_ids", "positions", "token_mask")
 
 
-class _Field:
+class Field:
     """Where a manifest's value sits, for messages: ``<path> field special_tokens.eos_token_id``."""
 
     def __init__(self, path: Path, name: str):
@@ -72,7 +70,7 @@ def confined_file(folder: Path, field: str, name) -> Path:
             snapshot, outside its repository's blobs: `_link_targets`), naming ``field``.
         FileNotFoundError: no such file.
     """
-    manifest = _Field(Path(folder) / MANIFEST_NAME, field)
+    manifest = Field(Path(folder) / MANIFEST_NAME, field)
     if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name or "\\" in name:
         raise manifest.error("a file name inside the exported folder (no folders, '..' or absolute paths)", name)
     path = Path(folder) / name
@@ -139,27 +137,27 @@ def check_manifest(manifest, path: Path) -> None:
     if missing:
         raise ValueError(f"{path} lacks the fields {missing}")
     if not isinstance(manifest["model_type"], str):
-        raise _Field(path, "model_type").error("a string", manifest["model_type"])
+        raise Field(path, "model_type").error("a string", manifest["model_type"])
     seq2seq = manifest["is_encoder_decoder"]
     if not isinstance(seq2seq, bool):
-        raise _Field(path, "is_encoder_decoder").error("true or false", seq2seq)
+        raise Field(path, "is_encoder_decoder").error("true or false", seq2seq)
     vocab = manifest["vocab_size"]
     if not is_int(vocab) or vocab < 2:
-        raise _Field(path, "vocab_size").error("an int >= 2", vocab)
+        raise Field(path, "vocab_size").error("an int >= 2", vocab)
     if "source_vocab_size" in manifest:
         source_vocab = manifest["source_vocab_size"]
         if not seq2seq or not is_int(source_vocab) or source_vocab < 2:
             expected = "an encoder-decoder's source vocabulary size, an int >= 2 (a causal LM has none)"
-            raise _Field(path, "source_vocab_size").error(expected, source_vocab)
+            raise Field(path, "source_vocab_size").error(expected, source_vocab)
     if EXPORT_ID in manifest and not (isinstance(manifest[EXPORT_ID], str) and manifest[EXPORT_ID]):
-        raise _Field(path, EXPORT_ID).error("the export's id, a non-empty string", manifest[EXPORT_ID])
+        raise Field(path, EXPORT_ID).error("the export's id, a non-empty string", manifest[EXPORT_ID])
     _check_files(manifest["files"], path, seq2seq)
     _check_graphs(manifest, path)
     _check_special_tokens(manifest["special_tokens"], path, vocab, seq2seq)
     generation = manifest.get("generation", {})
     unknown = sorted(set(generation) - set(GENERATION_FIELDS)) if isinstance(generation, dict) else None
     if unknown is None or unknown:
-        raise _Field(path, "generation").error(f"an object of the settings of generate, not {unknown}", generation)
+        raise Field(path, "generation").error(f"an object of the settings of generate, not {unknown}", generation)
     missing = missing_fields(manifest)
     if missing:
         raise ValueError(
@@ -170,9 +168,9 @@ def check_manifest(manifest, path: Path) -> None:
         try:
             check_setting(name, value, vocab)
         except (TypeError, ValueError) as error:
-            raise _Field(path, f"generation.{name}").refuse(str(error).removeprefix(f"{name} ")) from None
+            raise Field(path, f"generation.{name}").refuse(str(error).removeprefix(f"{name} ")) from None
     if not is_default_length(manifest[DEFAULT_LENGTH]):
-        raise _Field(path, DEFAULT_LENGTH).error(DEFAULT_LENGTH_FORM, manifest[DEFAULT_LENGTH])
+        raise Field(path, DEFAULT_LENGTH).error(DEFAULT_LENGTH_FORM, manifest[DEFAULT_LENGTH])
 
 
 def source_vocab_size(manifest: dict) -> int:
@@ -189,7 +187,7 @@ def _check_files(files, path: Path, seq2seq: bool) -> None:
     allowed = required | {CANDIDATES, *([] if seq2seq else [PROMPT])}
     if not isinstance(files, dict) or not required <= set(files) <= allowed:
         kind = "an encoder-decoder" if seq2seq else "a causal LM"
-        raise _Field(path, "files").error(f"an object of {kind}'s graph files, with the roles {sorted(allowed)}", files)
+        raise Field(path, "files").error(f"an object of {kind}'s graph files, with the roles {sorted(allowed)}", files)
     for role, name in files.items():
         confined_file(path.parent, f"files.{role}", name)
 
@@ -203,20 +201,20 @@ def _check_graphs(manifest: dict, path: Path) -> None:
     leading three, the states', then the encoder's outputs it takes (and the source mask)."""
     graphs, states = manifest["graphs"], manifest["states"]
     if not isinstance(graphs, dict):
-        raise _Field(path, "graphs").error("an object of each graph's input and output names", graphs)
+        raise Field(path, "graphs").error("an object of each graph's input and output names", graphs)
     for role in manifest["files"]:
         graph = graphs.get(role)
         if not isinstance(graph, dict) or not all(_string_list(graph.get(kind)) for kind in ("inputs", "outputs")):
-            raise _Field(path, f"graphs.{role}").error('{"inputs": [names], "outputs": [names]}', graph)
+            raise Field(path, f"graphs.{role}").error('{"inputs": [names], "outputs": [names]}', graph)
     shape = '{"name": str, "history_size": int >= 0, "channels": int >= 1}'
     if not isinstance(states, list):
-        raise _Field(path, "states").error(f"a list of {shape}", states)
+        raise Field(path, "states").error(f"a list of {shape}", states)
     for i, state in enumerate(states):
         keys_ok = isinstance(state, dict) and set(state) == {"name", "history_size", "channels"}
         if not keys_ok or not isinstance(state["name"], str) or not is_int(state["history_size"]):
-            raise _Field(path, f"states[{i}]").error(shape, state)
+            raise Field(path, f"states[{i}]").error(shape, state)
         if state["history_size"] < 0 or not is_int(state["channels"]) or state["channels"] < 1:
-            raise _Field(path, f"states[{i}]").error(shape, state)
+            raise Field(path, f"states[{i}]").error(shape, state)
     inputs = graphs["decoder_step"]["inputs"]
     leading = [*STEP_LEADING_INPUTS, *(state["name"] for state in states)]
     source = inputs[len(leading) :]
@@ -224,58 +222,22 @@ def _check_graphs(manifest: dict, path: Path) -> None:
     if inputs[: len(leading)] != leading or not set(source) <= {*encoder_outputs, "encoder_attention_mask"}:
         takes = "the encoder's outputs" if manifest["is_encoder_decoder"] else "nothing"
         expected = f"{leading} (the states' names) then {takes}"
-        raise _Field(path, "graphs.decoder_step.inputs").error(expected, inputs)
+        raise Field(path, "graphs.decoder_step.inputs").error(expected, inputs)
 
 
 def _check_special_tokens(tokens, path: Path, vocab: int, seq2seq: bool) -> None:
     """Each special token None or an id in [0, vocab) (the end token also a non-empty list of them); an
     encoder-decoder's ``decoder_start_token_id`` present."""
     if not isinstance(tokens, dict):
-        raise _Field(path, "special_tokens").error("an object of token ids", tokens)
+        raise Field(path, "special_tokens").error("an object of token ids", tokens)
     known = ("eos_token_id", "pad_token_id", "bos_token_id", "decoder_start_token_id")
     unknown = set(tokens) - set(known)
     if unknown:
-        raise _Field(path, "special_tokens").error(f"an object of the ids {list(known)}", tokens)
+        raise Field(path, "special_tokens").error(f"an object of the ids {list(known)}", tokens)
     if seq2seq and tokens.get("decoder_start_token_id") is None:
-        raise _Field(path, "special_tokens.decoder_start_token_id").error(f"a token id in [0, {vocab})", None)
+        raise Field(path, "special_tokens.decoder_start_token_id").error(f"a token id in [0, {vocab})", None)
     for name, value in tokens.items():
         ids = value if name == "eos_token_id" and isinstance(value, list) and value else [value]
         if value is not None and not all(is_int(token) and 0 <= token < vocab for token in ids):
             ranged = f"a token id in [0, {vocab})" + (" or a non-empty list of them" if name == "eos_token_id" else "")
-            raise _Field(path, f"special_tokens.{name}").error(f"None or {ranged}", value)
-
-
-def check_graph_shapes(manifest: dict, sessions: dict, folder: Path) -> None:
-    """The loaded step graph declares each state input as the manifest's (batch, history_size, channels)
-    and logits of the manifest's vocabulary size, and the step and prompt graphs logits (batch, 1, vocab)
-    (``sessions``: role -> ONNX Runtime session)."""
-    path = Path(folder) / MANIFEST_NAME
-    declared = {x.name: x.shape for x in sessions["decoder_step"].get_inputs()}
-    for i, state in enumerate(manifest["states"]):
-        found = declared[state["name"]][1:]
-        if found != [state["history_size"], state["channels"]]:
-            expected = f"the step graph's history_size and channels of {state['name']}, {found}"
-            raise _Field(path, f"states[{i}]").error(expected, state)
-    logits = sessions["decoder_step"].get_outputs()[0].shape
-    if is_int(logits[-1]) and logits[-1] != manifest["vocab_size"]:
-        raise _Field(path, "vocab_size").error(f"the step graph's logits size {logits[-1]}", manifest["vocab_size"])
-    for role in ("decoder_step", PROMPT):
-        shape = sessions[role].get_outputs()[0].shape if role in sessions else [0, 1, 0]
-        if len(shape) != 3 or shape[1] != 1:
-            raise ValueError(
-                f"{Path(folder) / manifest['files'][role]} gives logits of shape {shape}, but the runner reads "
-                "(batch, 1, vocab): export the model again"
-            )
-
-
-def check_export_id(manifest: dict, sessions: dict, folder: Path) -> None:
-    """Each loaded graph (``sessions``: role -> ONNX Runtime session) carries the manifest's ``export_id`` in its
-    metadata: a graph copied in from another export of the same shapes is refused, naming its file."""
-    for role, session in sessions.items() if EXPORT_ID in manifest else ():
-        found = session.get_modelmeta().custom_metadata_map.get(EXPORT_ID)
-        if found != manifest[EXPORT_ID]:
-            raise ValueError(
-                f"{Path(folder) / manifest['files'][role]} is not a graph of the export that wrote "
-                f"{Path(folder) / MANIFEST_NAME} (its {EXPORT_ID} {found!r}, the manifest's {manifest[EXPORT_ID]!r}): "
-                f"the folder mixes two exports' files; export the model again"
-            )
+            raise Field(path, f"special_tokens.{name}").error(f"None or {ranged}", value)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import runner_logits as logits_processing
+from . import runner_sampling
 
 
 class Decoding:
@@ -31,7 +32,7 @@ class Decoding:
             steps (``steps``, `OnnxGenerator.bind_steps`) when the decoding starts; seen: (B, 1) tokens seen
             per row (the next token's position).
         prompt: (B, P) int64 columns before the new tokens (the decoder start token, or the prompt).
-        settings: `runner_settings.resolved_settings`' values; processors: the request's `LogitsProcessors`;
+        settings: `runner_request.resolved_settings`' values; processors: the request's `LogitsProcessors`;
         rng: the numpy Generator that sampling draws from (None without sampling).
     """
 
@@ -52,7 +53,7 @@ class Decoding:
         self.steps = self.generator.bind_steps(self.states, self.source)
         for new in range(max_new):
             scores = self.processors(sequences, self.logits)
-            chosen = logits_processing.sample(scores, self.rng) if self.rng is not None else scores.argmax(axis=-1)
+            chosen = runner_sampling.sample(scores, self.rng) if self.rng is not None else scores.argmax(axis=-1)
             chosen = np.where(running, chosen, pad)
             sequences = np.concatenate([sequences, chosen[:, None]], axis=1)
             running &= ~is_end[chosen]
@@ -78,7 +79,7 @@ class Decoding:
         log_probs = self.processors(sequences, logits_processing.log_softmax(self.logits))
         totals = (log_probs.reshape(batch, beams, vocab) + beam_scores[:, :, None]).reshape(batch, -1)
         if self.rng is not None:
-            indices = logits_processing.sample_candidates(totals, keep, self.rng)
+            indices = runner_sampling.sample_candidates(totals, keep, self.rng)
         else:
             indices = logits_processing.top_k(totals, keep)
         return np.take_along_axis(totals, indices, axis=1), indices

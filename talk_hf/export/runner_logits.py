@@ -1,6 +1,6 @@
 """transformers' logits processors and sampling warpers of one ``generate`` request, in numpy.
 
-Copied beside ``runner.py`` into every exported folder (numpy and `runner_settings` only).  `LogitsProcessors` applies, in
+Copied beside ``runner.py`` into every exported folder (numpy only).  `LogitsProcessors` applies, in
 the order of transformers' ``_get_logits_processor`` (5.x), the processors that the request's
 settings turn on (`runner_settings.APPLIED`): repetition penalty, n-gram blocking, bad words, the
 minimum length (the end tokens forbidden), forced first / last tokens, suppressed tokens, then, when
@@ -9,16 +9,13 @@ int64 (the decoder start token or the prompt, then the new tokens), and their sc
 the step's logits for greedy search and sampling, their log-softmax for beam search, as generate
 passes them.  ``L`` is the length ``generate`` counts (``input_ids.shape[-1]``).
 
-`sample` and `sample_candidates` draw from the processed scores with a numpy ``Generator``: the
-distributions are generate's, the random numbers are not torch's, so sampled tokens differ from
-``model.generate``'s for the same seed; `sampling_generator` makes that ``Generator`` of a request's seed.
+Beside them, the row-wise helpers of decoding: `softmax`, `log_softmax` and `top_k`; `runner_sampling`
+draws tokens from the processed scores.
 """
 
 from __future__ import annotations
 
 import numpy as np
-
-from .runner_settings import check_integer
 
 NO_TOKENS = np.zeros(0, np.int64)
 
@@ -229,29 +226,3 @@ def top_k(values: np.ndarray, k: int) -> np.ndarray:
     if ((values == kth).sum(axis=1) != (picked == kth).sum(axis=1)).any():  # equal values left out: which is arbitrary
         return np.argsort(-values, axis=1, kind="stable")[:, :k]
     return np.take_along_axis(part, np.lexsort((part, -picked), axis=1), axis=1)
-
-
-def sample(scores: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """(N, V) processed scores -> (N,) tokens drawn from ``softmax(scores)`` (tokens at -inf never)."""
-    return np.argmax(scores + rng.gumbel(size=scores.shape), axis=1)
-
-
-def sample_candidates(scores: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
-    """(B, M) accumulated beam scores -> (B, count) indices drawn without replacement from
-    ``softmax(scores)`` (Gumbel top-k), ordered by their scores, largest first."""
-    drawn = top_k(scores + rng.gumbel(size=scores.shape), count)
-    order = np.argsort(-np.take_along_axis(scores, drawn, axis=1), axis=1, kind="stable")
-    return np.take_along_axis(drawn, order, axis=1)
-
-
-def sampling_generator(seed, sampling: bool) -> np.random.Generator | None:
-    """The numpy Generator of a sampling request's ``seed`` (None: fresh entropy); None without sampling."""
-    if seed is not None and not sampling:
-        raise ValueError("seed applies only when sampling: pass do_sample=True too, or leave seed out")
-    if not sampling:
-        return None
-    if isinstance(seed, np.random.Generator):
-        return seed
-    if seed is not None:
-        seed = check_integer("seed", seed, 0)
-    return np.random.default_rng(seed)

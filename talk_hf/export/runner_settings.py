@@ -1,12 +1,13 @@
-"""The runner's generation settings: which of ``generate``'s it applies, their checks, and one request's values.
+"""The runner's generation settings: which of ``generate``'s it applies, and the check of each one's value.
 
 Copied beside ``runner.py`` into every exported folder (standard library and numpy only), which cannot
 import transformers, so the runner holds none of generate's default values: the export resolves each
 setting as ``generate`` does for the model (the model's generation configuration's value where set,
 else transformers' default) and writes them into the manifest's ``generation`` field, with
 generate's length when none is set in `DEFAULT_LENGTH`.  A request's
-settings override the manifest's (`resolved_settings`), as ``model.generate`` merges them; the manifest's
-are checked once, when the folder is loaded (`checked_defaults`), a request's each time.
+settings override the manifest's (`runner_request.resolved_settings`), as ``model.generate`` merges them;
+the manifest's are checked once, when the folder is loaded (`runner_request.checked_defaults`), a
+request's each time, each value by `check_setting`.
 
 * `APPLIED`: the settings the runner applies as transformers' ``generate`` (5.x) does: lengths, greedy
   / sampling / beam search (and beam sampling), and the logits processors of ``generate``'s list that
@@ -186,41 +187,8 @@ def check_setting(name: str, value, vocab_size: int):
     return _checked_applied(name, value, vocab_size)
 
 
-def _inert(name: str, value) -> bool:
-    """Whether ``generate`` leaves the `NOT_APPLIED` setting ``name`` unapplied at ``value``."""
-    if value is None:
-        return True
-    scalar = isinstance(value, (bool, np.bool_, Real))
-    return scalar and any(value == inert for inert in NOT_APPLIED[name] if inert is not None)
-
-
-def _refuse_unapplied(values: dict, passed: dict) -> None:
-    """ValueError naming the first `NOT_APPLIED` setting that ``generate`` would apply with these ``values``."""
-    for name, inert in NOT_APPLIED.items():
-        if _inert(name, values.get(name)) or (name in SAMPLING_ONLY and not values["do_sample"]):
-            continue
-        where = "passed to generate" if name in passed else "the manifest's generation default"
-        without = f"pass {name}={inert[-1]!r}" if inert[-1] is not None else "export with it unset"
-        raise ValueError(
-            f"{name}={values[name]!r} ({where}): the runner does not apply {name}; it applies {', '.join(APPLIED)}. "
-            f"To decode without it, {without}; to apply it, generate with the model in transformers"
-        )
-
-
-def _refuse_unused(values: dict, passed: dict) -> None:
-    """ValueError for a passed setting that this request's strategy would not use (generate only warns)."""
-    for names, used, strategy, switch in (
-        (SAMPLING_ONLY, values["do_sample"], "when sampling", "do_sample=True"),
-        (BEAM_ONLY, values["num_beams"] > 1, "to beam search", "num_beams > 1"),
-    ):
-        unused = [name for name in passed if name in names and not used]
-        if unused:
-            verb = "applies" if len(unused) == 1 else "apply"
-            raise ValueError(f"{', '.join(unused)} {verb} only {strategy}: pass {switch} too, or leave it out")
-
-
 def missing_fields(manifest: dict) -> list[str]:
-    """The manifest fields (dotted) that an export writes for `resolved_settings` and ``manifest`` lacks:
+    """The manifest fields (dotted) that an export writes for `runner_request.resolved_settings` and ``manifest`` lacks:
     ``generation.<name>`` for each setting of `APPLIED`, and `DEFAULT_LENGTH`."""
     generation = manifest.get("generation", {})
     missing = [f"generation.{name}" for name in APPLIED if name not in generation]
@@ -233,60 +201,3 @@ def is_default_length(value) -> bool:
         return False
     bound = value["max_position_embeddings"]
     return is_int(value["new_tokens"]) and value["new_tokens"] >= 1 and (bound is None or is_int(bound) and bound >= 1)
-
-
-def _default_max_length(default_length: dict, prompt_length: int) -> int:
-    """``generate``'s ``max_length`` when no length is set: the `DEFAULT_LENGTH`'s new tokens after the
-    ``prompt_length`` columns, at most the model's ``max_position_embeddings``."""
-    max_length = prompt_length + default_length["new_tokens"]
-    bound = default_length["max_position_embeddings"]
-    return max_length if bound is None else min(max_length, bound)
-
-
-def checked_defaults(manifest: dict) -> dict:
-    """The ``manifest``'s ``generation`` defaults as the runner uses them (`check_setting`'s values), checked
-    once per folder: `resolved_settings` takes them as they are.  A ``manifest`` that
-    `runner_checks.read_manifest` read has passed these checks, each named by its field."""
-    return {name: check_setting(name, value, manifest["vocab_size"]) for name, value in manifest["generation"].items()}
-
-
-def resolved_settings(passed: dict, defaults: dict, default_length: dict, vocab_size: int, prompt_length: int) -> dict:
-    """One request's settings: ``passed`` (None: not passed), checked, over the ``defaults`` (`checked_defaults`).
-
-    Every setting of `APPLIED`, with the lengths counted as ``generate`` counts them: ``max_length`` and
-    ``min_length`` include the ``prompt_length`` columns (the decoder start token, or the prompt),
-    ``max_new_tokens`` wins over ``max_length`` and ``min_new_tokens`` over ``min_length``, and with
-    neither length set the manifest's `DEFAULT_LENGTH` (``default_length``) gives the length.
-    ``max_new_tokens`` and ``min_new_tokens`` hold the result in new tokens, ``max_length`` the total.
-    Token ids of the settings lie in [0, ``vocab_size``).
-    """
-    unknown = [name for name in passed if name not in GENERATION_FIELDS]
-    if unknown:
-        raise ValueError(
-            f"generate got {unknown}: the runner's generate takes input_ids, attention_mask, seed and the settings "
-            f"{list(APPLIED)}"
-        )
-    passed = {name: check_setting(name, value, vocab_size) for name, value in passed.items() if value is not None}
-    values = {**defaults, **passed}
-    _refuse_unapplied(values, passed)
-    _refuse_unused(values, passed)
-    if values["do_sample"] and values["temperature"] == 0:
-        raise ValueError("temperature must be > 0 when sampling; for greedy decoding pass do_sample=False")
-    if values["max_new_tokens"] is None:
-        max_length = values["max_length"] or _default_max_length(default_length, prompt_length)
-        if max_length <= prompt_length:
-            raise ValueError(
-                f"max_length {max_length} leaves no new token after the {prompt_length}-token prompt: pass max_new_tokens"
-            )
-        values["max_new_tokens"] = max_length - prompt_length
-    values["max_length"] = prompt_length + values["max_new_tokens"]
-    try:  # beam search divides each finished beam's score by its new tokens ** length_penalty
-        float(values["max_new_tokens"]) ** (values["length_penalty"] if values["num_beams"] > 1 else 0)
-    except OverflowError:
-        raise ValueError(
-            f"length_penalty {values['length_penalty']} overflows: {values['max_new_tokens']} new tokens ** length_penalty "
-            "is beyond a float's range; pass a length_penalty of smaller size"
-        ) from None
-    if values["min_new_tokens"] is None:
-        values["min_new_tokens"] = max(values["min_length"] - prompt_length, 0)
-    return values
