@@ -535,8 +535,8 @@ def test_a_batch_row_where_no_candidate_ended_keeps_its_finished_beams(seed, len
 
 @pytest.mark.parametrize("missing", ["runner_settings.py", "runner_logits.py"])
 def test_a_runner_without_its_files_names_the_missing_one(tmp_path, missing):
-    """runner.py without one of its files (runner_logits.py: imported by runner_decoding.py, not by
-    runner.py): importing runner names the file it lacks, before importing any."""
+    """runner.py without one of its files (runner_settings.py, or runner_logits.py, which runner_decoding.py
+    imports too): importing runner names the file it lacks, before importing any."""
     for name in runner_module.RUNNER_FILES:
         if name != missing:
             shutil.copyfile(Path(runner_module.__file__).with_name(name), tmp_path / name)
