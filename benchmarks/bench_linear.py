@@ -16,7 +16,7 @@ per layout, far beyond the caches), as a decoding step reads every layer's weigh
 warm-up round of ``--calls`` calls each, rounds interleave the methods (`_timing.interleaved`), so
 load from other processes hits them alike; each figure is the median round.
 
-    python benchmarks/bench_linear.py --threads 1        # writes results/linear_cpu.json
+    python benchmarks/bench_linear.py --threads 1   # writes results/linear_cpu_<family>.json (intel, amd)
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import argparse
 
 import torch
 import torch.nn.functional as F
-from _device import add_cpu_options, parse_cpu_args, run_metadata, write_report
+from _device import add_cpu_options, cpu_family, parse_cpu_args, run_metadata, write_report
 from _models import ModelShape, add_shape_options
 from _timing import interleaved
 
@@ -109,7 +109,7 @@ def main() -> None:
             "summary": {"kernel_speedup_over_F.linear": summary},
         },
         args.out,
-        "linear_cpu.json",
+        f"linear_cpu_{cpu_family()}.json",
     )
 
 

@@ -2,10 +2,11 @@
 
 A batch-1 decoding step multiplies one row by every weight matrix of the model, so its time is
 the time to stream the weights from memory.  MKL's one-row product, which ``F.linear`` runs,
-streams most (out, 512) float32 weights at 60–70% of the speed of a plain sequential read on the
-CPU we measured (``benchmarks/bench_linear.py``); the C++ kernel ``few_rows_linear``
-(``csrc/linear/linear_cpu.cpp``) reads each weight row once, in memory order, and dots it with every
-input row.  It sums in a different order than MKL, so results agree to rounding, not bit for bit.
+streams most (out, 512) float32 weights well below the speed of a plain sequential read
+(``benchmarks/bench_linear.py``, per CPU family); the C++ kernel ``few_rows_linear``
+(``csrc/linear/linear_cpu.cpp``) reads each weight row once, in memory order, eight rows side by side
+(several load streams in flight), and dots them with every input row.  It sums in a different order
+than MKL, so results agree to rounding, not bit for bit.
 
 The kernel runs when every one of these holds, and ``F.linear`` otherwise: CPU tensors of one
 floating dtype; at most `MAX_ROWS` input rows; a contiguous (out, in) weight; the ``"auto"`` or
