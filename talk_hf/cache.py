@@ -300,6 +300,11 @@ class ConvCache(Cache):
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         super().reorder_cache(beam_idx)
+        self.reorder_positions(beam_idx)
+
+    def reorder_positions(self, beam_idx: torch.LongTensor) -> None:
+        """Beam search's reordering of the token counts alone (row i becomes row ``beam_idx[i]``), for a
+        caller that reorders the layers' windows itself (`talk_hf.onnx.exported_decoder`)."""
         if self.next_positions is not None:
             self.next_positions.copy_(self.next_positions.index_select(0, beam_idx.to(self.next_positions.device)))
 

@@ -105,7 +105,7 @@ class ExportedDecoder:
             return
         for layer, window in zip(cache.layers, windows, strict=True):
             layer.window = window
-        cache.next_positions.copy_(cache.next_positions.index_select(0, beam_idx))
+        cache.reorder_positions(beam_idx)
 
     def _check_cache(self, cache: ConvCache, has_past: bool, batch: int) -> None:
         """A cache of these graphs' layers (and, once it holds a past, of ``batch`` rows), or a ValueError."""
