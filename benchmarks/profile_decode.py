@@ -8,7 +8,7 @@ host synchronisations (``aten::_local_scalar_dense``, from the PyTorch profiler)
 models, the time of the position computation from the attention mask (``positions_from_mask``,
 O(t) in the mask's length).
 
-    python benchmarks/profile_decode.py --threads 1      # writes results/profile_decode_cpu.json
+    python benchmarks/profile_decode.py --threads 1   # writes results/profile_decode_cpu_<family>.json (intel, amd)
 """
 
 from __future__ import annotations
@@ -18,13 +18,15 @@ import statistics
 import time
 
 import torch
-from _device import add_cpu_options, parse_cpu_args, run_metadata, write_report
+from _device import add_cpu_options, cpu_family, parse_cpu_args, run_metadata, write_report
 from _models import add_shape_options, baseline_of, causal_lm_models
 from bench_generate import Decoder, build_models
 from torch.profiler import ProfilerActivity, profile
 from transformers.pytorch_utils import Conv1D
 
 from talk_hf.layers.sinusoidal_positions import positions_from_mask
+
+OPERATOR_COUNT_STEPS = 10  # steps the PyTorch profiler counts operators over
 
 
 def cpu_seconds(function) -> float:
@@ -56,7 +58,7 @@ def operator_counts(decoder: Decoder, steps: int) -> tuple[float, float]:
     """(operators dispatched, host synchronisations) per step, from the PyTorch profiler."""
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         for _ in range(steps):
-            decoder.step(record=False)
+            decoder.step(0)
     events = profiler.key_averages()
     operators = sum(event.count for event in events if event.key.startswith("aten::"))
     syncs = sum(event.count for event in events if event.key == "aten::_local_scalar_dense")
@@ -65,7 +67,7 @@ def operator_counts(decoder: Decoder, steps: int) -> tuple[float, float]:
 
 def parse_args() -> argparse.Namespace:
     """The command line, and what bench_generate's model builder and Decoder read besides: the
-    device, and steps x rounds, the positions a decoder covers."""
+    device, and the steps a decoder runs (warm-up, timed, then those the profiler counts) in one round."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_shape_options(parser)
     parser.add_argument("--positions", type=int, nargs="+", default=[16, 2048])
@@ -73,7 +75,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=60, help="timed calls per measurement")
     add_cpu_options(parser)
     args = parse_cpu_args(parser)
-    return argparse.Namespace(**vars(args), device="cpu", steps=args.repeats + 10, rounds=1, warmup=5)
+    warmup = 5
+    return argparse.Namespace(
+        **vars(args), device="cpu", rounds=1, warmup=warmup, steps=warmup + args.repeats + OPERATOR_COUNT_STEPS
+    )
 
 
 def median_cpu_seconds(decoders: dict, *, products: dict, repeats: int) -> tuple[dict, dict]:
@@ -84,7 +89,7 @@ def median_cpu_seconds(decoders: dict, *, products: dict, repeats: int) -> tuple
     product_times = {key: [] for key in decoders}
     for _ in range(repeats):
         for key, decoder in decoders.items():
-            step_times[key].append(cpu_seconds(lambda decoder=decoder: decoder.step(record=False)))
+            step_times[key].append(cpu_seconds(lambda decoder=decoder: decoder.step(0)))
             product_times[key].append(cpu_seconds(products[key[0]][0]))
     median = {key: statistics.median(times) for key, times in step_times.items()}
     return median, {key: statistics.median(times) for key, times in product_times.items()}
@@ -93,7 +98,7 @@ def median_cpu_seconds(decoders: dict, *, products: dict, repeats: int) -> tuple
 def profile_step(decoder: Decoder, *, label: str, step_s: float, products_s: float, weight_bytes: int) -> dict:
     """The result of one (model, position), printed after ``label``: step and matrix-product CPU
     seconds, the rest, and the operators and host syncs of a step."""
-    operators, syncs = operator_counts(decoder, 10)
+    operators, syncs = operator_counts(decoder, OPERATOR_COUNT_STEPS)
     print(
         f"{label} step {step_s * 1e3:6.2f} ms  matrix products {products_s * 1e3:6.2f} ms "
         f"({weight_bytes / products_s / 1e9:5.1f} GB/s)  rest {(step_s - products_s) * 1e3:5.2f} ms  "
@@ -138,13 +143,15 @@ def main() -> None:
     models = {name: model for name, (model, _) in build_models(args).items() if name in causal_lm_models()}
     products = {name: matrix_products(model) for name, model in models.items()}
     decoders = {
-        (name, position): Decoder(model, is_seq2seq=False, rows=1, beams=1, position=position, args=args)
+        (name, position): Decoder(
+            model, is_seq2seq=False, rows=1, beams=1, position=position, steps=args.steps, args=args
+        )
         for name, model in models.items()
         for position in args.positions
     }
     for decoder in decoders.values():
         for _ in range(args.warmup):
-            decoder.step(record=False)
+            decoder.step(0)
     step_s, products_s = median_cpu_seconds(decoders, products=products, repeats=args.repeats)
     results = {name: {"linear_weight_bytes": products[name][1], "positions": {}} for name in models}
     for (name, position), decoder in decoders.items():
@@ -166,7 +173,7 @@ def main() -> None:
         "summary": summarise(results),
     }
     print(f"positions_from_mask over a mask of {mask_length}: {positions_s * 1e6:.1f} us")
-    write_report(report, args.out, "profile_decode_cpu.json")
+    write_report(report, args.out, f"profile_decode_cpu_{cpu_family()}.json")
 
 
 if __name__ == "__main__":
