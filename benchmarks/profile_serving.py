@@ -47,6 +47,8 @@ from bench_serving import (
     round_batches,
 )
 
+from talk_hf.export.runner_sessions import session_options
+
 MODELS = ("TaLKForConditionalGeneration", "DynamicConvForConditionalGeneration")
 # precision -> (the runner's system, the ORTModel's system), as bench_serving prepares them
 SYSTEMS = {"float32": (exported_copy, exported_model_copy), "int8": (exported_int8_copy, exported_model_int8_copy)}
@@ -109,9 +111,7 @@ def node_profile(system, batches, setting: Setting) -> dict:
     """ONNX Runtime's profile of the runner's step graph over ``batches``: ms per step by operator type."""
     generator = system.generator(setting.threads)
     plain = generator.sessions["decoder_step"]
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = setting.threads
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options = session_options(setting.threads, "all", spin=False)  # as the runner's own sessions
     options.enable_profiling = True
     options.profile_file_prefix = str(Path(plain._model_path).with_name("profile"))
     generator.sessions["decoder_step"] = ort.InferenceSession(plain._model_path, options, ["CPUExecutionProvider"])
