@@ -1,8 +1,10 @@
 """The model card (README.md) that ``push_to_hub`` uploads with an exported folder into a Hub repository that
 has none, as ``PreTrainedModel.push_to_hub`` does with transformers' ``create_and_tag_model_card``: built by
 ``huggingface_hub.ModelCard`` from ``ModelCardData`` (the metadata: library, tags, pipeline tag), with what the
-folder's manifest says of the model and how to load and run it.  A repository's own README.md is never replaced
-(`talk_hf.onnx.saving`); ``save_pretrained`` writes none, as transformers' does not.
+folder's manifest says of the model and how to load and run it.  ``push_to_hub``'s ``tags`` join the card's
+(`tag_list`, `merged_tags`); a repository's own README.md is kept, and only gains the tags it lacks in its
+metadata, as transformers' ``create_and_tag_model_card`` adds them (`tagged_card`).  ``save_pretrained`` writes
+no card, as transformers' does not.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from huggingface_hub import ModelCard, ModelCardData
 from ..export.runner_checks import source_vocab_size
 
 CARD_NAME = "README.md"
-# The Hub task of each kind of model (by is_encoder_decoder): the encoder-decoders' are translation models.
-PIPELINE_TAGS = {True: "translation", False: "text-generation"}
+# The Hub tasks of an encoder-decoder that its configuration's task_specific_params (transformers' record of the
+# tasks a checkpoint does, by its keys: "summarization", "translation_en_to_de", ...) can name.
+SEQ2SEQ_TASKS = ("summarization", "translation")
+SEQ2SEQ_DEFAULT_TASK = "text2text-generation"  # an encoder-decoder whose configuration names none, or both
 TOKENIZER_FILE = "tokenizer_config.json"  # among an exported folder's files when it was exported with its tokenizer
 TEMPLATE = """---
 {{ card_data }}
@@ -48,13 +52,63 @@ max_new_tokens=64)`: the tokens `generate` gives).
 """
 
 
-def exported_model_card(repo_id: str, manifest: dict, names: list[str], model_class: str) -> ModelCard:
+def tag_list(tags) -> list[str]:
+    """``push_to_hub``'s ``tags`` as a list, as ``PreTrainedModel.push_to_hub`` takes them: None (none), one
+    string, or a list (or tuple) of strings.
+
+    Raises:
+        TypeError: anything else, naming ``tags``.
+    """
+    if tags is None:
+        return []
+    if isinstance(tags, str):
+        return [tags]
+    if isinstance(tags, (list, tuple)) and all(isinstance(tag, str) for tag in tags):
+        return list(tags)
+    raise TypeError(f"push_to_hub: tags must be a string or a list of strings (the model card's tags), got {tags!r}")
+
+
+def merged_tags(first: list[str], then: list[str]) -> list[str]:
+    """``first``, then the tags of ``then`` that it lacks: each tag once, in the order it first came."""
+    return list(dict.fromkeys([*first, *then]))
+
+
+def pipeline_tag(seq2seq: bool, task_specific_params) -> str:
+    """The Hub task of a model: ``text-generation`` for a causal LM; for an encoder-decoder, the one of
+    `SEQ2SEQ_TASKS` that the keys of its configuration's ``task_specific_params`` (a dict, or None) name
+    (``summarization``; ``translation`` or ``translation_<source>_to_<target>``), else `SEQ2SEQ_DEFAULT_TASK`
+    (none named, as in the training scripts' checkpoints, or both, as in T5's)."""
+    if not seq2seq:
+        return "text-generation"
+    keys = task_specific_params if isinstance(task_specific_params, dict) else {}
+    named = [task for task in SEQ2SEQ_TASKS if any(key == task or key.startswith(f"{task}_") for key in keys)]
+    return named[0] if len(named) == 1 else SEQ2SEQ_DEFAULT_TASK
+
+
+def tagged_card(card: ModelCard, tags: list[str]) -> ModelCard | None:
+    """A repository's own ``card`` with the ``tags`` its metadata lacks appended to its metadata's tags, as
+    transformers' ``create_and_tag_model_card`` does (its text kept, its metadata written again by
+    ``huggingface_hub``); None where it has them all (the card stays as it is)."""
+    present = card.data.tags or []  # huggingface_hub reads the metadata's tags as a list
+    tagged = merged_tags(present, tags)
+    if tagged == present:
+        return None
+    card.data.tags = tagged
+    return card
+
+
+def exported_model_card(
+    repo_id: str, manifest: dict, names: list[str], model_class: str, tags: list[str], task_specific_params
+) -> ModelCard:
     """The model card of the exported folder whose ``manifest`` (checked, `talk_hf.export.read_manifest`) and
     files ``names`` are uploaded to ``repo_id``, loaded by ``model_class`` (``"ORTModelForSeq2SeqLM"`` or
-    ``"ORTModelForCausalLM"``)."""
+    ``"ORTModelForCausalLM"``): tagged ``onnx``, ``talk_hf``, the model type, ``int8`` for a quantized folder,
+    then ``tags`` (`merged_tags`); its pipeline tag `pipeline_tag`'s, from the configuration's
+    ``task_specific_params``."""
     seq2seq = manifest["is_encoder_decoder"]
-    tags = ["onnx", "talk_hf", manifest["model_type"], *(["int8"] if manifest.get("int8") else [])]
-    data = ModelCardData(library_name="talk_hf", pipeline_tag=PIPELINE_TAGS[seq2seq], tags=tags)
+    own = ["onnx", "talk_hf", manifest["model_type"], *(["int8"] if manifest.get("int8") else [])]
+    task = pipeline_tag(seq2seq, task_specific_params)
+    data = ModelCardData(library_name="talk_hf", pipeline_tag=task, tags=merged_tags(own, tags))
     return ModelCard.from_template(
         data,
         template_str=TEMPLATE,

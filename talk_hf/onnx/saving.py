@@ -1,10 +1,11 @@
 """Saving and uploading the exported folder of a `talk_hf.onnx` model: `ExportedFolderHubMixin` gives the
 models ``save_pretrained`` (`save_folder`: an atomic copy of the folder by `talk_hf.export.folder_writes`'
 rules) and ``push_to_hub`` (``create_repo``, then one ``create_commit`` of the folder's files and, into a
-repository without a README.md, its model card: `model_card`), as ``PreTrainedModel.push_to_hub`` does.  Both
-copy or upload the files the folder's manifest lists, nothing else of it, and refuse a folder changed since the
-model was loaded.  transformers' own ``PushToHubMixin.push_to_hub(model, repo_id)`` works too: it calls
-``save_pretrained(..., max_shard_size=...)``, whose size no graph may exceed (`check_shard_size`).
+repository without a README.md, its model card: `model_card`; ``tags`` join that card's, or the metadata of the
+repository's own), as ``PreTrainedModel.push_to_hub`` does.  Both copy or upload the files the folder's manifest
+lists, nothing else of it, and refuse a folder changed since the model was loaded.  transformers' own
+``PushToHubMixin.push_to_hub(model, repo_id)`` works too: it calls ``save_pretrained(..., max_shard_size=...)``,
+whose size no graph may exceed (`check_shard_size`).
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ import shutil
 from pathlib import Path
 
 import huggingface_hub
-from huggingface_hub import CommitOperationAdd
+from huggingface_hub import CommitOperationAdd, ModelCard
 from transformers.utils.hub import convert_file_size_to_int
 
 from ..export.folder_writes import check_replaceable, previous_export_files, publish, remove_stale, staging_folder
 from ..export.runner_checks import MANIFEST_NAME, read_manifest
 from .exported_folder import check_unchanged
 from .hub import refuse_keywords
-from .model_card import CARD_NAME, exported_model_card
+from .model_card import CARD_NAME, exported_model_card, merged_tags, tag_list, tagged_card
 
 # save_pretrained(..., push_to_hub=True)'s keywords for push_to_hub.
 PUSH_KEYWORDS = ("repo_id", "commit_message", "commit_description", "private", "token", "revision", "create_pr")
@@ -34,6 +35,7 @@ class ExportedFolderHubMixin:
 
     folder: Path
     loaded_files: dict[str, tuple[int, int] | None]
+    model_tags: list[str] | None  # PreTrainedModel's (add_model_tags), which push_to_hub's tags follow
 
     def save_pretrained(
         self,
@@ -65,16 +67,20 @@ class ExportedFolderHubMixin:
         revision: str | None = None,
         create_pr: bool = False,
         max_shard_size: int | str = DEFAULT_SHARD_SIZE,
+        tags: list[str] | str | None = None,
         **kwargs,
     ):
         """Upload the exported folder's files (those its manifest lists) to the Hub repository ``repo_id``,
         created where missing (``private``), on the branch ``revision`` (created where missing) or as a pull
         request (``create_pr``), in one commit, as ``PreTrainedModel.push_to_hub`` does; with them, where the
-        repository (at ``revision``) has no README.md, the model card `model_card.exported_model_card` (an
-        existing one is kept as it is).  ``max_shard_size``: as for `save_pretrained`.  What
-        ``huggingface_hub.HfApi.create_commit`` returns."""
+        repository (at ``revision``) has no README.md, the model card `model_card.exported_model_card`.
+        ``tags`` (a string or a list of strings), after the model's ``model_tags`` (``add_model_tags``), as
+        transformers merges them: the new card's tags, after its own; a repository's own README.md gains in its
+        metadata those it lacks (`model_card.tagged_card`), and is otherwise kept as it is.
+        ``max_shard_size``: as for `save_pretrained`.  What ``huggingface_hub.HfApi.create_commit`` returns."""
         owner = type(self).__name__
         refuse_keywords(f"{owner}.push_to_hub", kwargs)
+        tags = merged_tags(self.model_tags or [], tag_list(tags))
         names = folder_file_names(self.folder, self.loaded_files, owner)  # before anything reaches the Hub
         check_shard_size(self.folder, max_shard_size, owner)
         manifest = read_manifest(self.folder)
@@ -84,7 +90,13 @@ class ExportedFolderHubMixin:
             api.create_branch(repo_id, branch=revision, exist_ok=True)
         files = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(self.folder / name)) for name in names]
         if not api.file_exists(repo_id, CARD_NAME, revision=revision):
-            card = exported_model_card(repo_id, manifest, names, owner)
+            tasks = getattr(self.config, "task_specific_params", None)
+            card = exported_model_card(repo_id, manifest, names, owner, tags, tasks)
+        elif tags:
+            card = tagged_card(ModelCard.load(api.hf_hub_download(repo_id, CARD_NAME, revision=revision)), tags)
+        else:
+            card = None
+        if card is not None:
             files.append(CommitOperationAdd(path_in_repo=CARD_NAME, path_or_fileobj=str(card).encode()))
         return api.create_commit(
             repo_id,

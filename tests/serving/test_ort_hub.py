@@ -322,11 +322,15 @@ def test_external_data_is_not_the_folders_and_its_absence_is_named(lm_export, tm
 
 
 @pytest.fixture
-def hub(monkeypatch) -> list[dict]:
-    """What would be sent to the Hub: each create_repo, create_branch, file_exists and create_commit call's
-    arguments (a commit's files by their names in the repository; ``card``: its README.md); the repository has no
-    README.md unless a test appends ``{"readme": True}``; any other upload fails the test."""
+def hub(monkeypatch, tmp_path) -> list[dict]:
+    """What would be sent to the Hub: each create_repo, create_branch, file_exists, hf_hub_download and
+    create_commit call's arguments (a commit's files by their names in the repository; ``card``: its README.md);
+    the repository has no README.md unless a test appends ``{"readme": text}`` (the last such text is the one
+    downloaded); any other upload fails the test."""
     calls = []
+
+    def readmes() -> list[str]:
+        return [call["readme"] for call in calls if "readme" in call]
 
     def create_repo(self, repo_id, private=None, exist_ok=False, **kwargs):
         calls.append({"call": "create_repo", "repo_id": repo_id, "private": private, "token": self.token})
@@ -337,7 +341,15 @@ def hub(monkeypatch) -> list[dict]:
 
     def file_exists(self, repo_id, filename, revision=None, **kwargs):
         calls.append({"call": "file_exists", "repo_id": repo_id, "filename": filename, "revision": revision})
-        return filename == "README.md" and {"readme": True} in calls
+        return filename == "README.md" and bool(readmes())
+
+    def hf_hub_download(self, repo_id, filename, revision=None, **kwargs):
+        calls.append({"call": "hf_hub_download", "repo_id": repo_id, "filename": filename, "revision": revision})
+        assert filename == "README.md" and readmes(), "only an existing README.md is downloaded"
+        downloaded = tmp_path / "downloaded" / filename
+        downloaded.parent.mkdir(exist_ok=True)
+        downloaded.write_text(readmes()[-1])
+        return str(downloaded)
 
     def create_commit(self, repo_id, operations, **kwargs):
         files = {operation.path_in_repo: operation.path_or_fileobj for operation in operations}
@@ -354,6 +366,7 @@ def hub(monkeypatch) -> list[dict]:
     monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", create_repo)
     monkeypatch.setattr(huggingface_hub.HfApi, "create_branch", create_branch)
     monkeypatch.setattr(huggingface_hub.HfApi, "file_exists", file_exists)
+    monkeypatch.setattr(huggingface_hub.HfApi, "hf_hub_download", hf_hub_download)
     monkeypatch.setattr(huggingface_hub.HfApi, "create_commit", create_commit)
     for name in ("upload_folder", "upload_file", "preupload_lfs_files"):
         monkeypatch.setattr(huggingface_hub.HfApi, name, refused)
@@ -389,17 +402,86 @@ def test_push_to_hub_uploads_the_exported_files_and_a_model_card(lm_export, tmp_
     assert 'AutoTokenizer.from_pretrained("user/tiny")' in card.text and "{" not in card.text
 
 
+OWN_CARD = "---\nlicense: mit\ntags:\n- mine\n---\n\n# My model\n\nTrained by me.\n"
+
+
 def test_a_repos_own_model_card_is_kept_and_a_seq2seqs_card(seq2seq_export, tmp_path, hub):
-    """An encoder-decoder exported without its tokenizer: a translation model, run from token ids."""
+    """An encoder-decoder exported without its tokenizer, whose configuration names no task (as the training
+    scripts' do not): a text2text-generation model, run from token ids.  A repository's own card is not even
+    downloaded without tags."""
     model = ORTModelForSeq2SeqLM.from_pretrained(seq2seq_export.folder, threads=1)
     model.push_to_hub("user/tiny", revision="v1")
     card = hub[-1]["card"]
-    assert card.data.pipeline_tag == "translation" and card.data.tags == ["onnx", "talk_hf", "dynamic_conv"]
+    assert card.data.pipeline_tag == "text2text-generation" and card.data.tags == ["onnx", "talk_hf", "dynamic_conv"]
     assert 'ORTModelForSeq2SeqLM.from_pretrained("user/tiny")' in card.text and "AutoTokenizer" not in card.text
-    hub.append({"readme": True})
+    hub.append({"readme": OWN_CARD})
     model.push_to_hub("user/tiny", revision="v1")
     assert hub[-2] == {"call": "file_exists", "repo_id": "user/tiny", "filename": "README.md", "revision": "v1"}
     assert hub[-1]["files"] == sorted(written(seq2seq_export.folder)) and hub[-1]["card"] is None
+
+
+def test_tags_join_the_new_card_after_its_own_and_the_models(lm_export, hub):
+    """As ``PreTrainedModel.push_to_hub``: the model's ``model_tags`` first, then ``tags`` (a list or one string),
+    each once, in order; the model's tags stay as they were."""
+    model = ORTModelForCausalLM.from_pretrained(lm_export.folder, threads=1)
+    model.add_model_tags(["mine", "onnx"])
+    model.push_to_hub("user/tiny", tags=["de-en", "talk_hf", "mine", "wmt"])
+    assert hub[-1]["card"].data.tags == ["onnx", "talk_hf", "talk_lm", "mine", "de-en", "wmt"]
+    assert model.model_tags == ["mine", "onnx"]
+    model.push_to_hub("user/tiny", tags="de-en")
+    assert hub[-1]["card"].data.tags == ["onnx", "talk_hf", "talk_lm", "mine", "de-en"]
+
+
+def test_tags_join_a_repos_own_card(lm_export, hub):
+    """A repository's own card (at the pushed revision) gains the tags it lacks in its metadata, its text and other
+    metadata kept, as transformers' ``create_and_tag_model_card`` does; it is not uploaded again when it has them."""
+    hub.append({"readme": OWN_CARD})
+    model = ORTModelForCausalLM.from_pretrained(lm_export.folder, threads=1)
+    model.push_to_hub("user/tiny", revision="v1", tags=["wmt", "mine", "wmt"])
+    assert hub[-2] == {"call": "hf_hub_download", "repo_id": "user/tiny", "filename": "README.md", "revision": "v1"}
+    card = hub[-1]["card"]
+    assert card.data.to_dict() == {"license": "mit", "tags": ["mine", "wmt"]} and card.text == ModelCard(OWN_CARD).text
+    assert hub[-1]["files"] == sorted(written(lm_export.folder) | {"README.md"})
+    model.push_to_hub("user/tiny", tags="mine")
+    assert hub[-1]["files"] == sorted(written(lm_export.folder)) and hub[-1]["card"] is None
+
+
+@pytest.mark.parametrize("tags", [3, ["wmt", 3], {"wmt"}, b"wmt"])
+def test_tags_that_are_no_strings_are_refused_before_the_hub(lm_export, hub, tags):
+    model = ORTModelForCausalLM.from_pretrained(lm_export.folder, threads=1)
+    with pytest.raises(TypeError, match=r"push_to_hub: tags must be a string or a list of strings .*, got "):
+        model.push_to_hub("user/tiny", tags=tags)
+    assert hub == []
+
+
+@pytest.mark.parametrize(
+    "tasks, pipeline_tag",
+    [
+        ({"summarization": {"num_beams": 4, "no_repeat_ngram_size": 3}}, "summarization"),
+        ({"translation_en_to_de": {}, "translation_en_to_fr": {}}, "translation"),
+        ({"translation": {}}, "translation"),
+        ({"summarization": {}, "translation_en_to_de": {}}, "text2text-generation"),  # T5's: both
+        ({"summarizations": {}}, "text2text-generation"),
+        (None, "text2text-generation"),
+    ],
+)
+def test_an_encoder_decoders_pipeline_tag_is_the_task_its_configuration_names(
+    seq2seq_export, tmp_path, hub, tasks, pipeline_tag
+):
+    """Read from the config.json of the exported folder (``task_specific_params``, transformers' record of a
+    checkpoint's tasks)."""
+    folder = seq2seq_export.copy(tmp_path / "export")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "task_specific_params": tasks}))
+    ORTModelForSeq2SeqLM.from_pretrained(folder, threads=1).push_to_hub("user/tiny")
+    assert hub[-1]["card"].data.pipeline_tag == pipeline_tag
+
+
+def test_a_causal_lms_pipeline_tag_is_text_generation_whatever_its_configuration_says(lm_export, hub):
+    model = ORTModelForCausalLM.from_pretrained(lm_export.folder, threads=1)
+    model.config.task_specific_params = {"summarization": {}}
+    model.push_to_hub("user/tiny")
+    assert hub[-1]["card"].data.pipeline_tag == "text-generation"
 
 
 def test_transformers_own_push_to_hub_uploads_the_exported_folder(lm_export, hub, monkeypatch):
@@ -429,5 +511,5 @@ def test_save_pretrained_pushes_to_a_branch(lm_export, tmp_path, hub):
     assert [call["call"] for call in hub] == ["create_repo", "create_branch", "file_exists", "create_commit"]
     assert hub[1] == {"call": "create_branch", "repo_id": "user/tiny", "branch": "v1"}  # the saved folder's name
     assert hub[3]["revision"] == "v1" and hub[3]["create_pr"] is True and hub[3]["commit_message"]
-    with pytest.raises(TypeError, match=r"push_to_hub does not take \['tags'\]"):
-        model.push_to_hub("user/tiny", tags=["onnx"])
+    with pytest.raises(TypeError, match=r"save_pretrained does not take \['tags'\]"):  # nor does transformers'
+        model.save_pretrained(tmp_path / "tiny", push_to_hub=True, tags=["onnx"])
