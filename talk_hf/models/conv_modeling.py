@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -37,6 +38,7 @@ from ..layers.initialization import InitializesItself
 from ..layers.linear_layer import Linear
 from ..layers.mixer_block import MixerBlock, MixerCore, token_multiplier
 from ..layers.sinusoidal_positions import SinusoidalPositions
+from ..model_card import replace_new_card
 from ..ops._backend import reads_backend_once
 from ..ops.documents import DocumentEdges
 from ..transformers_internals import (
@@ -368,6 +370,15 @@ class ConvPreTrainedModel(
         loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         warn_about_non_finite_weights(loaded[0] if isinstance(loaded, tuple) else loaded, pretrained_model_name_or_path)
         return loaded
+
+    def _upload_modified_files(self, working_dir, repo_id: str, files_timestamps: dict, **kwargs):
+        """transformers' upload of the folder that ``push_to_hub`` (and ``save_pretrained(...,
+        push_to_hub=True)``) saved and wrote its model card into, with talk_hf's card
+        (`talk_hf.model_card.checkpoint_model_card`: ``library_name: talk_hf``, the tags ``talk_hf`` and the
+        model type before transformers', the pipeline tag, how to load it) in place of transformers' generic
+        one where the repository has no README.md (`talk_hf.model_card.replace_new_card`)."""
+        replace_new_card(Path(working_dir), repo_id, self.can_generate(), kwargs.get("token"))
+        return super()._upload_modified_files(working_dir, repo_id, files_timestamps, **kwargs)
 
     def _switch(self, name: str, value: bool | None) -> bool:
         """An output switch (``output_hidden_states``, ...): the argument when given, so that an

@@ -1,23 +1,19 @@
 """The model card (README.md) that ``push_to_hub`` uploads with an exported folder into a Hub repository that
 has none, as ``PreTrainedModel.push_to_hub`` does with transformers' ``create_and_tag_model_card``: built by
-``huggingface_hub.ModelCard`` from ``ModelCardData`` (the metadata: library, tags, pipeline tag), with what the
-folder's manifest says of the model and how to load and run it.  ``push_to_hub``'s ``tags`` join the card's
-(`tag_list`, `merged_tags`); a repository's own README.md is kept, and only gains the tags it lacks in its
-metadata, as transformers' ``create_and_tag_model_card`` adds them (`tagged_card`).  ``save_pretrained`` writes
-no card, as transformers' does not.
+``huggingface_hub.ModelCard`` from `talk_hf.model_card.card_data` (the metadata: library, tags, pipeline tag, as a
+PyTorch checkpoint's card), with what the folder's manifest says of the model and how to load and run it.
+``push_to_hub``'s ``tags`` join the card's (`tag_list`, `talk_hf.model_card.merged_tags`); a repository's own
+README.md is kept, and only gains the tags it lacks in its metadata, as transformers' ``create_and_tag_model_card``
+adds them (`tagged_card`).  ``save_pretrained`` writes no card, as transformers' does not.
 """
 
 from __future__ import annotations
 
-from huggingface_hub import ModelCard, ModelCardData
+from huggingface_hub import ModelCard
 
 from ..export.runner_checks import source_vocab_size
+from ..model_card import INSTALL, card_data, merged_tags, pipeline_tag
 
-CARD_NAME = "README.md"
-# The Hub tasks of an encoder-decoder that its configuration's task_specific_params (transformers' record of the
-# tasks a checkpoint does, by its keys: "summarization", "translation_en_to_de", ...) can name.
-SEQ2SEQ_TASKS = ("summarization", "translation")
-SEQ2SEQ_DEFAULT_TASK = "text2text-generation"  # an encoder-decoder whose configuration names none, or both
 TOKENIZER_FILE = "tokenizer_config.json"  # among an exported folder's files when it was exported with its tokenizer
 TEMPLATE = """---
 {{ card_data }}
@@ -28,8 +24,8 @@ TEMPLATE = """---
 A {{ head }} ({{ model_type }}) exported to ONNX by talk_hf{% if exported_with %} {{ exported_with.talk_hf }}
 (torch {{ exported_with.torch }}, opset {{ exported_with.opset }}){% endif %}{{ int8 }}. Its graphs run in ONNX
 Runtime on the CPU, driven by transformers' `generate` through `talk_hf.onnx` ({{ vocabulary }}), which needs
-talk_hf installed from its source (it is not on the package index: `pip install -e <path to a clone of the
-talk_hf repository>`):
+talk_hf installed from its source (it is not on the package index:
+{{ install }}):
 
 ```python
 from talk_hf.onnx import {{ model_class }}
@@ -68,23 +64,6 @@ def tag_list(tags) -> list[str]:
     raise TypeError(f"push_to_hub: tags must be a string or a list of strings (the model card's tags), got {tags!r}")
 
 
-def merged_tags(first: list[str], then: list[str]) -> list[str]:
-    """``first``, then the tags of ``then`` that it lacks: each tag once, in the order it first came."""
-    return list(dict.fromkeys([*first, *then]))
-
-
-def pipeline_tag(seq2seq: bool, task_specific_params) -> str:
-    """The Hub task of a model: ``text-generation`` for a causal LM; for an encoder-decoder, the one of
-    `SEQ2SEQ_TASKS` that the keys of its configuration's ``task_specific_params`` (a dict, or None) name
-    (``summarization``; ``translation`` or ``translation_<source>_to_<target>``), else `SEQ2SEQ_DEFAULT_TASK`
-    (none named, as in the training scripts' checkpoints, or both, as in T5's)."""
-    if not seq2seq:
-        return "text-generation"
-    keys = task_specific_params if isinstance(task_specific_params, dict) else {}
-    named = [task for task in SEQ2SEQ_TASKS if any(key == task or key.startswith(f"{task}_") for key in keys)]
-    return named[0] if len(named) == 1 else SEQ2SEQ_DEFAULT_TASK
-
-
 def tagged_card(card: ModelCard, tags: list[str]) -> ModelCard | None:
     """A repository's own ``card`` with the ``tags`` its metadata lacks appended to its metadata's tags, as
     transformers' ``create_and_tag_model_card`` does (its text kept, its metadata written again by
@@ -108,9 +87,8 @@ def exported_model_card(
     seq2seq = manifest["is_encoder_decoder"]
     own = ["onnx", "talk_hf", manifest["model_type"], *(["int8"] if manifest.get("int8") else [])]
     task = pipeline_tag(seq2seq, task_specific_params)
-    data = ModelCardData(library_name="talk_hf", pipeline_tag=task, tags=merged_tags(own, tags))
     return ModelCard.from_template(
-        data,
+        card_data(own, tags, task),
         template_str=TEMPLATE,
         repo_id=repo_id,
         head=manifest.get("head", "model"),
@@ -121,5 +99,6 @@ def exported_model_card(
         if seq2seq
         else f"vocabulary {manifest['vocab_size']}",
         model_class=model_class,
+        install=INSTALL,
         tokenizer=TOKENIZER_FILE in names,
     )

@@ -19,9 +19,10 @@ from transformers.utils.hub import convert_file_size_to_int
 
 from ..export.folder_writes import check_replaceable, previous_export_files, publish, remove_stale, staging_folder
 from ..export.runner_checks import MANIFEST_NAME, read_manifest
+from ..model_card import CARD_NAME, merged_tags
 from .exported_folder import check_unchanged
 from .hub import refuse_keywords
-from .model_card import CARD_NAME, exported_model_card, merged_tags, tag_list, tagged_card
+from .model_card import exported_model_card, tag_list, tagged_card
 
 # save_pretrained(..., push_to_hub=True)'s keywords for push_to_hub.
 PUSH_KEYWORDS = ("repo_id", "commit_message", "commit_description", "private", "token", "revision", "create_pr")
