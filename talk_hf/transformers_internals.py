@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import fields
+from pathlib import Path
 from types import FrameType
 
 import torch
@@ -277,6 +278,23 @@ class HeadClassKeepingResizeMixin:
         if keeps_class and type(new_lm_head) is torch.nn.Linear:
             new_lm_head.__class__ = head_class
         return new_lm_head
+
+
+class UploadHookMixin:
+    """Run ``before_upload`` on the folder that ``push_to_hub`` is about to upload.
+
+    ``PushToHubMixin._upload_modified_files`` (internal; same signature in 5.17 to 5.24) is the upload step of
+    both push routes (``push_to_hub`` and ``save_pretrained(..., push_to_hub=True)``), called once transformers
+    has saved the checkpoint and written its model card (``create_and_tag_model_card``) into the folder.  A
+    release that renames it leaves ``before_upload`` uncalled: the tests of what it does then fail.
+    """
+
+    def before_upload(self, folder: Path, repo_id: str, token) -> None:
+        """What to change in ``folder`` before its files go to ``repo_id`` (``token``: push_to_hub's)."""
+
+    def _upload_modified_files(self, working_dir, repo_id: str, files_timestamps: dict, **kwargs):
+        self.before_upload(Path(working_dir), repo_id, kwargs.get("token"))
+        return super()._upload_modified_files(working_dir, repo_id, files_timestamps, **kwargs)
 
 
 class ModuleTiedWeightsMixin:

@@ -47,6 +47,7 @@ from ..transformers_internals import (
     FixedStateGenerationMixin,
     HeadClassKeepingResizeMixin,
     ModuleTiedWeightsMixin,
+    UploadHookMixin,
     activation_checkpointing_enabled,
     can_return_tuple,
     resolve_cache_argument,
@@ -334,7 +335,7 @@ class ConvDecoder(_ConvStack):
 
 
 class ConvPreTrainedModel(
-    FixedStateGenerationMixin, HeadClassKeepingResizeMixin, ModuleTiedWeightsMixin, PreTrainedModel
+    FixedStateGenerationMixin, HeadClassKeepingResizeMixin, ModuleTiedWeightsMixin, UploadHookMixin, PreTrainedModel
 ):
     """Weight init, cache policy and HF switches shared by every model of the package.
 
@@ -371,14 +372,12 @@ class ConvPreTrainedModel(
         warn_about_non_finite_weights(loaded[0] if isinstance(loaded, tuple) else loaded, pretrained_model_name_or_path)
         return loaded
 
-    def _upload_modified_files(self, working_dir, repo_id: str, files_timestamps: dict, **kwargs):
-        """transformers' upload of the folder that ``push_to_hub`` (and ``save_pretrained(...,
-        push_to_hub=True)``) saved and wrote its model card into, with talk_hf's card
-        (`talk_hf.model_card.checkpoint_model_card`: ``library_name: talk_hf``, the tags ``talk_hf`` and the
-        model type before transformers', the pipeline tag, how to load it) in place of transformers' generic
-        one where the repository has no README.md (`talk_hf.model_card.replace_new_card`)."""
-        replace_new_card(Path(working_dir), repo_id, self.can_generate(), kwargs.get("token"))
-        return super()._upload_modified_files(working_dir, repo_id, files_timestamps, **kwargs)
+    def before_upload(self, folder: Path, repo_id: str, token) -> None:
+        """Before ``push_to_hub`` (and ``save_pretrained(..., push_to_hub=True)``) uploads ``folder``, put
+        talk_hf's model card (`talk_hf.model_card.checkpoint_model_card`: ``library_name: talk_hf``, the tags
+        ``talk_hf`` and the model type before transformers', the pipeline tag, how to load it) in place of
+        transformers' generic one where the repository has no README.md (`talk_hf.model_card.replace_new_card`)."""
+        replace_new_card(folder, repo_id, self.can_generate(), token)
 
     def _switch(self, name: str, value: bool | None) -> bool:
         """An output switch (``output_hidden_states``, ...): the argument when given, so that an
