@@ -13,6 +13,8 @@ micro-batches: one process with accumulation 2 and two processes without accumul
 same loss and gradients. The order a step goes through the other modules: examples/common/__init__.py.
 """
 
+import os
+import sys
 from contextlib import contextmanager
 from dataclasses import asdict
 from functools import partial
@@ -175,11 +177,13 @@ def fit(*, accelerator, model, optimizer, scheduler, train_loader, sampler, loss
             done = settings.finished(progress)
             if not done and settings.stop_for_test(progress):
                 accelerator.print(f"stopping after step {progress.step} without saving ({STOP_AFTER_STEPS})")
-                # every process stops here; the process group is closed as a finished run closes it (gloo's
-                # threads left running at exit can abort the interpreter: "terminate called ...")
+                # Every process stops here, then ends as a killed run ends, with no interpreter teardown:
+                # tearing down a gloo process group can hang (torch destroys DDP's reducer holding the GIL
+                # while gloo's thread needs it to free a finished all-gather) or abort ("terminate called").
                 accelerator.wait_for_everyone()
-                accelerator.end_training()
-                raise SystemExit(0)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(0)
             with clock.paused():  # evaluating and saving is not training time
                 if done or settings.evaluation_due(progress, seconds_before):
                     keep_best()
