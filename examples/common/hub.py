@@ -1,4 +1,4 @@
-"""`--push_to_hub`: the best model of a run, uploaded so that it loads anywhere.
+"""`--push_to_hub`: the best model of a run, uploaded so that it loads anywhere, with talk_hf's model card.
 
 What an upload needs is checked at the start (`check_upload`): a run of hours must not end in an
 upload that could never work. The upload itself (`upload`) says what failed, and how to send the
@@ -13,6 +13,7 @@ from huggingface_hub.errors import HFValidationError
 from transformers import AutoConfig
 
 import talk_hf
+from talk_hf.model_card import CARD_NAME, checkpoint_model_card
 
 from .atomic_files import remove_entry
 from .messages import fail, first_line
@@ -65,13 +66,30 @@ def hub_folder(output_dir):
     return folder
 
 
+def add_model_card(folder, repo_id):
+    """talk_hf's model card (`talk_hf.model_card.checkpoint_model_card`) as README.md of the hub `folder` of
+    one of our models, to be pushed to `repo_id`: ``library_name: talk_hf``, the tags ``talk_hf`` and the model
+    type, the pipeline tag of its config.json, and how to load it, after ``import talk_hf`` and (the folder holds
+    the code) with ``trust_remote_code=True``. A README.md that best/ holds stays as it is.
+
+    transformers' own models (the baselines) get no card: transformers' push writes its generic one only after
+    asking the Hub whether the repository has one (``create_and_tag_model_card``), and they load by
+    transformers' Auto classes alone."""
+    path = Path(folder) / CARD_NAME
+    if path.exists() or not is_ours(AutoConfig.from_pretrained(folder)):
+        return
+    # best/ holds a generative head: the scripts build and reload it with AutoModelFor{Seq2Seq,Causal}LM
+    checkpoint_model_card(repo_id, Path(folder), head=True, tags=[]).save(path)
+
+
 def upload(accelerator, args):
-    """best/ (with its tokenizer and, for our models, their code) to `--hub_model_id`, with
-    `--push_to_hub`. An upload that fails (the network went down during the run) stops the script
-    naming the folder that is ready to upload and the command that sends it."""
+    """best/ (with its tokenizer and, for our models, their code and model card: `add_model_card`) to
+    `--hub_model_id`, with `--push_to_hub`. An upload that fails (the network went down during the run) stops
+    the script naming the folder that is ready to upload and the command that sends it."""
     if not (args.push_to_hub and accelerator.is_main_process):
         return
     folder = hub_folder(args.output_dir)
+    add_model_card(folder, args.hub_model_id)
     try:
         huggingface_hub.create_repo(args.hub_model_id, exist_ok=True)
         huggingface_hub.upload_folder(repo_id=args.hub_model_id, folder_path=folder)
