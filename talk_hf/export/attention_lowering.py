@@ -12,7 +12,10 @@ time.  `scaled_dot_product_attention` writes the same function as
 lowering writes it; a float mask is added as it is), which ONNX Runtime fuses into one
 ``FusedMatMul`` with a transposed right operand and the scale as its alpha.  A query whose boolean
 mask is False at every key attends to nothing (its output is zeros), as torch's own kernels do: the
-default lowering would average the values instead.  Calls it does not cover
+default lowering would average the values instead.  A decoding step's queries (one per row, or a
+source's n beams as one query of n: `layers.cross_attention.per_source`; a length the graph knows only
+when it runs) take the keys as the left operand instead, ``Transpose(MatMul(key, Transpose(query)))``,
+so that no key is moved at all.  Calls it does not cover
 (dropout, ``is_causal``, grouped-query heads: none in an eval-mode model of this package's families)
 keep the default lowering.
 
@@ -46,9 +49,11 @@ def scaled_dot_product_attention(
         return default_lowering(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
-    dtype, one_query = query.dtype, query.shape is not None and query.shape[2] == 1
+    # A decoding step's few queries per source: one, or its n beams (a length known when it runs).
+    length = None if query.shape is None else query.shape[2]
+    dtype, few_queries = query.dtype, length is not None and not (isinstance(length, int) and length > 1)
     query = op.Mul(query, op.CastLike(scale, query))
-    if one_query:  # one query per row (a decoding step): keys @ query^T, no key moved
+    if few_queries:  # keys @ query^T: no key moved
         scores = op.Transpose(op.MatMul(key, op.Transpose(query, perm=[0, 1, 3, 2])), perm=[0, 1, 3, 2])
     else:
         scores = op.MatMul(query, op.Transpose(key, perm=[0, 1, 3, 2]))

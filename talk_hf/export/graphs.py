@@ -27,8 +27,9 @@ from .traced_forward import (
 )
 
 # Example sizes to trace with: not 0 or 1, which torch.export would fix as constants, and unequal,
-# so that the tracer keeps the batch and the source (or prompt) length apart.
-EXAMPLE_ROWS, EXAMPLE_SOURCE_LENGTH = 3, 5
+# so that the tracer keeps the sources, the step's rows (two per source, as beams: a step's rows are
+# sources x n) and the source (or prompt) length apart.
+EXAMPLE_ROWS, EXAMPLE_ROWS_PER_SOURCE, EXAMPLE_SOURCE_LENGTH = 3, 2, 5
 
 
 @dataclass
@@ -100,6 +101,7 @@ def trace_graphs(model) -> TracedGraphs:
     source = torch.full((EXAMPLE_ROWS, EXAMPLE_SOURCE_LENGTH), token, device=device)
     layout = graph_layout(model, source, start_token(model) if seq2seq else token)
     batch, length = torch.export.Dim("batch", min=1), torch.export.Dim("source_length", min=1)
+    sources = torch.export.Dim("sources", min=1)  # the step's source inputs: one row per n step rows
     states = [f"state_{i}" for i in range(len(layout.state_shapes))]
     names = {
         "decoder_step": {
@@ -108,9 +110,10 @@ def trace_graphs(model) -> TracedGraphs:
         }
     }
     source_axes = {"decoder_step": dict(layout.source_inputs)}
-    ids = torch.full((EXAMPLE_ROWS, 1), token, device=device)
+    step_rows = EXAMPLE_ROWS * EXAMPLE_ROWS_PER_SOURCE if seq2seq else EXAMPLE_ROWS
+    ids = torch.full((step_rows, 1), token, device=device)
     step_args = [ids, ids * 0, torch.ones_like(ids)]
-    step_args += [torch.zeros(EXAMPLE_ROWS, size, channels, device=device) for size, channels in layout.state_shapes]
+    step_args += [torch.zeros(step_rows, size, channels, device=device) for size, channels in layout.state_shapes]
     encoder_program = prompt_program = None
     with torch.no_grad():
         if seq2seq:
@@ -125,7 +128,7 @@ def trace_graphs(model) -> TracedGraphs:
         per_input = [{0: batch} for _ in names["decoder_step"]["inputs"]]
         for index, name in enumerate(names["decoder_step"]["inputs"]):
             if name in layout.source_inputs:
-                per_input[index][layout.source_inputs[name]] = length
+                per_input[index] = {0: sources, layout.source_inputs[name]: length}
         shapes = (*per_input[:3], tuple(per_input[3:]))  # forward(input_ids, positions, token_mask, *rest)
         step_program = _trace(DecodingStepGraph(model, layout), tuple(step_args), shapes, "decoding step", model)
         if not seq2seq:

@@ -121,8 +121,9 @@ class OnnxGenerator:
         step["source"] = self.source_inputs
         # each graph's input of token ids and the vocabulary they lie in (a causal LM's prompt: its only one)
         vocab, source_vocab = self.manifest["vocab_size"], checks.source_vocab_size(self.manifest)
+        grouped = ("input_ids", "encoder_attention_mask") if self.source_inputs else None
         self._step_inputs = runner_inputs.GraphInputs(
-            self.sessions["decoder_step"], "OnnxGenerator.step", step, {"input_ids": vocab}
+            self.sessions["decoder_step"], "OnnxGenerator.step", step, {"input_ids": vocab}, grouped
         )
         self._step_feed = self._step_inputs.feed
         source = dict(input_ids="input_ids", attention_mask="attention_mask")
@@ -163,9 +164,10 @@ class OnnxGenerator:
 
     def step(self, ids, positions, token_mask, states, source) -> tuple[np.ndarray, list[np.ndarray]]:
         """One token per row: ids, positions, token_mask (B, 1) int64, the histories and the source's
-        inputs (encoder-decoders; empty for an LM), one row per step row (beam search repeats each
-        source row for its beams) -> logits (B, V) and the new histories.  Arrays of another dtype, rank or
-        shape, rows that differ in number, another count of states or source arrays, or ids outside the
+        inputs (encoder-decoders; empty for an LM), one row per source, each serving n consecutive step
+        rows (B = sources x n: n = 1, or the beams of each sentence) -> logits (B, V) and the new
+        histories.  Arrays of another dtype, rank or shape, rows that differ in number (step rows not a
+        multiple of the source's), another count of states or source arrays, or ids outside the
         vocabulary are refused, naming them."""
         feed = self._step_feed(ids, positions, token_mask, states, source)
         logits, *states = self.sessions["decoder_step"].run(None, feed)

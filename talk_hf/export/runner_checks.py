@@ -35,7 +35,9 @@ MANIFEST_NAME = "manifest.json"
 MOVING_IN = ".talk_hf-moving-in.json"
 # Version 2: the step takes the source's inputs one row per step row.
 # Version 3: the manifest holds every generation setting the runner applies and generate's default length.
-FORMAT, FORMAT_VERSION = "talk_hf-onnx", 3
+# Version 4: the step takes the source's inputs one row per source, each serving n consecutive step rows
+# (its beams: rows = sources x n).
+FORMAT, FORMAT_VERSION = "talk_hf-onnx", 4
 # The manifest's field and each graph's metadata key of the export's id (a folder exported before it has none).
 EXPORT_ID = "export_id"
 REQUIRED_FIELDS = ("model_type", "is_encoder_decoder", "files", "graphs", "states", "vocab_size", "special_tokens")

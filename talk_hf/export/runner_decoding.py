@@ -95,8 +95,8 @@ class Decoding:
         batch, vocab = prompt.shape[0], self.logits.shape[-1]
         self.logits = np.repeat(self.logits, beams, axis=0)
         self.seen = np.repeat(self.seen, beams, axis=0)
-        source = [np.repeat(source, beams, axis=0) for source in self.source]  # once per request
-        self.steps = self.generator.bind_steps([np.repeat(state, beams, axis=0) for state in self.states], source)
+        # each source serves its sentence's beams, consecutive rows of the step (read once, not repeated)
+        self.steps = self.generator.bind_steps([np.repeat(state, beams, axis=0) for state in self.states], self.source)
         eos, start = self.generator.eos, prompt.shape[1]
         max_length = start + self.settings["max_new_tokens"]
         keep = max(2, 1 + len(eos)) * beams

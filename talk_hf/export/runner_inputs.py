@@ -4,8 +4,8 @@ the token ids and mask of a ``generate`` request (`checked_inputs`).
 Copied beside ``runner.py`` into every exported folder, so like it this file imports nothing but numpy
 and the runner's files beside it.  `GraphInputs.feed` refuses, naming the argument and what it must be,
 what ONNX Runtime would refuse with its own error or, worse, run: a wrong dtype, rank or fixed size,
-rows that differ in number between the arrays (a source of one row would be broadcast over every step
-row), another count of states or source arrays, token ids outside the vocabulary (ONNX Runtime's Gather
+rows that differ in number between the arrays (step rows that are no multiple of the source's rows:
+each source row serves n consecutive step rows), another count of states or source arrays, token ids outside the vocabulary (ONNX Runtime's Gather
 fails on an id >= V and reads the row V + id of an id < 0).  `checked_inputs` refuses what transformers'
 ``generate`` refuses of a request's inputs (ids outside the vocabulary, a mask of other values than 0 and 1,
 float ids, an empty batch).
@@ -37,10 +37,21 @@ class GraphInputs:
             list of graph inputs its sequence of arrays feeds, in order.
         token_ids: the graph inputs that hold token ids -> the vocabulary size V their ids lie below (one
             max of the ids per call: 2-3 microseconds for a step's (B, 1)).
+        rows_per_source: (a step input, a source input), both with named rows (dimension 0), the first's
+            a multiple of the second's (each source row serves n consecutive step rows: one, or its
+            sentence's beams); None: no such pair.
     """
 
-    def __init__(self, session, call: str, parameters: dict[str, str | list[str]], token_ids: dict[str, int]):
+    def __init__(
+        self,
+        session,
+        call: str,
+        parameters: dict[str, str | list[str]],
+        token_ids: dict[str, int],
+        rows_per_source: tuple[str, str] | None = None,
+    ):
         self.call, self.parameters, self.token_ids = call, parameters, token_ids
+        self.rows_per_source = rows_per_source
         self.labels = {}  # each graph input -> the argument of ``call`` that feeds it, for messages
         for parameter, names in parameters.items():
             if isinstance(names, str):
@@ -60,6 +71,18 @@ class GraphInputs:
         }
         if sorted(self.labels) != sorted(self.declared):
             raise ValueError(f"{call} feeds the inputs {list(self.labels)}, but its graph takes {list(self.declared)}")
+
+    def _check_rows_per_source(self, sizes: dict, call: str) -> None:
+        """With ``rows_per_source``, refuse rows that are no multiple of the source's rows, once both are set."""
+        if self.rows_per_source is None:
+            return
+        rows, sources = (sizes.get(self.declared[name][3][0][1]) for name in self.rows_per_source)
+        if rows is not None and sources is not None and (sources[0] == 0 or rows[0] % sources[0]):
+            raise ValueError(
+                f"{call}: the {rows[0]} rows of {self.labels[rows[1]]} must be a multiple of the {sources[0]} rows "
+                f"of {self.labels[sources[1]]}: each source row serves the same number of consecutive step rows "
+                "(one, or its sentence's beams)"
+            )
 
     def feed(self, *values) -> dict[str, np.ndarray]:
         """The session's feed {graph input: array} of ``values``, the arguments of ``call`` in the order of
@@ -119,6 +142,7 @@ class GraphInputs:
                         f"{call}: {self.labels[name]} has shape {shape}, but its dimension {axis} must equal dimension "
                         f"{first[2]} of {self.labels[first[1]]} ({first[0]}): the graph takes them of one size"
                     )
+        self._check_rows_per_source(sizes, call)
         for name, vocab_size in self.token_ids.items():
             ids = feed.get(name)  # int64 (checked above): as uint64, an id < 0 is >= 2**63, so one max finds both
             if ids is not None and ids.size and ids.view(np.uint64).max() >= vocab_size:

@@ -27,8 +27,8 @@ class BoundSteps:
             ``states`` and ``source`` (`OnnxGenerator.step`'s).
         vocab_size: the logits' size V.
         states: each layer's (B, history, C) float32 window before the first step (copied);
-            source: the step's source inputs, one row per step row (empty for a causal LM), bound as they are
-            (a copy of one that is not C-contiguous).
+            source: the step's source inputs, one row per source (each serving n consecutive step rows:
+            its beams; empty for a causal LM), bound as they are (a copy of one that is not C-contiguous).
 
     Raises:
         ValueError: states or source that ``OnnxGenerator.step`` refuses, naming them.

@@ -97,9 +97,11 @@ class DecodingStepGraph(nn.Module):
         input_ids (B, 1) int64; positions (B, 1) int64, the token's position (the row's real tokens
         before it); token_mask (B, 1) int64, 0 where the token is padding (a left-padded prompt), else
         1; then each window of the cache (B, history_size, C) (`GraphLayout.state_shapes`); then, for
-        encoder-decoders, the source's inputs (`GraphLayout.source_inputs`), one row per step row:
-        each decoder layer's cross-attention keys and values, or the encoder output, and the source's
-        attention_mask (B, S).
+        encoder-decoders, the source's inputs (`GraphLayout.source_inputs`), one row per source, each
+        source serving n consecutive step rows (B = sources x n: the beams of a sentence read its
+        keys and values once, `layers.cross_attention.per_source`): each decoder layer's
+        cross-attention keys and values, or the encoder output, and the source's attention_mask
+        (sources, S).
 
     Outputs: logits (B, 1, V) of the next token (the head's output for ``logits_to_keep=1`` as it is:
     the graph ends at the LM head, with no node that copies its output), then each window as the

@@ -1,7 +1,9 @@
 """Multi-head cross-attention from decoder tokens to the encoder output (SDPA).
 
 Keys and values of the encoder output are computed once per generation and kept in the
-cross-attention part of the ``EncoderDecoderCache``.  With ``output_attentions`` the block takes
+cross-attention part of the ``EncoderDecoderCache``.  A source may serve several consecutive decoder
+rows (the beams of one sentence: rows = sources x n): those rows' queries attend as one longer query of
+their source (`per_source`), so the source's keys and values are held and read once, not once per row.  With ``output_attentions`` the block takes
 a plain softmax path so that it can return the attention weights; both paths give a row whose source
 is padding only no attention (zero weights, as SDPA does).  The decoder stack broadcasts the
 source mask once per forward (`broadcast_source_mask`) and hands it to every layer's block.
@@ -24,6 +26,12 @@ def broadcast_source_mask(encoder_mask: torch.Tensor | None) -> torch.Tensor | N
     `CrossAttentionBlock` of a decoder forward reads (None stays None).  Computed once per forward, not
     once per layer: each decoding step indexes and casts the mask once, whatever the number of layers."""
     return None if encoder_mask is None else encoder_mask[:, None, None, :].to(torch.bool)
+
+
+def per_source(rows: torch.Tensor, sources: int) -> torch.Tensor:
+    """(R, T, C) rows, R = sources x n, each n consecutive rows reading one source (the beams of a
+    sentence) -> (sources, n x T, C): each source's rows as one sequence of queries (a view)."""
+    return rows.reshape(sources, -1, rows.shape[-1])
 
 
 class CrossAttentionBlock(nn.Module):
@@ -60,7 +68,8 @@ class CrossAttentionBlock(nn.Module):
     ):
         """
         Args:
-            hidden: (B, T, d) decoder states.
+            hidden: (R, T, d) decoder states, R = B x n: each n consecutive rows read one source (n = 1
+                but in an exported beam step, whose beams share their sentence's keys and values).
             encoder_hidden: (B, S, d) encoder output.
             source_mask: (B, 1, 1, S) bool, True at real source tokens (`broadcast_source_mask`), or
                 None.
@@ -69,10 +78,10 @@ class CrossAttentionBlock(nn.Module):
             output_attentions: also return the (B, heads, T, S) attention weights.
 
         Returns:
-            ``(hidden, weights)``: (B, T, d) block output and the weights or None.
+            ``(hidden, weights)``: (R, T, d) block output and the (R, heads, T, S) weights or None.
         """
-        queries = self._split_heads(self.q_proj(self.residual.pre(hidden)))
         keys, values = cross_attention_keys_values(cache, layer_idx, lambda: self.project_keys_values(encoder_hidden))
+        queries = self._split_heads(per_source(self.q_proj(self.residual.pre(hidden)), keys.shape[0]))
         dropout = self.attention_dropout if self.training else 0.0
         weights = None
         if output_attentions:
@@ -85,9 +94,11 @@ class CrossAttentionBlock(nn.Module):
                 weights = weights.masked_fill(~source_mask.any(dim=-1, keepdim=True), 0.0)
             weights = weights.to(queries.dtype)
             attended = nn.functional.dropout(weights, p=dropout, training=self.training) @ values
+            rows, length = hidden.shape[:2]  # (B, heads, n x T, S) -> (R, heads, T, S)
+            weights = weights.unflatten(2, (-1, length)).transpose(1, 2).reshape(rows, self.heads, length, -1)
         else:
             attended = nn.functional.scaled_dot_product_attention(
                 queries, keys, values, attn_mask=source_mask, dropout_p=dropout
             )
-        attended = attended.transpose(1, 2).reshape(hidden.shape)
+        attended = attended.transpose(1, 2).reshape(hidden.shape)  # (B, heads, n x T, hd) -> (R, T, d)
         return self.residual.post(self.out_proj(attended), hidden), weights

@@ -16,6 +16,7 @@ from torch import nn
 
 from ..ops._precision import accumulation_dtype
 from ..transformers_internals import init
+from .cross_attention import per_source
 from .initialization import InitializesItself
 from .slicenet_conv import T2T_INIT, ConvInit, ConvStep
 
@@ -91,16 +92,18 @@ def simple_attention(query: torch.Tensor, source: torch.Tensor, bias: SourceBias
     """Attend(source, query) = softmax(query . source^T / sqrt(d)) . source, one head.
 
     Args:
-        query: (B, T, d).
+        query: (R, T, d), R = B x n: each n consecutive rows read one source (`per_source`).
         source: (B, S, d), the keys and the values.
         bias: the `attention_bias` of the source's padding.
 
     Returns:
-        ``(attended (B, T, d), weights (B, T, S))``; the logits are scaled, masked and normalised in
+        ``(attended (R, T, d), weights (R, T, S))``; the logits are scaled, masked and normalised in
         float32 at least (the encoder output is an un-normalised residual sum: bf16/fp16 logits
         saturate), padded sources get weight 0, and a row whose source is padding only gets weight 0
         everywhere (its attended output is zeros).
     """
+    rows, length = query.shape[:2]
+    query = per_source(query, source.shape[0])  # (B, n x T, d)
     # bias + logits / sqrt(d), promoted to the bias' float32
     scores = torch.add(bias.additive, torch.bmm(query, source.transpose(1, 2)), alpha=1 / math.sqrt(query.shape[-1]))
     weights = torch.softmax(scores, dim=-1)
@@ -108,7 +111,8 @@ def simple_attention(query: torch.Tensor, source: torch.Tensor, bias: SourceBias
         weights = weights * bias.attends
     if weights.dtype != source.dtype:
         weights = weights.to(source.dtype)
-    return torch.bmm(weights, source), weights
+    attended = torch.bmm(weights, source)
+    return attended.reshape(rows, length, -1), weights.reshape(rows, length, -1)
 
 
 class SliceAttention(nn.Module):

@@ -54,7 +54,7 @@ from ..transformers_internals import (
     split_cache,
 )
 from .config_checks import check_config_of_model
-from .input_checks import InputNames, check_mask_values, check_source_mask, embedding_positions
+from .input_checks import InputNames, check_mask_values, check_source_mask, check_source_rows, embedding_positions
 from .keyword_checks import PACKING_ARGUMENTS, refuse_unknown_arguments
 from .non_finite_weights import warn_about_non_finite_weights
 from .packing import (
@@ -291,7 +291,8 @@ class ConvDecoder(_ConvStack):
             input_ids: (B, T) new target tokens (or inputs_embeds (B, T, d)).
             attention_mask: (B, T) or (B, past + T) with 1 at real tokens, or None.
             position_ids: None, or the positions the model counts itself (`check_position_ids`).
-            encoder_hidden_states / encoder_attention_mask: (B, S, d) and (B, S) for seq2seq, else None.
+            encoder_hidden_states / encoder_attention_mask: (B / n, S, d) and (B / n, S) for seq2seq, each
+                source serving n consecutive rows (`check_source_rows`; n = 1 but in exported beam steps), else None.
             past_key_values: `ConvCache` / `EncoderDecoderCache` updated in place, or None.
             document_positions: (B, T) each token's position within its document (packed rows,
                 `packing.document_positions`), or None: embedded as they are.
@@ -305,11 +306,8 @@ class ConvDecoder(_ConvStack):
         conv_cache = split_cache(past_key_values)[0]
         windows_continue = conv_cache is not None and conv_cache.has_past
         hidden = self.embed(input_ids, inputs_embeds, attention_mask, conv_cache, position_ids, document_positions)
-        if encoder_hidden_states is not None and encoder_hidden_states.shape[0] != hidden.shape[0]:
-            raise ValueError(
-                f"the encoder's output has batch size {encoder_hidden_states.shape[0]} but "
-                f"{self.names.ids} has {hidden.shape[0]}"
-            )
+        if encoder_hidden_states is not None:
+            check_source_rows(encoder_hidden_states, hidden.shape[0], self.names.ids)
         real_tokens = token_multiplier(attention_mask, hidden.shape[1], hidden.dtype)
         source_mask = broadcast_source_mask(encoder_attention_mask)
         all_hidden, all_weights = [], []

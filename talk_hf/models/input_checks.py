@@ -111,6 +111,18 @@ def check_stack_inputs(
         )
 
 
+def check_source_rows(encoder_hidden_states: torch.Tensor, rows: int, ids_name: str) -> None:
+    """Raise a ValueError unless the (B, S, d) encoder output serves the decoder's ``rows`` as R = B x n
+    consecutive rows per source (n = 1: a source per row; n > 1: the beams of one sentence, which read
+    their source once: `layers.cross_attention.per_source`).  ``ids_name`` names the decoder's tokens."""
+    sources = encoder_hidden_states.shape[0]
+    if sources == 0 or rows % sources != 0:
+        raise ValueError(
+            f"the encoder's output has batch size {sources} but {ids_name} has {rows}: each source must serve "
+            "one target row, or the same number n of consecutive rows (rows = sources x n, the beams of a source)"
+        )
+
+
 def check_source_mask(attention_mask: torch.Tensor | None, encoder_hidden_states: torch.Tensor) -> None:
     """Raise a ValueError unless the source's ``attention_mask`` is None or (B, S), the shape of the
     (B, S, d) encoder output that it masks in the cross-attention (which would broadcast a (B, 1) mask)."""

@@ -359,10 +359,31 @@ def test_malformed_inputs_raise_naming_the_argument(case):
             model(**arguments)
 
 
-def test_encoder_outputs_of_another_batch_size_are_rejected():
-    case = CASES[0]
+SEQ2SEQ = [case for case in CASES if case.is_seq2seq]
+
+
+@pytest.mark.parametrize("case", SEQ2SEQ, ids=[case.name for case in SEQ2SEQ])
+def test_a_source_serving_consecutive_rows_equals_the_source_repeated_for_each(case):
+    """Beams of one sentence read its source once (an exported beam step's layout): 2 sources serving
+    3 target rows each give every output of the sources repeated row by row, attention weights too."""
     model = case.model()
-    inputs = model_inputs(case)
-    encoder_outputs = model.get_encoder()(inputs["input_ids"][:1])
-    with pytest.raises(ValueError, match="the encoder's output has batch size 1 but decoder_input_ids has 2"):
-        model(decoder_input_ids=inputs["decoder_input_ids"], encoder_outputs=encoder_outputs)
+    source, target = random_tokens(2, 7), random_tokens(6, 5, 2)
+    source_mask = torch.ones_like(source)
+    source_mask[1, 4:] = 0
+    with torch.no_grad():
+        encoded = model.get_encoder()(source, attention_mask=source_mask)
+        repeated = type(encoded)(last_hidden_state=encoded.last_hidden_state.repeat_interleave(3, dim=0))
+        kwargs = dict(decoder_input_ids=target, output_attentions=True, use_cache=False)
+        grouped = model(encoder_outputs=encoded, attention_mask=source_mask, **kwargs)
+        expected = model(encoder_outputs=repeated, attention_mask=source_mask.repeat_interleave(3, dim=0), **kwargs)
+    torch.testing.assert_close(grouped.logits, expected.logits)
+    for weights, expected_weights in zip(grouped.cross_attentions, expected.cross_attentions, strict=True):
+        torch.testing.assert_close(weights, expected_weights)
+
+
+@pytest.mark.parametrize("case", SEQ2SEQ, ids=[case.name for case in SEQ2SEQ])
+def test_target_rows_that_are_no_multiple_of_the_sources_are_rejected(case):
+    model = case.model()
+    encoder_outputs = model.get_encoder()(random_tokens(2, 7))
+    with pytest.raises(ValueError, match="the encoder's output has batch size 2 but decoder_input_ids has 3"):
+        model(decoder_input_ids=random_tokens(3, 4, 2), encoder_outputs=encoder_outputs)

@@ -252,11 +252,11 @@ def _broken_copy(exported, tmp_path, edit) -> Path:
             FileNotFoundError,
             "decoder_step.onnx, named by .*manifest.json field files.decoder_step, does not exist",
         ),
-        (lambda folder, m: m.update(format="other"), ValueError, "is not a talk_hf-onnx manifest of version 3"),
-        (  # an export of an earlier talk_hf, whose manifest lacks the generation defaults
-            lambda folder, m: m.update(format_version=2),
+        (lambda folder, m: m.update(format="other"), ValueError, "is not a talk_hf-onnx manifest of version 4"),
+        (  # an export of an earlier talk_hf, whose step takes the source once per step row
+            lambda folder, m: m.update(format_version=3),
             ValueError,
-            r"of version 3 \(format, version: \('talk_hf-onnx', 2\)\): export the model again \(python -m talk_hf.export",
+            r"of version 4 \(format, version: \('talk_hf-onnx', 3\)\): export the model again \(python -m talk_hf.export",
         ),
         (lambda folder, m: m.pop("states"), ValueError, r"lacks the fields \['states'\]"),
         (

@@ -1,7 +1,8 @@
 """`OnnxGenerator.step`, `encode`, `read_prompt` and `candidates` refuse arrays the graph cannot take, naming
 the argument and what it must be (`runner_inputs.GraphInputs`), before ONNX Runtime runs: a wrong dtype or
-rank, a size the graph fixes, rows that differ in number between the ids, positions, mask, states and
-source (ONNX Runtime broadcasts a source of one row over every step row without a word), the source's
+rank, a size the graph fixes, rows that differ in number between the ids, positions, mask and states,
+step rows that are no multiple of the source's rows (each source row serves n consecutive step rows, its
+sentence's beams), rows that differ in number between the source's arrays, the source's
 length differing between its arrays, another count of states or source arrays, token ids outside the
 vocabulary (ONNX Runtime's Gather fails on an id >= V in its own words and reads row V + id of an id < 0
 without one), ``encode`` of a causal LM; and the candidates' beam scores of no batch row or no beam,
@@ -66,6 +67,7 @@ def _replace(name: str, change):
 
 
 ONE_ROW = "its dimension 0 must equal dimension 0 of ids \\(input_ids\\) \\(2\\)"
+IDS_ROWS = "the 2 rows of ids \\(input_ids\\)"
 BAD_STEPS = {
     "ids-int32": (
         _replace("ids", lambda ids: ids.astype(np.int32)),
@@ -119,9 +121,14 @@ BAD_STEPS = {
         _replace("source", lambda source: []),
         r"source must be a list of 5 arrays .* got 0 of them",
     ),
-    "source-one-row": (  # broadcast over both rows by ONNX Runtime
-        _replace("source", lambda source: [array[:1] for array in source]),
-        f"source\\[0\\] \\(cross_key_0\\) has shape \\(1, 2, 5, 8\\), but {ONE_ROW}",
+    "source-three-rows": (  # two step rows cannot share three sources
+        _replace("source", lambda source: [np.concatenate([array, array[:1]]) for array in source]),
+        f"{IDS_ROWS} must be a multiple of the 3 rows of source\\[0\\] \\(cross_key_0\\)",
+    ),
+    "source-mask-one-row": (
+        _replace("source.4", lambda mask: mask[:1]),
+        r"source\[4\] \(encoder_attention_mask\) has shape \(1, 5\), but its dimension 0 must equal dimension 0 "
+        r"of source\[0\] \(cross_key_0\) \(2\)",
     ),
     "source-mask-shorter": (
         _replace("source.4", lambda mask: mask[:, :3]),
@@ -138,6 +145,24 @@ def test_a_bad_step_argument_is_named(generator, name):
     edit(arguments)
     with pytest.raises(ValueError, match=f"^OnnxGenerator\\.step: {message}"):
         generator.step(**arguments)
+
+
+def test_a_source_row_serving_consecutive_step_rows_is_the_source_repeated(generator):
+    """Beam search's layout: each source row serves its sentence's beams, consecutive step rows, and
+    the step's logits and states are those of the source repeated for every row."""
+    arguments = _step_arguments(generator)
+    beams = 3
+    arguments.update(
+        ids=np.repeat(arguments["ids"], beams, axis=0),
+        positions=np.repeat(arguments["positions"], beams, axis=0),
+        token_mask=np.repeat(arguments["token_mask"], beams, axis=0),
+        states=generator.new_states(ROWS * beams),
+    )
+    grouped = generator.step(**arguments)
+    arguments["source"] = [np.repeat(array, beams, axis=0) for array in arguments["source"]]
+    repeated = generator.step(**arguments)
+    for found, expected in zip([grouped[0], *grouped[1]], [repeated[0], *repeated[1]], strict=True):
+        np.testing.assert_allclose(found, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_checked_arguments_reach_the_graph_by_name(generator):

@@ -16,7 +16,7 @@ import pytest
 
 from talk_hf.export import OnnxGenerator
 
-from .test_generator_inputs import BAD_STEPS, ONE_ROW, ROWS, SEQ2SEQ, _step_arguments
+from .test_generator_inputs import BAD_STEPS, IDS_ROWS, ONE_ROW, ROWS, SEQ2SEQ, _step_arguments
 
 pytest.importorskip("onnxruntime")
 
@@ -78,6 +78,7 @@ def test_the_source_is_bound_where_it_lies_when_c_ordered(generator, layout):
 
 
 BOUND_ONE_ROW = "its dimension 0 must equal dimension 0 of states\\[0\\] \\(state_0\\) \\(2\\)"
+BOUND_ROWS = "the 2 rows of states\\[0\\] \\(state_0\\)"
 HELD = ("states", "source")  # the arguments that bind_steps checks once; the others, each step
 
 
@@ -86,7 +87,7 @@ def test_a_bad_argument_of_the_bound_steps_is_named(generator, name):
     """Each fault of test_generator_inputs.py's `BAD_STEPS`, refused by bind_steps (states, source) or by
     the bound step (ids, positions, token mask), with step's message (rows compared with the states')."""
     edit, message = BAD_STEPS[name]
-    message = message.replace(ONE_ROW, BOUND_ONE_ROW)
+    message = message.replace(ONE_ROW, BOUND_ONE_ROW).replace(IDS_ROWS, BOUND_ROWS)
     arguments = _step_arguments(generator)
     valid = dict(arguments)
     edit(arguments)

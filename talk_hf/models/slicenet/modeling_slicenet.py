@@ -30,7 +30,7 @@ from ...layers.slicenet_step import keeping_step_weights
 from ...ops._backend import reads_backend_once
 from ...transformers_internals import init, is_loaded_from_checkpoint, split_cache
 from ..conv_modeling import ConvForConditionalGeneration, ConvPreTrainedModel, ConvSeq2SeqModel
-from ..input_checks import InputNames, embedding_positions
+from ..input_checks import InputNames, check_source_rows, embedding_positions
 from .configuration_slicenet import SliceNetConfig
 
 
@@ -218,8 +218,8 @@ class SliceNetDecoder(_SliceNetStack):
             input_ids: (B, T) new target tokens (or inputs_embeds (B, T, d)).
             attention_mask: (B, T) or (B, past + T) with 1 at real tokens, or None.
             position_ids: None, or the positions the model counts itself (`check_position_ids`).
-            encoder_hidden_states / encoder_attention_mask: (B, S, d) encoder output and its (B, S) mask
-                (or None).
+            encoder_hidden_states / encoder_attention_mask: (B / n, S, d) encoder output and its (B / n, S)
+                mask (or None), each source serving n consecutive rows (`check_source_rows`).
             past_key_values: the `ConvEncoderDecoderCache` (its `ConvCache` is updated in place), or None.
 
         Returns:
@@ -230,11 +230,7 @@ class SliceNetDecoder(_SliceNetStack):
         """
         past_key_values, _ = split_cache(past_key_values)
         embedded, timing = self.embed(input_ids, inputs_embeds, attention_mask, past_key_values, position_ids)
-        if encoder_hidden_states.shape[0] != embedded.shape[0]:
-            raise ValueError(
-                f"the encoder's output has batch size {encoder_hidden_states.shape[0]} but "
-                f"{self.names.ids} has {embedded.shape[0]}"
-            )
+        check_source_rows(encoder_hidden_states, embedded.shape[0], self.names.ids)
         padding_mask = None if attention_mask is None else attention_mask[:, -embedded.shape[1] :].bool()
         # The encoder output stays a tensor argument of each layer (checkpointed layers see what needs grad).
         source, source_bias = encoder_hidden_states, attention_bias(encoder_hidden_states, encoder_attention_mask)
