@@ -5,11 +5,12 @@ the kernels."""
 
 import os
 import shutil
-import subprocess
 import tarfile
 from pathlib import Path
 
 import pytest
+
+from .. import processes
 
 SUITE = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_suite.sh"
 # Quick for every stage but the build, which outlives any deadline (or fails at once where
@@ -35,11 +36,9 @@ def test_a_stage_past_the_deadline_is_stopped_and_the_archive_keeps_what_finishe
     # stage) starts with 1 or 2 s left and outlives them; trainspeed then has none left.
     deadline = {"DEADLINE": "2", "DEADLINE_RESERVE": "0", "DEADLINE_MIN_STAGE": "1"}
     settings = {"PYTHON": str(python), "PIDS": str(pids), "PACK": str(archive), **deadline}
-    result = subprocess.run(
+    result = processes.run(
         ["bash", str(SUITE), str(tmp_path / "results"), "generate", "nosuch", "build", "trainspeed"],
         env={**os.environ, **settings},
-        capture_output=True,
-        text=True,
         timeout=60,
     )
     output = result.stdout + result.stderr
@@ -59,11 +58,9 @@ def test_a_failed_build_skips_the_stages_that_run_the_kernels(tmp_path):
     python = tmp_path / "python"
     python.write_text(STAND_IN_PYTHON)
     python.chmod(0o755)
-    result = subprocess.run(
+    result = processes.run(
         ["bash", str(SUITE), str(tmp_path / "results"), "build", "checks", "bench", "pack"],
         env={**os.environ, "PYTHON": str(python), "BUILD_FAILS": "1"},
-        capture_output=True,
-        text=True,
         timeout=60,
     )
     output = result.stdout + result.stderr

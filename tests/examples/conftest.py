@@ -10,6 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from .. import processes
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 DATA = Path(os.environ.get("TALK_HF_TEST_DATA") or ROOT.parent / "shared" / "data")  # the data pack (README there)
@@ -52,7 +54,8 @@ requires_data = pytest.mark.skipif(not MULTI30K.is_dir() or not WIKITEXT.is_dir(
 
 
 def run(script, *args, launcher=(), env=None, timeout=300):
-    """Run an example script (`examples/<script>`) in a fresh offline process; fail with its output."""
+    """Run an example script (`examples/<script>`) in a fresh offline process; fail with its output
+    (after `timeout` seconds, with every process it started killed)."""
     environment = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
@@ -65,11 +68,17 @@ def run(script, *args, launcher=(), env=None, timeout=300):
     command = [*launcher, str(EXAMPLES / script), *map(str, args)]
     if not launcher:
         command.insert(0, sys.executable)
-    result = subprocess.run(
-        command, cwd=ROOT, env={**environment, **(env or {})}, capture_output=True, text=True, timeout=timeout
-    )
-    assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    try:
+        result = processes.run(command, timeout=timeout, cwd=ROOT, env={**environment, **(env or {})})
+    except subprocess.TimeoutExpired as stopped:  # every process it started (a launcher's ranks too) is gone
+        pytest.fail(f"{' '.join(command)} timed out after {timeout} s:\n{tails(stopped.stdout, stopped.stderr)}")
+    assert result.returncode == 0, f"{' '.join(command)} failed:\n{tails(result.stdout, result.stderr)}"
     return result.stdout + result.stderr
+
+
+def tails(stdout: str, stderr: str) -> str:
+    """The ends of a script's stdout and stderr, for a failure message."""
+    return f"{stdout[-3000:]}\n{stderr[-6000:]}"
 
 
 def read_log(output_dir):

@@ -2,7 +2,6 @@
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -10,6 +9,8 @@ import pytest
 
 from talk_hf.ops import _extension
 from talk_hf.ops._build import build_folder
+
+from .. import processes
 
 CPU_BACKENDS = ("torch", "cpu")
 
@@ -55,10 +56,8 @@ def cpu_build_of_these_sources(tmp_path_factory) -> Path:
     if str(build_folder.CSRC) in (built / "build.ninja").read_text():
         return built
     root = tmp_path_factory.mktemp("cpu_build")
-    result = subprocess.run(
+    result = processes.run(
         [sys.executable, "-m", "talk_hf.ops.build", "--cpu"],
-        capture_output=True,
-        text=True,
         timeout=900,
         env={**os.environ, _extension.BUILD_DIR_ENV: str(root)},
     )

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from talk_hf.ops import _extension, build, talk_conv
 from talk_hf.ops._build import build_record
 from talk_hf.ops._extension import BackendFallbackWarning, ExtensionUnavailable
 
+from .. import processes
 from ..models.helpers import CASES, model_inputs
 
 CHECK_AN_OP = """
@@ -41,12 +43,8 @@ CHECK_AN_OP = """
 
 def run(arguments: list[str], build_root: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run ``python <arguments>`` in a fresh process with ``$TALK_HF_BUILD_DIR=build_root``."""
-    return subprocess.run(
-        [sys.executable, *arguments],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, _extension.BUILD_DIR_ENV: str(build_root)},
+    return processes.run(
+        [sys.executable, *arguments], timeout=timeout, env={**os.environ, _extension.BUILD_DIR_ENV: str(build_root)}
     )
 
 
@@ -120,13 +118,8 @@ def test_processes_finding_a_damaged_library_at_once_build_it_once(private_cpu_b
     damage(build_record.library_path("cpu", private_cpu_build), "cut short while linking")
     command = [sys.executable, "-c", textwrap.dedent(CHECK_AN_OP)]
     environment = {**os.environ, _extension.BUILD_DIR_ENV: str(private_cpu_build.parent)}
-    processes = [
-        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
-        for _ in range(3)
-    ]
-    results = [
-        subprocess.CompletedProcess(command, process.wait(timeout=300), *process.communicate()) for process in processes
-    ]
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda _: processes.run(command, timeout=300, env=environment), range(3)))
     for result in results:
         assert result.returncode == 0 and "matches the PyTorch path" in result.stdout, outcome(result)
     said = "".join(result.stderr for result in results)

@@ -20,19 +20,15 @@ from talk_hf.ops._build import build_folder, build_lock, build_record, build_too
 from talk_hf.ops._extension import ExtensionUnavailable
 from talk_hf.version import __version__
 
+from .. import processes
+
 x = torch.randn(1, 6, 4)
 offsets = torch.rand(1, 6, 2)
 
 
 def run_python(code: str, timeout: float = 180, **env: str) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter with extra environment variables."""
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **env},
-    )
+    return processes.run([sys.executable, "-c", textwrap.dedent(code)], timeout=timeout, env={**os.environ, **env})
 
 
 def test_auto_never_builds_cuda_for_cpu_tensors(fresh_loader, monkeypatch):
@@ -402,7 +398,7 @@ def test_preflight_without_kernel_sources(tmp_path, monkeypatch):
 def run_build_command(*flags: str, timeout: float = 180) -> subprocess.CompletedProcess:
     """``python -m talk_hf.ops.build <flags>`` in a fresh process (this one's $TALK_HF_BUILD_DIR)."""
     command = [sys.executable, "-m", "talk_hf.ops.build", *flags]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
+    return processes.run(command, timeout=timeout)
 
 
 def test_build_entry_point(private_cpu_build, fresh_loader, capsys):
