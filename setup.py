@@ -49,6 +49,7 @@ setup(
         "test": [
             "pytest>=8",
             "pytest-xdist>=3.5",  # the README's test command spreads the files over one worker per core
+            "psutil",  # tests/processes.py ends every process a timed-out test started (accelerate needs it too)
             "hypothesis>=6.100",
             "sacrebleu>=2.4",
             "rouge_score>=0.1.2",
