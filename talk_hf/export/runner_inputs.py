@@ -5,8 +5,8 @@ Copied beside ``runner.py`` into every exported folder, so like it this file imp
 and the runner's files beside it.  `GraphInputs.feed` refuses, naming the argument and what it must be,
 what ONNX Runtime would refuse with its own error or, worse, run: a wrong dtype, rank or fixed size,
 rows that differ in number between the arrays (step rows that are no multiple of the source's rows:
-each source row serves n consecutive step rows), another count of states or source arrays, token ids outside the vocabulary (ONNX Runtime's Gather
-fails on an id >= V and reads the row V + id of an id < 0).  `checked_inputs` refuses what transformers'
+each source row serves n consecutive step rows), another count of states or source arrays, token ids
+outside the vocabulary (ONNX Runtime's Gather fails on an id >= V and reads the row V + id of an id < 0).  `checked_inputs` refuses what transformers'
 ``generate`` refuses of a request's inputs (ids outside the vocabulary, a mask of other values than 0 and 1,
 float ids, an empty batch).
 """

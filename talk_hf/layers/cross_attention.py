@@ -3,9 +3,9 @@
 Keys and values of the encoder output are computed once per generation and kept in the
 cross-attention part of the ``EncoderDecoderCache``.  A source may serve several consecutive decoder
 rows (the beams of one sentence: rows = sources x n): those rows' queries attend as one longer query of
-their source (`per_source`), so the source's keys and values are held and read once, not once per row.  With ``output_attentions`` the block takes
-a plain softmax path so that it can return the attention weights; both paths give a row whose source
-is padding only no attention (zero weights, as SDPA does).  The decoder stack broadcasts the
+their source (`per_source`), so the source's keys and values are held and read once, not once per row.
+With ``output_attentions`` the block takes a plain softmax path so that it can return the attention
+weights; both paths give a row whose source is padding only no attention (zero weights, as SDPA does).  The decoder stack broadcasts the
 source mask once per forward (`broadcast_source_mask`) and hands it to every layer's block.
 """
 
@@ -75,7 +75,7 @@ class CrossAttentionBlock(nn.Module):
                 None.
             cache: the cross-attention `DynamicCache` of an `EncoderDecoderCache`, or None.
             layer_idx: this layer's index in that cache.
-            output_attentions: also return the (B, heads, T, S) attention weights.
+            output_attentions: also return the (R, heads, T, S) attention weights.
 
         Returns:
             ``(hidden, weights)``: (R, T, d) block output and the (R, heads, T, S) weights or None.
