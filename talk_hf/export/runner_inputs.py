@@ -51,7 +51,6 @@ class GraphInputs:
         rows_per_source: tuple[str, str] | None = None,
     ):
         self.call, self.parameters, self.token_ids = call, parameters, token_ids
-        self.rows_per_source = rows_per_source
         self.labels = {}  # each graph input -> the argument of ``call`` that feeds it, for messages
         for parameter, names in parameters.items():
             if isinstance(names, str):
@@ -71,12 +70,21 @@ class GraphInputs:
         }
         if sorted(self.labels) != sorted(self.declared):
             raise ValueError(f"{call} feeds the inputs {list(self.labels)}, but its graph takes {list(self.declared)}")
+        # the named sizes of the rows of ``rows_per_source``'s two inputs (their dimension 0), or None
+        self.row_sizes = None if rows_per_source is None else tuple(self._rows_name(name) for name in rows_per_source)
+
+    def _rows_name(self, name: str) -> str:
+        """The named size of graph input ``name``'s dimension 0 (its rows)."""
+        named = dict(self.declared[name][3])
+        if 0 not in named:
+            raise ValueError(f"{self.call}: the graph's input {name} has no named rows (dimension 0)")
+        return named[0]
 
     def _check_rows_per_source(self, sizes: dict, call: str) -> None:
         """With ``rows_per_source``, refuse rows that are no multiple of the source's rows, once both are set."""
-        if self.rows_per_source is None:
+        if self.row_sizes is None:
             return
-        rows, sources = (sizes.get(self.declared[name][3][0][1]) for name in self.rows_per_source)
+        rows, sources = (sizes.get(size) for size in self.row_sizes)
         if rows is not None and sources is not None and (sources[0] == 0 or rows[0] % sources[0]):
             raise ValueError(
                 f"{call}: the {rows[0]} rows of {self.labels[rows[1]]} must be a multiple of the {sources[0]} rows "

@@ -156,14 +156,14 @@ class SliceAttention(nn.Module):
     ):
         """
         Args:
-            x: (B, T, d) decoder states.
+            x: (R, T, d) decoder states, R = B x n: each n consecutive rows read one source (`per_source`).
             timing: (B or 1, T, d) timing signal of their positions.
             source / source_bias: (B, S, d) encoder output and its `attention_bias`.
             padding_mask: (B, T) bool, True at real target tokens, or None.
             cache: the decoder's `ConvCache`, or None.
 
         Returns:
-            ``(out (B, T, d), weights (B, T, S))``.
+            ``(out (R, T, d), weights (R, T, S))``.
         """
         query = x + timing
         for step in self.query_steps:
