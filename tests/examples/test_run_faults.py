@@ -517,8 +517,8 @@ def test_a_sigkill_at_a_random_moment_costs_only_the_steps_since_the_last_save(t
                 time.sleep(delay)
                 break
             time.sleep(0.005)
-        child.send_signal(signal.SIGKILL)
-    finally:
+    finally:  # the kill, also when the wait above fails: the script never outlives the test
+        child.kill()
         child.wait()
     assert child.returncode in (0, -signal.SIGKILL), (tmp_path / "stderr").read_text()[-3000:]
     train(output_dir, "--resume")
