@@ -1,6 +1,7 @@
 """`--push_to_hub`: the best model of a run, uploaded so that it loads anywhere, with talk_hf's model card.
 
-What an upload needs is checked at the start (`check_upload`): a run of hours must not end in an
+The card's pipeline tag is the task that the script records in the model's configuration (`record_task`), so
+that every later upload of a checkpoint, by any route, names it too. What an upload needs is checked at the start (`check_upload`): a run of hours must not end in an
 upload that could never work. The upload itself (`upload`) says what failed, and how to send the
 folder once the network is back.
 """
@@ -50,6 +51,24 @@ def check_upload(args):
             f"--push_to_hub: the token of {user.get('name')} may only read: give a token with write access "
             "(Hub settings, Access Tokens)"
         )
+
+
+def translation_task(source_lang, target_lang):
+    """The configuration's key of translation from `source_lang` into `target_lang` (language codes), as T5's
+    checkpoints name it: ``translation_de_to_en``."""
+    return f"translation_{source_lang}_to_{target_lang}"
+
+
+def record_task(config, task, generation):
+    """Name in `config` (a model's configuration) the one task its script trains it for, as transformers' own
+    checkpoints do (T5's, BART-CNN's): ``task_specific_params = {task: generation}``, `task` being
+    ``summarization`` or a `translation_task`, `generation` the settings of ``generate`` (a dict) that the
+    script evaluates with. ``save_pretrained`` writes it into config.json (transformers 5 keeps the key it no
+    longer declares through saving and loading), whence `talk_hf.model_card.pipeline_tag` gives the card of
+    every upload of the checkpoint its pipeline tag (``summarization``, ``translation``): `upload`'s,
+    ``model.push_to_hub``'s and those of ONNX folders exported from it. The tasks a checkpoint named before (a
+    T5 fine-tuned by a script) are replaced: the model is now trained for this one."""
+    config.task_specific_params = {task: dict(generation)}
 
 
 def hub_folder(output_dir):

@@ -177,7 +177,8 @@ def describe_encoding(split, encoded, args):
 
 
 def train_model(accelerator, args, tokenizer, splits, encoded):
-    """Model and training (`loop.train`) on the encoded training pairs, evaluated on the validation split."""
+    """Model (naming its task: `hub.record_task`) and training (`loop.train`) on the encoded training pairs,
+    evaluated on the validation split."""
     for key, split in splits.items():
         if split is not None:
             accelerator.print(describe_encoding(split, encoded[key], args))
@@ -188,6 +189,8 @@ def train_model(accelerator, args, tokenizer, splits, encoded):
         args.model_type, tokenizer, True, args.preset, positions, config_overrides=args.config_overrides, **sizes
     )
     config = model.config
+    # The card of every upload names the task (`pipeline_tag: summarization`), with the test ROUGE's decoding.
+    hub.record_task(config, "summarization", decoding(args, args.num_beams))
 
     def loss_fn(model, batch):  # no generation cache: our decoders' would cost time in every step
         inputs = dict(decoder_input_ids=batch["decoder_input_ids"], use_cache=False)
@@ -214,19 +217,23 @@ def train_model(accelerator, args, tokenizer, splits, encoded):
     )
 
 
+def decoding(args, num_beams):
+    """The settings of ``generate`` that summarize with `num_beams` beams and the decoding options of `args`
+    (the length penalty only where there are beams to rank)."""
+    beam_options = {"length_penalty": args.length_penalty} if num_beams > 1 else {}
+    return {
+        "num_beams": num_beams,
+        "no_repeat_ngram_size": args.no_repeat_ngram_size,
+        "min_new_tokens": args.min_summary_tokens,
+        "max_new_tokens": args.max_summary_tokens,
+        **beam_options,
+    }
+
+
 def summarize(model, tokenizer, input_ids, attention_mask, args, num_beams):
     """Beam-search summaries of a padded (B, S) batch of documents, as text (newlines kept), with the
-    decoding options of `args`."""
-    beam_options = {"length_penalty": args.length_penalty} if num_beams > 1 else {}
-    output = model.generate(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        num_beams=num_beams,
-        no_repeat_ngram_size=args.no_repeat_ngram_size,
-        min_new_tokens=args.min_summary_tokens,
-        max_new_tokens=args.max_summary_tokens,
-        **beam_options,
-    )
+    decoding options of `args` (`decoding`)."""
+    output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **decoding(args, num_beams))
     return tokenizer.batch_decode(output, skip_special_tokens=True)
 
 

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for `
 import datasets  # noqa: E402
 import numpy as np  # noqa: E402
 import sacrebleu  # noqa: E402
+from common import hub  # noqa: E402
 from common.hf_trainer import ModelArguments, log_and_save, read_split, train_and_save, trainer_tokenizer  # noqa: E402
 from transformers import (  # noqa: E402
     AutoModelForSeq2SeqLM,
@@ -69,6 +70,9 @@ def main():
     set_seed(training_args.seed)
     tokenizer = trainer_tokenizer(model_args)
     model = AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)
+    generation = {"max_length": data_args.max_target_length, "num_beams": data_args.num_beams}
+    # Every checkpoint it saves names the pair it is tuned for, which the card of a later upload of it reads.
+    hub.record_task(model.config, hub.translation_task(data_args.source_lang, data_args.target_lang), generation)
 
     def tokenize(batch):
         inputs = tokenizer(batch["source"], max_length=data_args.max_source_length, truncation=True)
@@ -95,7 +99,6 @@ def main():
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
         compute_metrics=compute_metrics if training_args.predict_with_generate else None,
     )
-    generation = {"max_length": data_args.max_target_length, "num_beams": data_args.num_beams}
     if training_args.do_train:
         train_and_save(trainer, training_args)
     if training_args.do_eval:

@@ -159,12 +159,14 @@ def training_texts(pairs):
 
 
 def train_model(accelerator, args, tokenizer, train, pairs):
-    """Model and training (`loop.train`) on the encoded training pairs `train`, evaluated on
-    `pairs["validation"]`."""
+    """Model (naming its task: `hub.record_task`) and training (`loop.train`) on the encoded training pairs
+    `train`, evaluated on `pairs["validation"]`."""
     accelerator.print(f"{len(train)} training pairs (of {len(pairs['train']['source'])}), vocabulary {len(tokenizer)}")
     sizes = options.model_sizes(args)
     model = build_model(args.model_type, tokenizer, True, args.preset, config_overrides=args.config_overrides, **sizes)
     config = model.config
+    # The card of every upload names the task (`pipeline_tag: translation`), with the test BLEU's beam size.
+    hub.record_task(config, hub.translation_task(args.source_lang, args.target_lang), {"num_beams": args.num_beams})
 
     def loss_fn(model, batch):  # no generation cache: our decoders' would cost time in every step
         inputs = dict(decoder_input_ids=batch["decoder_input_ids"], use_cache=False)

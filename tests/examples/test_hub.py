@@ -1,4 +1,5 @@
-"""`--push_to_hub`: best/ uploaded with our modeling code and talk_hf's model card.
+"""`--push_to_hub`: best/ uploaded with our modeling code and talk_hf's model card, whose pipeline tag is the task
+that the scripts record in the model's configuration.
 
 huggingface_hub's create_repo and upload_folder are replaced by stand-ins that record what they get: nothing
 reaches a server."""
@@ -15,12 +16,17 @@ import huggingface_hub
 import pytest
 import torch
 from accelerate import Accelerator
-from common import checkpoints, hub
+from common import checkpoints, hub, signals
 from common.models import build_model
 from common.tokenizer import train_tokenizer
 from huggingface_hub import ModelCard
+from transformers import AutoConfig
 
 import talk_hf
+from talk_hf.model_card import checkpoint_model_card
+
+from .conftest import TRANSLATION, load_script, requires_data
+from .test_summarization import FILES, FLAGS
 
 REPO_ID = "someone/talk-small"
 # Runs a card's loading lines where `import talk_hf` fails, and saves the loaded model's weights.
@@ -33,6 +39,8 @@ assert type(model).__module__.startswith("transformers_modules."), type(model)._
 torch.save(model.state_dict(), {weights})
 """
 OWN_CARD = "---\nlicense: mit\n---\n\n# My run\n\nTrained by me.\n"
+# What `whoami` answers for a token that may write: `check_upload` at the start of a script's run asks.
+WRITER = {"name": "someone", "auth": {"accessToken": {"role": "write"}}}
 
 
 @pytest.fixture
@@ -61,6 +69,15 @@ def save_best(output_dir: Path, model_type: str, encoder_decoder: bool):
 def assert_same_weights(loaded: dict, trained) -> None:
     assert loaded.keys() == trained.state_dict().keys()
     assert all(torch.equal(loaded[name], weight) for name, weight in trained.state_dict().items())
+
+
+def in_this_process(main) -> None:
+    """Call a script's ``main`` in this process, then restore torch's thread count, which the scripts set."""
+    threads = torch.get_num_threads()
+    try:
+        main()
+    finally:
+        torch.set_num_threads(threads)
 
 
 def push(output_dir: Path):
@@ -93,7 +110,7 @@ def test_push_to_hub_uploads_best_with_our_code(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "model_type, encoder_decoder, tag, task",
     [
-        # The scripts record no task_specific_params, so an encoder-decoder's card names the generic task.
+        # A checkpoint whose configuration names no task (one not trained by the scripts): the generic task.
         ("talk", True, "talk", "text2text-generation"),
         ("light_conv", False, "dynamic_conv_lm", "text-generation"),
     ],
@@ -137,3 +154,65 @@ def test_transformers_own_baseline_is_uploaded_without_a_card(tmp_path, uploads)
     save_best(tmp_path, "transformer", True)
     push(tmp_path)
     assert uploads == [{"repo_id": REPO_ID, "card": None}]
+
+
+@pytest.mark.parametrize(
+    "script, flags, task, tag",
+    [
+        pytest.param(
+            "translation/train.py",
+            [*TRANSLATION, "--test_split", ""],
+            {"translation_de_to_en": {"num_beams": 2}},
+            "translation",
+            marks=requires_data,
+        ),
+        (
+            "summarization/train.py",
+            [*FILES, *FLAGS],
+            {
+                "summarization": {
+                    "num_beams": 2,
+                    "no_repeat_ngram_size": 3,
+                    "min_new_tokens": 4,
+                    "max_new_tokens": 24,
+                    "length_penalty": 2.0,
+                }
+            },
+            "summarization",
+        ),
+    ],
+)
+def test_a_script_names_its_task_in_the_checkpoint_and_on_the_card_of_its_upload(
+    tmp_path, monkeypatch, uploads, script, flags, task, tag
+):
+    """A run of one step with `--push_to_hub` (`main` in this process): best/config.json's
+    task_specific_params name the task with the test's decoding settings, and the uploaded card tags it."""
+    monkeypatch.setattr(signals, "stop_on_terminal_stop", lambda: None)  # leave pytest's signal handlers alone
+    monkeypatch.setenv("TALK_HF_BACKEND", "torch")
+    monkeypatch.setattr(huggingface_hub, "is_offline_mode", lambda: False)
+    monkeypatch.setattr(huggingface_hub, "whoami", lambda *args, **kwargs: WRITER)
+    run = [*"--max_steps 1 --eval_every 1 --push_to_hub --hub_model_id".split(), REPO_ID, "--output_dir", tmp_path]
+    in_this_process(lambda: load_script(script).main([*map(str, flags), *map(str, run)]))
+    assert json.loads((tmp_path / "best" / "config.json").read_text())["task_specific_params"] == task
+    assert [upload["repo_id"] for upload in uploads] == [REPO_ID]
+    assert ModelCard(uploads[0]["card"]).data.pipeline_tag == tag
+
+
+@requires_data
+def test_run_translation_names_its_pair_in_place_of_the_tasks_of_the_checkpoint_it_tunes(tmp_path, monkeypatch):
+    """run_translation.py (Seq2SeqTrainer, one step) tuning a checkpoint that names T5's tasks: the checkpoint it
+    saves names the pair it was tuned for alone, so that the card of an upload of it says ``translation``."""
+    save_best(tmp_path, "talk", True)
+    start = tmp_path / "best"
+    config = AutoConfig.from_pretrained(start)
+    config.task_specific_params = {"summarization": {"num_beams": 4}, "translation_en_to_de": {"num_beams": 4}}
+    config.save_pretrained(start)
+    assert checkpoint_model_card(REPO_ID, start, True, []).data.pipeline_tag == "text2text-generation"
+    output = tmp_path / "tuned"
+    flags = ["--model_name_or_path", start, *TRANSLATION[:2], "--output_dir", output, "--do_train"]
+    flags += "--max_steps 1 --max_train_samples 8 --per_device_train_batch_size 8 --report_to none".split()
+    monkeypatch.setattr(sys, "argv", ["run_translation.py", *map(str, flags)])
+    in_this_process(load_script("translation/run_translation.py").main)
+    tasks = json.loads((output / "config.json").read_text())["task_specific_params"]
+    assert tasks == {"translation_de_to_en": {"max_length": 128, "num_beams": 4}}
+    assert checkpoint_model_card(REPO_ID, output, True, []).data.pipeline_tag == "translation"
