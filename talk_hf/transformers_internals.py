@@ -60,6 +60,7 @@ __all__ = [
     "GradientCheckpointingLayer",
     "HeadClassKeepingResizeMixin",
     "ModuleTiedWeightsMixin",
+    "SourceOncePerSentenceMixin",
     "activation_checkpointing_enabled",
     "is_loaded_from_checkpoint",
     "is_push_to_hub",
@@ -257,6 +258,34 @@ class EncoderDecoderChunkedPrefillMixin:
             kwargs["decoder_attention_mask"] = kwargs.pop("attention_mask", None)
             kwargs["attention_mask"] = kwargs.pop(_SOURCE_MASK_WHILE_CHUNKED)
         return super().prepare_inputs_for_generation(*args, **kwargs)
+
+
+# The generate inputs of an encoder-decoder that are its source's: the encoder's outputs and the source mask.
+_SOURCE_INPUTS = ("encoder_outputs", "attention_mask")
+
+
+class SourceOncePerSentenceMixin:
+    """``generate`` of an encoder-decoder that hands each source to the decoder once per sentence.
+
+    transformers' ``GenerationMixin._expand_inputs_for_generation(expand_size, is_encoder_decoder, input_ids,
+    **model_kwargs)`` (private; a static method in 5.17, a method in 5.24, the same keywords) repeats every
+    input ``expand_size`` times per sentence (its beams, or its returned sequences), the encoder's outputs and
+    the source mask included.  Here those two are left as they are: each source serves its ``expand_size``
+    consecutive decoder rows, which the model's forward takes (rows = sources x n) and reads once
+    (`talk_hf.layers.cross_attention.per_source`).  The decoder's own inputs are repeated as before.  Only
+    for a model whose cross-attention cache is never reordered row by row (it holds nothing per row).
+    """
+
+    def _expand_inputs_for_generation(
+        self, expand_size: int = 1, is_encoder_decoder: bool = False, input_ids=None, **model_kwargs
+    ):
+        source = {name: model_kwargs.pop(name) for name in _SOURCE_INPUTS if name in model_kwargs}
+        # With the source set aside there is nothing of an encoder's left to expand (transformers expands and
+        # requires encoder_outputs exactly when is_encoder_decoder is set).
+        input_ids, model_kwargs = super()._expand_inputs_for_generation(
+            expand_size=expand_size, is_encoder_decoder=False, input_ids=input_ids, **model_kwargs
+        )
+        return input_ids, {**model_kwargs, **source}
 
 
 class HeadClassKeepingResizeMixin:

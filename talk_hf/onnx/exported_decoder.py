@@ -69,7 +69,8 @@ class ExportedDecoder:
             token_mask: (B, T) int64, 0 at (left) padding, else 1; or None: every token is real.
             cache: the model's `ConvCache`, updated in place as the model's forward updates it.
             source: an encoder-decoder's step inputs of the source by name (``ExportedDecoder.source_names``),
-                one row per step row (``generate`` repeats each source for its beams); empty for a causal LM.
+                one row per source, each serving B / sources consecutive step rows (``generate`` hands each
+                sentence's source once for its beams: `SourceOncePerSentenceMixin`); empty for a causal LM.
             every_position: give each new token's logits, running the step graph once per token (the
                 prompt graph gives the last token's only).
 

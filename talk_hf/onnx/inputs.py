@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import torch
 
 from ..export.traced_forward import ENCODER_OUTPUT, SOURCE_MASK
-from ..models.input_checks import InputNames, check_mask_values, check_stack_inputs, check_token_ids
+from ..models.input_checks import InputNames, check_mask_values, check_source_rows, check_stack_inputs, check_token_ids
 
 # What a forward or generate() may be given that the exported graphs cannot honour, and why.
 UNSUPPORTED = {
@@ -79,12 +79,14 @@ class SourceInputs:
         self._mask = _CheckedMask(None, torch.Size(), torch.ones(0, 0, dtype=torch.long))
 
     def __call__(self, encoder_outputs, attention_mask, rows: int | None) -> dict[str, torch.Tensor]:
-        """The step inputs of the source by name, each with one row per decoder row.
+        """The step inputs of the source by name, each with one row per source.
 
         Args:
             encoder_outputs: what the exported model's ``get_encoder()`` returned (`ORTEncoder`).
             attention_mask: the source's (B, S) mask, 1 at real tokens, or None (no padding).
-            rows: the decoder's batch (the source's must equal it), or None when unknown.
+            rows: the decoder's batch R, or None when unknown: each source serves R / B consecutive
+                decoder rows (`check_source_rows`: one, or the beams of its sentence, which the step
+                graph reads it once for).
         """
         if not isinstance(encoder_outputs, Mapping) or "last_hidden_state" not in encoder_outputs:
             raise ValueError(
@@ -114,8 +116,8 @@ class SourceInputs:
         }
         if wrong:
             raise ValueError(f"encoder_outputs must hold torch.Tensor values (what get_encoder() returns), got {wrong}")
-        if rows is not None and hidden.shape[0] != rows:
-            raise ValueError(f"the source has {hidden.shape[0]} rows but decoder_input_ids {rows}")
+        if rows is not None:
+            check_source_rows(hidden, rows, "decoder_input_ids")
         named = {ENCODER_OUTPUT: hidden, SOURCE_MASK: mask, **dict(zip(self.output_names, given, strict=True))}
         return {name: named[name] for name in self.names}
 

@@ -32,6 +32,7 @@ from ..transformers_internals import (
     CACHE_NAME,
     EncoderDecoderChunkedPrefillMixin,
     FixedStateGenerationMixin,
+    SourceOncePerSentenceMixin,
     can_return_tuple,
     resolve_cache_argument,
     split_cache,
@@ -266,7 +267,7 @@ class ORTModelForCausalLM(ORTModelBase):
         )
 
 
-class ORTModelForSeq2SeqLM(EncoderDecoderChunkedPrefillMixin, ORTModelBase):
+class ORTModelForSeq2SeqLM(SourceOncePerSentenceMixin, EncoderDecoderChunkedPrefillMixin, ORTModelBase):
     """An exported encoder-decoder (TaLK, DynamicConv, LightConv, SliceNet or a registered family's), run
     by ONNX Runtime: ``ORTModelForSeq2SeqLM.from_pretrained(folder)``, then ``generate`` as with the
     PyTorch model.  ``get_encoder()`` (`ORTEncoder`) runs the encoder graph."""

@@ -80,6 +80,40 @@ def test_slicenet_generate_equals_the_pytorch_models(slicenet, settings):
     assert torch.equal(tokens, expected), (tokens, expected)
 
 
+@pytest.mark.parametrize("settings", ["beam", "beam-length-penalty-early-stopping", "sampling-several-per-row"])
+@pytest.mark.parametrize("kind", ["seq2seq", "slicenet"])
+def test_generate_hands_each_source_once_to_its_rows(request, kind, settings, monkeypatch):
+    """generate gives every decoding step each sentence's source once, for all of its rows (its beams or
+    returned sequences), and the tokens stay the PyTorch model's (which reads a repeated source)."""
+    served = request.getfixturevalue(kind)
+    seen = []
+    forward = type(served.ort).forward
+
+    def recording_forward(model, *args, **kwargs):
+        seen.append((kwargs["encoder_outputs"]["last_hidden_state"].shape[0], kwargs["decoder_input_ids"].shape[0]))
+        return forward(model, *args, **kwargs)
+
+    monkeypatch.setattr(type(served.ort), "forward", recording_forward)
+    expected, tokens = served.both(**SETTINGS[settings])
+    assert torch.equal(tokens, expected), (tokens, expected)
+    per_sentence = max(SETTINGS[settings].get("num_beams", 1), SETTINGS[settings].get("num_return_sequences", 1))
+    assert seen and set(seen) == {(3, 3 * per_sentence)}, seen
+
+
+def test_a_step_on_a_source_per_sentence_equals_the_source_repeated(seq2seq):
+    """Rows = sources x n, each source serving its n consecutive rows: the step's logits are those of the
+    source repeated for every row, as in the PyTorch model (`check_source_rows`)."""
+    ort, rows = seq2seq.ort, 3 * 2
+    encoder_outputs = ort.get_encoder()(seq2seq.ids, attention_mask=seq2seq.mask)
+    repeated = {name: value.repeat_interleave(2, dim=0) for name, value in encoder_outputs.items()}
+    start = torch.randint(4, VOCAB, (rows, 1), generator=torch.Generator().manual_seed(0))
+    logits = [
+        ort(encoder_outputs=outputs, attention_mask=mask, decoder_input_ids=start).logits
+        for outputs, mask in ((encoder_outputs, seq2seq.mask), (repeated, seq2seq.mask.repeat_interleave(2, dim=0)))
+    ]
+    torch.testing.assert_close(logits[0], logits[1], atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("kind", ["lm", "seq2seq"])
 def test_every_steps_logits_equal_the_pytorch_models(request, kind):
     """The logits of every step (beam search: every beam's) as generate sees them, to float32 rounding."""
@@ -505,7 +539,7 @@ def test_seq2seq_refuses_encoder_outputs_it_cannot_read(seq2seq):
         ort(input_ids=ids, encoder_outputs=ort.get_encoder()(ids), decoder_input_ids=start)
     with pytest.raises(ValueError, match="pass decoder_input_ids"):
         ort(input_ids=ids)
-    with pytest.raises(ValueError, match="the source has 3 rows but decoder_input_ids 2"):
+    with pytest.raises(ValueError, match="has batch size 3 but decoder_input_ids has 2: each source must serve"):
         ort(input_ids=ids, decoder_input_ids=start[:2])
     with pytest.raises(ValueError, match="decoder_inputs_embeds .the graphs embed"):
         ort(input_ids=ids, decoder_inputs_embeds=torch.zeros(3, 1, 16))
