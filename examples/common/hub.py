@@ -1,9 +1,9 @@
 """`--push_to_hub`: the best model of a run, uploaded so that it loads anywhere, with talk_hf's model card.
 
-The card's pipeline tag is the task that the script records in the model's configuration (`record_task`), so
-that every later upload of a checkpoint, by any route, names it too. What an upload needs is checked at the start (`check_upload`): a run of hours must not end in an
-upload that could never work. The upload itself (`upload`) says what failed, and how to send the
-folder once the network is back.
+The card's pipeline tag is the task that the script records in the model's configuration (`record_task`),
+so that every later upload of a checkpoint, by any route, names it too. What an upload needs is checked
+at the start (`check_upload`): a run of hours must not end in an upload that could never work. The
+upload itself (`upload`) says what failed, and how to send the folder once the network is back.
 """
 
 import shutil
