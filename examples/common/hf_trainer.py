@@ -1,14 +1,26 @@
 """What the `Trainer` scripts share: the model flags, reading data and the tokenizer with clear
-errors, and the train-then-save sequence."""
+errors, the train-then-save sequence, and the Trainer classes whose `push_to_hub` uploads talk_hf's model card
+for our model types (`TalkHfCard`)."""
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from huggingface_hub import ModelCard, ModelCardData
+from transformers import Seq2SeqTrainer, Trainer
 from transformers.trainer_utils import get_last_checkpoint
+
+from talk_hf.model_card import CARD_NAME, checkpoint_model_card
 
 from .checkpoints import quiet_saves
 from .data import DataError, load_columns
+from .models import is_ours
 from .tokenizer import load_tokenizer
+
+# The parts of transformers' Trainer card (modelcard.TrainingSummary.to_model_card, the same in 5.17 and 5.24)
+# that talk_hf's card keeps: the last evaluation's results (its list) and the training procedure to the end.
+TRAINER_RESULTS = re.compile(r"^It achieves the following results on the evaluation set:\n((?:- .*\n)+)", re.MULTILINE)
+TRAINER_PROCEDURE = "\n## Training procedure\n"
 
 
 @dataclass
@@ -56,3 +68,58 @@ def train_and_save(trainer, training_args):
 def log_and_save(trainer, split, metrics):
     trainer.log_metrics(split, metrics)
     trainer.save_metrics(split, metrics)
+
+
+def trainer_facts(generic_text: str) -> str:
+    """The markdown that talk_hf's card takes from the text of transformers' Trainer card (`generic_text`): its
+    evaluation results as an ``## Evaluation results`` section, then its ``## Training procedure`` (hyperparameters,
+    the table of evaluations during training, framework versions). What else that text says is dropped: the
+    sentence naming the start and data ("trained from scratch on the None dataset" for a local folder and local
+    files) and the sections that say only "More information needed"; empty where it holds neither part."""
+    results = TRAINER_RESULTS.search(generic_text)
+    start = generic_text.find(TRAINER_PROCEDURE)
+    facts = f"\n## Evaluation results\n\nThe Trainer's last evaluation:\n{results.group(1)}" if results else ""
+    return facts + (generic_text[start:] if start >= 0 else "")
+
+
+class TalkHfCard:
+    """For transformers' `Trainer` classes (put first among the bases): `create_model_card`, which
+    ``push_to_hub`` calls before it uploads `output_dir`, writes talk_hf's card for our model types
+    (`talk_hf.model_card.checkpoint_model_card`) in place of transformers' generic one (``library_name:
+    transformers``, no pipeline tag, no way to load the checkpoint without ``import talk_hf``). The card keeps
+    what the Trainer's knew: its tags (``generated_from_trainer``, the model's ``model_tags``, ``push_to_hub``'s
+    ``tags``) after ``talk_hf`` and the model type, its other metadata (``model-index``, ``base_model``, ``license``,
+    ``datasets``, where it has them) and its facts of the run (`trainer_facts`).  transformers' own model types
+    (the baselines) keep transformers' card.
+
+    The modeling code is not copied into `output_dir`, so the card's only loading lines are those after
+    ``import talk_hf``: ``push_to_hub`` uploads the folder without the files matching ``_*`` (and
+    ``checkpoint-*``), which would leave out the private modules that `talk_hf.export_for_remote_code` writes
+    (``_backend.py``, ...), and `output_dir` is the training folder, which later runs load and resume from. The
+    custom scripts' ``--push_to_hub`` (`common.hub`) uploads a copy with the code."""
+
+    def create_model_card(self, *args, **kwargs) -> None:
+        """transformers' card (``Trainer.create_model_card(*args, **kwargs)``, its arguments), then for our
+        model types talk_hf's in its place, as `output_dir`/README.md, on the main process."""
+        super().create_model_card(*args, **kwargs)
+        if not (self.is_world_process_zero() and is_ours(self.model.config)):
+            return
+        folder = Path(self.args.output_dir)
+        generic = ModelCard((folder / CARD_NAME).read_text(encoding="utf-8"))
+        # The repository push_to_hub uploads to (init_hf_repo's), else the one it would create.
+        repo_id = self.hub_model_id or self.args.hub_model_id or folder.absolute().name
+        card = checkpoint_model_card(repo_id, folder, self.model.can_generate(), generic.data.tags or [])
+        own = card.data.to_dict()
+        card.data = ModelCardData(
+            **own, **{key: value for key, value in generic.data.to_dict().items() if key not in own}
+        )
+        card.text += trainer_facts(generic.text)
+        card.save(folder / CARD_NAME)
+
+
+class TalkHfTrainer(TalkHfCard, Trainer):
+    """transformers' `Trainer` whose card is talk_hf's for our model types (`TalkHfCard`)."""
+
+
+class TalkHfSeq2SeqTrainer(TalkHfCard, Seq2SeqTrainer):
+    """transformers' `Seq2SeqTrainer` whose card is talk_hf's for our model types (`TalkHfCard`)."""

@@ -27,12 +27,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for `
 
 import datasets  # noqa: E402
 from common.batching import lm_blocks, lm_documents  # noqa: E402
-from common.hf_trainer import ModelArguments, log_and_save, read_split, train_and_save, trainer_tokenizer  # noqa: E402
+from common.hf_trainer import (  # noqa: E402
+    ModelArguments,
+    TalkHfTrainer,
+    log_and_save,
+    read_split,
+    train_and_save,
+    trainer_tokenizer,
+)
 from transformers import (  # noqa: E402
     AutoModelForCausalLM,
     DataCollatorWithFlattening,
     HfArgumentParser,
-    Trainer,
     TrainingArguments,
     default_data_collator,
     set_seed,
@@ -92,7 +98,7 @@ def main():
     if tokenizer.eos_token_id is None:
         raise SystemExit(f"error: tokenizer {tokenizer.name_or_path} has no end-of-sequence token")
     model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path)
-    trainer = Trainer(
+    trainer = TalkHfTrainer(
         model=model,
         args=training_args,
         train_dataset=(

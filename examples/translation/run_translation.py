@@ -23,12 +23,18 @@ import datasets  # noqa: E402
 import numpy as np  # noqa: E402
 import sacrebleu  # noqa: E402
 from common import hub  # noqa: E402
-from common.hf_trainer import ModelArguments, log_and_save, read_split, train_and_save, trainer_tokenizer  # noqa: E402
+from common.hf_trainer import (  # noqa: E402
+    ModelArguments,
+    TalkHfSeq2SeqTrainer,
+    log_and_save,
+    read_split,
+    train_and_save,
+    trainer_tokenizer,
+)
 from transformers import (  # noqa: E402
     AutoModelForSeq2SeqLM,
     DataCollatorForSeq2Seq,
     HfArgumentParser,
-    Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
     set_seed,
 )
@@ -90,7 +96,7 @@ def main():
 
     # Every split is read before training, so that a test split that cannot be read stops the script at once.
     test = prepare("test_split", data_args.max_eval_samples) if training_args.do_predict else None
-    trainer = Seq2SeqTrainer(
+    trainer = TalkHfSeq2SeqTrainer(
         model=model,
         args=training_args,
         train_dataset=prepare("train_split", data_args.max_train_samples) if training_args.do_train else None,

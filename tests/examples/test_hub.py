@@ -1,14 +1,17 @@
 """`--push_to_hub`: best/ uploaded with our modeling code and talk_hf's model card, whose pipeline tag is the task
-that the scripts record in the model's configuration.
+that the scripts record in the model's configuration; the Trainer scripts' ``trainer.push_to_hub()`` uploads
+talk_hf's card for our model types too, transformers' for its own.
 
-huggingface_hub's create_repo and upload_folder are replaced by stand-ins that record what they get: nothing
-reaches a server."""
+huggingface_hub's create_repo and upload_folder (and HfApi's, which transformers' Trainer calls) are replaced by
+stand-ins that record what they get: nothing reaches a server."""
 
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+from concurrent.futures import Future
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,13 +22,15 @@ from accelerate import Accelerator
 from common import checkpoints, hub, signals
 from common.models import build_model
 from common.tokenizer import train_tokenizer
-from huggingface_hub import ModelCard
+from huggingface_hub import HfApi, ModelCard, RepoUrl
+from huggingface_hub.utils import filter_repo_objects
+from safetensors.torch import load_file
 from transformers import AutoConfig
 
 import talk_hf
 from talk_hf.model_card import checkpoint_model_card
 
-from .conftest import TRANSLATION, load_script, requires_data
+from .conftest import TRANSLATION, WIKITEXT, load_script, requires_data
 from .test_summarization import FILES, FLAGS
 
 REPO_ID = "someone/talk-small"
@@ -57,6 +62,32 @@ def uploads(monkeypatch) -> list[dict]:
     return sent
 
 
+@pytest.fixture
+def trainer_uploads(monkeypatch, tmp_path) -> list[Path]:
+    """The folders that transformers' Trainer uploads (``HfApi.upload_folder``), each copied as the Hub would
+    receive it (without the files its ``ignore_patterns`` leave out) into ``tmp_path/uploaded/<n>``."""
+    sent = []
+
+    def create_repo(self, repo_id, **kwargs):
+        return RepoUrl(f"https://huggingface.co/{repo_id}")
+
+    def upload_folder(self, repo_id, folder_path, run_as_future=False, ignore_patterns=None, **kwargs):
+        assert repo_id == REPO_ID
+        folder, copy = Path(folder_path), tmp_path / "uploaded" / str(len(sent))
+        files = [path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file()]
+        for name in filter_repo_objects(files, ignore_patterns=ignore_patterns):
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(folder / name, copy / name)
+        sent.append(copy)
+        done = Future()  # the checkpoints' pushes run as futures, which the Trainer asks whether they are done
+        done.set_result(None)
+        return done if run_as_future else None
+
+    monkeypatch.setattr(HfApi, "create_repo", create_repo)
+    monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
+    return sent
+
+
 def save_best(output_dir: Path, model_type: str, encoder_decoder: bool):
     """best/ as the training scripts write it (`build_model`, `checkpoints.save_model`): the model it holds."""
     tokenizer = train_tokenizer(["ein hund", "a dog"], kind="word", vocab_size=20, min_frequency=1)
@@ -78,6 +109,18 @@ def in_this_process(main) -> None:
         main()
     finally:
         torch.set_num_threads(threads)
+
+
+def python_snippets(card: ModelCard) -> list[str]:
+    """The card's Python code blocks: its loading lines."""
+    return re.findall(r"```python\n(.*?)```", card.text, flags=re.DOTALL)
+
+
+def load_by_snippet(snippet: str, folder: Path):
+    """The ``model`` that a card's loading lines load from ``folder`` in place of the repository."""
+    namespace = {}
+    exec(snippet.replace(f'"{REPO_ID}"', repr(str(folder))), namespace)
+    return namespace["model"]
 
 
 def push(output_dir: Path):
@@ -126,14 +169,13 @@ def test_the_upload_carries_talk_hfs_card_whose_lines_load_the_folder(
     assert [upload["repo_id"] for upload in uploads] == [REPO_ID]
     card = ModelCard(uploads[0]["card"])
     assert card.data.to_dict() == {"library_name": "talk_hf", "pipeline_tag": task, "tags": ["talk_hf", tag]}
-    snippets = re.findall(r"```python\n(.*?)```", card.text, flags=re.DOTALL)
+    snippets = python_snippets(card)
     assert len(snippets) == 2 and "import talk_hf" in snippets[0] and "trust_remote_code=True" in snippets[1]
     folder = repr(str(tmp_path / "hub"))
     assert all(f'"{REPO_ID}"' in snippet for snippet in snippets)
-    namespace = {}
-    exec(snippets[0].replace(f'"{REPO_ID}"', folder), namespace)
-    assert type(namespace["model"]).__module__.startswith("talk_hf.")
-    assert_same_weights(namespace["model"].state_dict(), trained)
+    model = load_by_snippet(snippets[0], tmp_path / "hub")
+    assert type(model).__module__.startswith("talk_hf.")
+    assert_same_weights(model.state_dict(), trained)
     # The remote-code lines, in a process where talk_hf cannot be imported: the folder's own code loads it.
     child = CHILD.format(snippet=snippets[1].replace(f'"{REPO_ID}"', folder), weights=repr(str(tmp_path / "w.pt")))
     environment = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
@@ -216,3 +258,79 @@ def test_run_translation_names_its_pair_in_place_of_the_tasks_of_the_checkpoint_
     tasks = json.loads((output / "config.json").read_text())["task_specific_params"]
     assert tasks == {"translation_de_to_en": {"max_length": 128, "num_beams": 4}}
     assert checkpoint_model_card(REPO_ID, output, True, []).data.pipeline_tag == "translation"
+
+
+def run_trainer_script(tmp_path, monkeypatch, script: str, model_type: str, flags: list) -> Path:
+    """``examples/<script>`` (run_translation.py or run_clm.py: transformers' Trainer) in this process, one
+    optimizer step and an evaluation, tuning a tiny `save_best` ``model_type`` with ``--push_to_hub``: its
+    output_dir, which its pushes upload."""
+    save_best(tmp_path, model_type, script.startswith("translation/"))
+    output = tmp_path / "tuned"
+    flags = ["--model_name_or_path", tmp_path / "best", *flags, "--output_dir", output, "--do_train", "--do_eval"]
+    flags += "--max_steps 1 --per_device_train_batch_size 4 --report_to none --push_to_hub --hub_model_id".split()
+    monkeypatch.setattr(sys, "argv", [script, *map(str, flags), REPO_ID])
+    in_this_process(load_script(script).main)
+    return output
+
+
+TRAINER_SCRIPTS = {
+    "translation/run_translation.py": [*TRANSLATION[:2], *"--max_train_samples 8 --max_eval_samples 4".split()],
+    "language-modeling/run_clm.py": ["--data_dir", WIKITEXT, *"--max_train_samples 40 --max_eval_samples 20".split()],
+}
+
+
+@requires_data
+@pytest.mark.parametrize(
+    "script, model_type, tag, task",
+    [
+        ("translation/run_translation.py", "talk", "talk", "translation"),
+        ("language-modeling/run_clm.py", "light_conv", "dynamic_conv_lm", "text-generation"),
+    ],
+)
+def test_a_trainer_scripts_push_uploads_talk_hfs_card_whose_lines_load_the_folder(
+    tmp_path, monkeypatch, trainer_uploads, script, model_type, tag, task
+):
+    """``trainer.push_to_hub()`` of a run of our model: every uploaded README.md is talk_hf's card (library, the
+    talk_hf and model-type tags before the Trainer's, the pipeline tag of the task the run records), keeping the
+    Trainer's model-index, last evaluation and training procedure but not its placeholders; its one loading snippet
+    (no modeling code is uploaded, so no ``trust_remote_code`` line) loads the uploaded weights by talk_hf's class."""
+    output = run_trainer_script(tmp_path, monkeypatch, script, model_type, TRAINER_SCRIPTS[script])
+    cards = [
+        ModelCard((folder / "README.md").read_text()) for folder in trainer_uploads if (folder / "README.md").exists()
+    ]
+    assert len(cards) == 2  # train_and_save's save_model pushes, then the script's push_to_hub
+    for card in cards:
+        assert card.data.to_dict() == {
+            "library_name": "talk_hf",
+            "pipeline_tag": task,
+            "tags": ["talk_hf", tag, "generated_from_trainer"],
+            "model-index": [{"name": REPO_ID.split("/")[1], "results": []}],
+        }
+    eval_loss = json.loads((output / "eval_results.json").read_text())["eval_loss"]
+    text = cards[-1].text
+    assert f"## Evaluation results\n\nThe Trainer's last evaluation:\n- Loss: {eval_loss:.4f}\n" in text
+    assert "### Training hyperparameters" in text and "More information needed" not in text
+    assert "trust_remote_code" not in text and not list(trainer_uploads[-1].glob("*.py"))
+    [snippet] = python_snippets(cards[-1])
+    model = load_by_snippet(snippet, trainer_uploads[-1])
+    assert type(model).__module__.startswith("talk_hf.") and model.config.model_type == tag
+    uploaded = load_file(trainer_uploads[-1] / "model.safetensors")
+    assert all(torch.equal(model.state_dict()[name], weight) for name, weight in uploaded.items())
+
+
+@requires_data
+def test_a_trainer_scripts_push_of_transformers_own_model_keeps_transformers_card(
+    tmp_path, monkeypatch, trainer_uploads
+):
+    """run_clm.py tuning the GPT-2 baseline: its push uploads transformers' Trainer card unchanged."""
+    run_trainer_script(
+        tmp_path,
+        monkeypatch,
+        "language-modeling/run_clm.py",
+        "transformer",
+        TRAINER_SCRIPTS["language-modeling/run_clm.py"],
+    )
+    card = ModelCard((trainer_uploads[-1] / "README.md").read_text())
+    assert card.data.library_name == "transformers" and card.data.tags == ["generated_from_trainer"]
+    assert card.data.pipeline_tag is None and "import talk_hf" not in card.text
+    assert "More information needed" in card.text  # transformers' body, placeholders and all
