@@ -249,6 +249,11 @@ class ConvCache(Cache):
         )
 
     @property
+    def rows(self) -> int | None:
+        """B, the batch rows of the state (a shape, not a host read), or None before the first update."""
+        return next((layer.window.shape[0] for layer in self.layers if layer.is_initialized), None)
+
+    @property
     def has_past(self) -> bool:
         """Whether a token came before: a forward then continues the windows (no Python count is read)."""
         return any(layer.has_past for layer in self.layers)
@@ -338,6 +343,13 @@ class ConvEncoderDecoderCache(FixedStateEncoderDecoderCache):
 
     The batch operations and ``crop`` act on the `ConvCache` row by row / history by history; ``crop``
     leaves the cross-attention keys and values of the source alone.
+
+    In ``generate`` the cross-attention half holds one row per source, serving the n consecutive decoder
+    rows of its sentence (its beams or returned sequences: rows = sources x n,
+    `talk_hf.transformers_internals.SourceOncePerSentenceMixin`).  Then ``reorder_cache`` reorders the
+    decoder half only, and ``batch_select_indices`` refuses (see each); ``batch_repeat_interleave``
+    repeats both halves, which keeps each decoder row reading its source.  Whether a source serves several
+    rows is read from the two halves' shapes, not from their values: no host read per step.
     """
 
     decoder_cache_class = ConvCache
@@ -361,3 +373,37 @@ class ConvEncoderDecoderCache(FixedStateEncoderDecoderCache):
             cache.cross_attention_cache.update(keys, values, layer_idx)
             cache.is_updated[layer_idx] = True
         return cache
+
+    def rows_per_source(self) -> int:
+        """n, the decoder rows that each source's cross-attention keys and values serve (rows = sources x n);
+        1 while either half is empty (nothing to tell apart)."""
+        decoder_rows = self.self_attention_cache.rows
+        cross = self.cross_attention_cache
+        if decoder_rows is None or not cross.layers or cross.get_seq_length(0) == 0:
+            return 1
+        return decoder_rows // cross.layers[0].keys.shape[0]
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Beam search: decoder row i becomes row ``beam_idx[i]`` (B x beams,) of before.
+
+        Where each source serves several rows, only the decoder half is reordered: transformers' beam
+        search keeps every beam in its sentence's block of rows (``beam_idx`` maps a block onto itself:
+        each of its indices is a beam of the same sentence plus that sentence's offset), so each row still
+        reads its own source, and the source's keys and values need no gather, step after step.
+        """
+        if self.rows_per_source() > 1:
+            self.self_attention_cache.reorder_cache(beam_idx)
+        else:
+            super().reorder_cache(beam_idx)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep the decoder rows ``indices`` (contrastive search); refused where each source serves several
+        rows: the sources that the kept rows read could not be told from the cache alone."""
+        if self.rows_per_source() > 1:
+            raise ValueError(
+                f"batch_select_indices cannot select rows of a cache whose cross-attention keys and values hold one "
+                f"row per source for its {self.rows_per_source()} consecutive decoder rows (generate's beams or "
+                "returned sequences of one sentence share its source): the source inputs (encoder_outputs, "
+                "attention_mask) would no longer match the rows"
+            )
+        super().batch_select_indices(indices)

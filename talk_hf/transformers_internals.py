@@ -273,7 +273,11 @@ class SourceOncePerSentenceMixin:
     the source mask included.  Here those two are left as they are: each source serves its ``expand_size``
     consecutive decoder rows, which the model's forward takes (rows = sources x n) and reads once
     (`talk_hf.layers.cross_attention.per_source`).  The decoder's own inputs are repeated as before.  Only
-    for a model whose cross-attention cache is never reordered row by row (it holds nothing per row).
+    for a model whose cross-attention cache is never reordered row by row: it holds nothing per row, or it
+    is a `talk_hf.cache.ConvEncoderDecoderCache`, which reorders only its decoder half where a source serves
+    several rows.  What ``generate(return_dict_in_generate=True, ...)`` returns keeps transformers' shapes:
+    its ``encoder_hidden_states`` and ``encoder_attentions`` (tuples, which transformers does not repeat)
+    hold a row per sentence, the decoder's outputs a row per beam.
     """
 
     def _expand_inputs_for_generation(
