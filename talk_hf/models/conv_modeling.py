@@ -47,6 +47,7 @@ from ..transformers_internals import (
     FixedStateGenerationMixin,
     HeadClassKeepingResizeMixin,
     ModuleTiedWeightsMixin,
+    SourceOncePerSentenceMixin,
     UploadHookMixin,
     activation_checkpointing_enabled,
     can_return_tuple,
@@ -535,8 +536,13 @@ class ConvHeadBase(ConvPreTrainedModel, GenerationMixin):
         self.lm_head = value
 
 
-class ConvForConditionalGeneration(EncoderDecoderChunkedPrefillMixin, ConvHeadBase):
-    """Seq2seq model + LM head; subclasses set ``base_model_class`` (the family's `ConvSeq2SeqModel`)."""
+class ConvForConditionalGeneration(SourceOncePerSentenceMixin, EncoderDecoderChunkedPrefillMixin, ConvHeadBase):
+    """Seq2seq model + LM head; subclasses set ``base_model_class`` (the family's `ConvSeq2SeqModel`).
+
+    ``generate`` hands the decoder each sentence's source once for all its rows (beams, returned sequences:
+    `SourceOncePerSentenceMixin`), so the cache holds its cross-attention keys and values once per sentence
+    and beam search reorders only the decoder's state (`ConvEncoderDecoderCache.reorder_cache`).
+    """
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
