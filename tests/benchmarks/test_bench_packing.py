@@ -4,24 +4,37 @@ ratios are the ones its docstring defines."""
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import bench_packing  # noqa: E402
+
 SETTINGS = ("padded", "padded, length-grouped", "packed")
 MODEL = "TaLKForCausalLM"
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
+    """The script's report, its timing run by ``main`` in this process (an interpreter fewer: the memory
+    probes it starts run the script as a command, with this command line); torch's thread count, which
+    ``--threads`` sets, is restored for the tests that follow."""
     out = tmp_path_factory.mktemp("packing") / "packing.json"
     tiny = ["--d-model", "16", "--layers", "1", "--heads", "2", "--ffn", "32", "--vocab", "300"]
-    command = [sys.executable, "bench_packing.py", *tiny, "--documents", "40", "--batch-documents", "8"]
+    command = ["bench_packing.py", *tiny, "--documents", "40", "--batch-documents", "8"]
     command += ["--steps", "1", "--rounds", "2", "--threads", "1", "--models", MODEL, "--out", str(out)]
-    subprocess.run(command, cwd=BENCHMARKS, check=True, capture_output=True)
+    threads = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "argv", command)
+        try:
+            bench_packing.main()
+        finally:
+            torch.set_num_threads(threads)
     return json.loads(out.read_text())
 
 
@@ -53,9 +66,6 @@ def test_the_summary_ratios_are_packed_over_each_padded_setting(report):
 
 
 def test_too_few_documents_for_the_timed_steps_are_refused_before_timing():
-    sys.path.insert(0, str(BENCHMARKS))
-    import bench_packing
-
     args = argparse.Namespace(documents=6, max_length=512, vocab=300, batch_documents=2, rounds=2, steps=2)
     with pytest.raises(ValueError, match=r"multi30k: 6 documents make 3 batches .* time 4 batches .*raise --documents"):
         bench_packing.prepare("multi30k", args)
