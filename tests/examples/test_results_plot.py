@@ -9,7 +9,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, MarianConfig
 
 import talk_hf
 
-from .conftest import EXAMPLES
+from .conftest import EXAMPLES, load_script
 
 # Tiny models of each kind whose run folders plot.py reads.
 TINY = dict(vocab_size=40, d_model=16, decoder_layers=1, decoder_ffn_dim=32, decoder_conv_heads=2)
@@ -170,11 +170,11 @@ def test_plot_writes_the_figure_summary_and_table(tmp_path):
     assert (output / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_plot_names_a_folder_it_cannot_place(tmp_path):
+def test_plot_names_a_folder_it_cannot_place(tmp_path, monkeypatch):
+    """Run by the script's ``main`` in this process (the test above runs it as a command): the message
+    of its SystemExit is what Python prints to stderr, exiting 1."""
     make_run(tmp_path / "runs" / "multi30k-xx-talk-s0", TALK, evaluations("bleu", [1.0]))
-    result = subprocess.run(
-        [sys.executable, EXAMPLES / "results" / "plot.py", tmp_path / "runs", tmp_path / "out"],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode != 0 and "multi30k-xx-talk-s0 is not TASK-MODEL_TYPE[-sSEED]" in result.stderr
+    monkeypatch.setattr(sys, "argv", ["plot.py", str(tmp_path / "runs"), str(tmp_path / "out")])
+    with pytest.raises(SystemExit) as exited:
+        load_script("results/plot.py").main()
+    assert "multi30k-xx-talk-s0 is not TASK-MODEL_TYPE[-sSEED]" in str(exited.value.code)
