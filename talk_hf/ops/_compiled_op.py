@@ -20,6 +20,7 @@ absent optional input or a non-float one).
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,17 @@ import torch
 from . import _extension
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # tensor types that dispatch as plain tensors
+
+# The ``torch.library`` namespace of the package's custom ops: ``talk_hf``.  A remote-code copy of these
+# modules (`talk_hf.export_for_remote_code`, imported by transformers as ``transformers_modules.<folder>...``)
+# registers its ops under a namespace of its own: torch lets a later registration of a name replace the
+# earlier one without a word, so a copy imported beside talk_hf would otherwise take over talk_hf's ops (a
+# compiled step of talk_hf's models would run the copy's PyTorch path, which has no kernels).
+OP_NAMESPACE = (
+    "talk_hf"
+    if __name__.startswith("talk_hf.")
+    else "talk_hf_copy_" + hashlib.sha256(__name__.encode()).hexdigest()[:16]
+)
 
 
 def needs_custom_op(*tensors: torch.Tensor | None) -> bool:
@@ -64,7 +76,8 @@ class CompiledOp:
     """An op's compiled kernels, registered three ways (module docstring); call it like its forward.
 
     Args:
-        name: the op's name: ``talk_hf::<name>`` and ``talk_hf::<name>_backward`` are registered.
+        name: the op's name: ``talk_hf::<name>`` and ``talk_hf::<name>_backward`` are registered (in
+            `OP_NAMESPACE`).
         forward: ``forward(kernel, *inputs) -> output``: the forward formula, calling ``kernel``, the
             forward entry point of the inputs' device.  Its parameters after ``kernel`` carry type
             annotations (``torch.Tensor``, ``torch.Tensor | None``, ``int``, ``bool``) and defaults:
@@ -95,10 +108,10 @@ class CompiledOp:
         self._defaults = tuple(parameter.default for parameter in inputs)
         grad_out = inspect.Parameter("grad_out", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor)
         self.custom_op = torch.library.custom_op(
-            f"talk_hf::{name}", self.run_forward, mutates_args=(), schema=_schema(inputs, torch.Tensor)
+            f"{OP_NAMESPACE}::{name}", self.run_forward, mutates_args=(), schema=_schema(inputs, torch.Tensor)
         )
         self.backward_op = torch.library.custom_op(
-            f"talk_hf::{name}_backward",
+            f"{OP_NAMESPACE}::{name}_backward",
             self.run_backward,
             mutates_args=(),
             schema=_schema([grad_out, *inputs], list[torch.Tensor]),

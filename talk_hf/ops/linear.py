@@ -55,7 +55,7 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
     return kernels.few_rows_linear(input, weight, bias)
 
 
-@torch.library.custom_op("talk_hf::linear", mutates_args=())
+@torch.library.custom_op(f"{_compiled_op.OP_NAMESPACE}::linear", mutates_args=())
 def _linear_op(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """`linear` as one graph node of a compiled inference step: the kernel or ``F.linear``, chosen
     when it runs (the number of rows may be symbolic while tracing)."""

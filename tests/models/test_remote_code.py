@@ -5,10 +5,13 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 from transformers import AutoModel
+from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
 import talk_hf
 
@@ -179,3 +182,31 @@ def test_a_copy_without_kernel_sources_says_how_to_install_talk_hf(tmp_path, mon
     assert "install talk_hf from its source" in str(raised.value)
     assert "pip install -e <path to a clone of the talk_hf repository>" in str(raised.value)
     assert "pip install talk_hf" not in str(raised.value)
+
+
+def _warnings_of(call) -> list[warnings.WarningMessage]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        call()
+    return caught
+
+
+def test_a_copy_imported_beside_talk_hf_keeps_its_custom_ops_apart(tmp_path):
+    """A remote-code copy imported in a process that has talk_hf registers its custom ops under a namespace
+    of its own, so talk_hf's ops (``talk_hf::linear``, the op a compiled decoding step runs) stay talk_hf's.
+    torch lets a later registration of a name replace the earlier one without a word: before, the copy's
+    ``talk_hf::linear`` replaced talk_hf's, and a compiled step of talk_hf's models ran the copy's PyTorch
+    path, warning (with a warning class of the copy) that the copy has no kernels."""
+    case = next(case for case in HEADS if case.name == "talk-lm")
+    case.model().save_pretrained(tmp_path)
+    talk_hf.export_for_remote_code(tmp_path)
+    copy_class = get_class_from_dynamic_module("modeling_talk.TaLKForCausalLM", str(tmp_path))
+    copy_ops = sys.modules[copy_class.__module__.rsplit(".", 1)[0] + "._compiled_op"]
+    assert talk_hf.ops._compiled_op.OP_NAMESPACE == "talk_hf" != copy_ops.OP_NAMESPACE
+    rows, weight = torch.randn(1, 8), torch.randn(4, 8)
+    caught = _warnings_of(
+        lambda: torch.testing.assert_close(torch.ops.talk_hf.linear(rows, weight, None), rows @ weight.T)
+    )
+    assert not [w for w in caught if type(w.message).__module__.startswith("transformers_modules")], caught
+    copy_linear = getattr(torch.ops, copy_ops.OP_NAMESPACE).linear  # the copy's own op works too
+    _warnings_of(lambda: torch.testing.assert_close(copy_linear(rows, weight, None), F.linear(rows, weight)))
