@@ -165,7 +165,10 @@ class FixedStateGenerationMixin:
       A ``cache_implementation`` (``"static"``, ``"offloaded"``, ...) would then be ignored with
       transformers' message that the model "does not support `Cache` instances", which is untrue
       here: the model says itself that it keeps its own fixed-size state.
-    * ``_prepare_cache_for_generation(generation_config, model_kwargs, ...)``: after transformers'
+    * ``_prepare_cache_for_generation(generation_config, model_kwargs, ...)``: refuse an
+      encoder-decoder's ``guidance_scale`` before the first step (classifier-free guidance's
+      unconditional forward gives the decoder no source; without the refusal the forward would fail
+      on it, naming ``decoder_input_ids``).  Then, after transformers'
       own checks (a user cache, ``use_cache=False``), put ``new_cache()`` into
       ``model_kwargs[CACHE_NAME]``.  Assisted decoding requires a cache before the first
       forward, and an assistant model's cache must record its past (``activate_past_recording``) so
@@ -193,6 +196,12 @@ class FixedStateGenerationMixin:
         return False
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs):
+        if self.config.is_encoder_decoder and generation_config.guidance_scale not in (None, 1):
+            raise ValueError(
+                f"{type(self).__name__} cannot apply guidance_scale={generation_config.guidance_scale}: classifier-free "
+                "guidance runs an unconditional forward of the decoder alone, without a source, which an "
+                "encoder-decoder cannot; generate without guidance_scale"
+            )
         if generation_config.cache_implementation is not None and model_kwargs.get(CACHE_NAME) is None:
             logger.warning_once(
                 f"{type(self).__name__} keeps its own fixed-size decoding state (a history of the last inputs of "

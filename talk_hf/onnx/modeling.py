@@ -10,7 +10,7 @@ LMs work in ``pipeline("text-generation")``.
 
 The generation cache is the package's own (`ConvCache`; `ConvEncoderDecoderCache` for an
 encoder-decoder, whose cross-attention half stays empty: a step reads the encoder's outputs, which
-``generate`` repeats per beam itself), its windows the graphs' outputs (`ExportedDecoder`).  What the
+``generate`` gives it once per sentence, `SourceOncePerSentenceMixin`), its windows the graphs' outputs (`ExportedDecoder`).  What the
 graphs cannot do is refused naming the argument: embeddings in place of ids, labels (no loss), attention
 weights or hidden states, assisted decoding, ``compile_config``, an encoder-decoder's ``guidance_scale``.
 The logits of more than the last token (``logits_to_keep`` other than 1) take one step graph call per token.
@@ -159,13 +159,6 @@ class ORTModelBase(ExportedFolderHubMixin, FixedStateGenerationMixin, PreTrained
             raise ValueError(
                 f"{type(self).__name__} cannot verify drafted tokens (assistant_model, prompt_lookup_num_tokens): its "
                 "graphs give the logits of one token per row; generate without them"
-            )
-        guided = generation_config.guidance_scale not in (None, 1)
-        if guided and self.is_encoder_decoder_class:
-            raise ValueError(
-                f"{type(self).__name__} cannot apply guidance_scale={generation_config.guidance_scale}: classifier-free "
-                "guidance runs an unconditional forward of the decoder alone, without a source, which an "
-                "encoder-decoder cannot (its PyTorch model neither); generate without guidance_scale"
             )
         if generation_config.compile_config is not None:
             raise ValueError(

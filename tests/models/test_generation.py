@@ -86,6 +86,24 @@ def test_a_cache_implementation_is_ignored_with_our_own_message(case, caplog):
     assert "cache_implementation='static' is ignored" in caplog.text
 
 
+SEQ2SEQ = [case for case in CASES if case.is_seq2seq]
+
+
+@pytest.mark.parametrize("case", SEQ2SEQ, ids=[case.name for case in SEQ2SEQ])
+def test_an_encoder_decoders_guidance_is_refused_naming_it(case):
+    """Classifier-free guidance's unconditional forward would give the decoder no source: refused before
+    decoding, naming guidance_scale (the forward alone would name decoder_input_ids); its inert value
+    decodes as without it."""
+    model = case.model()
+    inputs = generation_prompt(case)
+    with pytest.raises(
+        ValueError, match=r"cannot apply guidance_scale=1.5: classifier-free guidance .* without a source"
+    ):
+        _generate(model, inputs, guidance_scale=1.5, **MODES["greedy"])
+    expected = _generate(model, inputs, **MODES["greedy"])
+    _assert_same_generation(_generate(model, inputs, guidance_scale=1.0, **MODES["greedy"]), expected)
+
+
 @pytest.mark.parametrize("case", CASES[:2], ids=CASE_IDS[:2])
 def test_beam_search_needs_cache_reordering(case, monkeypatch):
     """With reordering disabled, beam search gives other beams: reordering is really exercised."""
