@@ -399,10 +399,11 @@ class ConvEncoderDecoderCache(FixedStateEncoderDecoderCache):
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         """Keep the decoder rows ``indices`` (contrastive search); refused where each source serves several
         rows: the sources that the kept rows read could not be told from the cache alone."""
-        if self.rows_per_source() > 1:
+        rows_per_source = self.rows_per_source()
+        if rows_per_source > 1:
             raise ValueError(
                 f"batch_select_indices cannot select rows of a cache whose cross-attention keys and values hold one "
-                f"row per source for its {self.rows_per_source()} consecutive decoder rows (generate's beams or "
+                f"row per source for its {rows_per_source} consecutive decoder rows (generate's beams or "
                 "returned sequences of one sentence share its source): the source inputs (encoder_outputs, "
                 "attention_mask) would no longer match the rows"
             )
