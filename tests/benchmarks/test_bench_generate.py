@@ -4,11 +4,10 @@ settings, and the summary's ratios are the ones its docstring defines."""
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from .conftest import BENCHMARKS
 
 
 def test_the_script_times_every_model_at_every_position(tmp_path):

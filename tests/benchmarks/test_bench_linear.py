@@ -4,13 +4,12 @@ ratios are the ones its docstring defines."""
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from talk_hf.ops import _extension
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from .conftest import BENCHMARKS
 
 
 def test_the_script_measures_every_shape_and_row_count(tmp_path):

@@ -5,15 +5,10 @@ ratios are the ones its docstring defines."""
 import argparse
 import json
 import sys
-from pathlib import Path
 
+import bench_packing
 import pytest
 import torch
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-import bench_packing  # noqa: E402
 
 SETTINGS = ("padded", "padded, length-grouped", "packed")
 MODEL = "TaLKForCausalLM"

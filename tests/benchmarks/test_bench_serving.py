@@ -12,10 +12,9 @@ import torch
 
 pytest.importorskip("ctranslate2")  # the serving extra
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
 import bench_serving  # noqa: E402
+
+from .conftest import BENCHMARKS
 
 TINY = {
     "--d-model": 32,  # SliceNet's timing signal needs d >= 32

@@ -7,15 +7,11 @@ import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
+import bench_train
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-import bench_train  # noqa: E402
-from _models import baseline_of, causal_lm_models, seq2seq_models  # noqa: E402
+from _models import baseline_of, causal_lm_models, seq2seq_models
 
 TINY = [
     "--d-model",

@@ -4,18 +4,13 @@ worker that runs out of memory as a result."""
 
 import json
 import statistics
-import sys
-from pathlib import Path
 
+import _long_source
+import _long_source_work
+import bench_train
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-import _long_source  # noqa: E402
-import _long_source_work  # noqa: E402
-import bench_train  # noqa: E402
-from _models import SEQ2SEQ_BASELINE, ModelShape, seq2seq_model_variants  # noqa: E402
+from _models import SEQ2SEQ_BASELINE, ModelShape, seq2seq_model_variants
 
 LONG_TINY = [
     "--long-source",

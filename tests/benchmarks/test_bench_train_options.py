@@ -2,15 +2,10 @@
 before any model runs."""
 
 import re
-import sys
-from pathlib import Path
 
+import bench_train
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-import bench_train  # noqa: E402
 
 
 @pytest.mark.parametrize(

@@ -6,13 +6,9 @@ import io
 import json
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-from _workers import Work, WorkerProcess, serve  # noqa: E402
+from _workers import Work, WorkerProcess, serve
 
 
 class CountingWork(Work):

@@ -4,14 +4,13 @@ width is scored, PyTorch float32 is the tokens' reference, ONNX Runtime float32 
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from ..examples.conftest import MULTI30K, requires_data
 from ..examples.test_trainer_scripts import tiny_checkpoint
+from .conftest import BENCHMARKS
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 SYSTEMS = ("PyTorch float32", "PyTorch int8", "ONNX Runtime float32", "ONNX Runtime int8")
 
 pytestmark = requires_data

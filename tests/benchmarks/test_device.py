@@ -2,13 +2,9 @@
 
 import platform
 import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-from _device import cpu_family  # noqa: E402
+from _device import cpu_family
 
 
 @pytest.mark.parametrize(

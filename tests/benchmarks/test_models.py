@@ -1,18 +1,10 @@
 """The benchmarks' same-size baselines and the example scripts' are built by one function
 (`examples/common/models.transformer_config`): the same sizes give the same size fields."""
 
-import sys
-from pathlib import Path
-
+import _models
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "examples"))
-
-import _models  # noqa: E402
-from common.models import build_config, transformer_config  # noqa: E402
-from common.tokenizer import train_tokenizer  # noqa: E402
+from common.models import build_config, transformer_config
+from common.tokenizer import train_tokenizer
 
 SIZE_FIELDS = {
     "marian": (

@@ -5,9 +5,8 @@ bench_generate's decoder changed: this runs it)."""
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from .conftest import BENCHMARKS
 
 
 def test_the_script_profiles_every_language_model_at_every_position(tmp_path):

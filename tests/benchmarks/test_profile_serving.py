@@ -2,7 +2,6 @@
 decoding step's time splits into graphs and Python, and the step graph's node profile is summed by
 operator type (on a one-node graph; the whole script runs on the full models by hand)."""
 
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,11 +10,8 @@ import pytest
 
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("ctranslate2")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
 import profile_serving  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 
 def _matmul_session(folder: Path) -> ort.InferenceSession:

@@ -3,14 +3,10 @@ export and one quantization, and quantizing the int8 rows' copy leaves the float
 were.  Export and quantization are stand-ins here
 (the real ones run end to end in test_bench_serving.py and test_bleu_serving.py)."""
 
-import sys
 from pathlib import Path
 
+import _serving_onnx
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-import _serving_onnx  # noqa: E402
 
 
 def test_the_int8_row_quantizes_a_copy_of_the_models_one_export(monkeypatch):

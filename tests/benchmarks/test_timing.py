@@ -1,14 +1,8 @@
 """benchmarks/_timing.py with a fake clock: warm-up calls are untimed, rounds interleave the compared
 functions, and each `Timing` holds the right calls, best and median."""
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-from _timing import Laps, Stopwatch, Timing, interleaved, round_order, spread  # noqa: E402
+from _timing import Laps, Stopwatch, Timing, interleaved, round_order, spread
 
 
 class FakeClock:
