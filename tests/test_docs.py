@@ -278,6 +278,7 @@ def check_command(words, monkeypatch):
         "README.md",
         "docs/backends.md",
         "docs/converting-fairseq.md",
+        "docs/serving.md",
         "examples/README.md",
         "examples/results/README.md",
         "benchmarks/README.md",
