@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
 import sys
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
 from transformers import AutoConfig, AutoTokenizer
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from ..models.families import family_of
 from .folder_writes import check_replaceable
@@ -30,6 +33,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("model_dir", help="the save_pretrained folder of the model")
     parser.add_argument("output_dir", help="the folder to write (created if missing)")
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (repeatable): the module that registers a family added with "
+        "talk_hf.register_family, so that its model type loads",
+    )
     parser.add_argument(
         "--exporter", choices=EXPORTERS, default="dynamo", help="torch.onnx exporter (default: %(default)s)"
     )
@@ -69,7 +81,31 @@ def load_config(model_dir: str):
     try:
         return AutoConfig.from_pretrained(model_dir)
     except (TypeError, ValueError) as error:  # the configuration's own checks name the field
+        model_type = _model_type(path)
+        if model_type is not None and model_type not in CONFIG_MAPPING:
+            raise ValueError(
+                f"{path} does not load: its model type {model_type!r} is not registered in this process; a family "
+                "added with talk_hf.register_family is registered by importing its module: pass --import MODULE"
+            ) from None
         raise ValueError(f"{path} does not load: {error}") from None
+
+
+def _model_type(path: Path) -> str | None:
+    """The ``model_type`` that the config.json at ``path`` names, or None where it names none (or is no JSON object)."""
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return saved.get("model_type") if isinstance(saved, dict) else None
+
+
+def import_modules(names: list[str]) -> None:
+    """Import each module of ``--import``; ValueError naming the one that does not import, and why."""
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as error:
+            raise ValueError(f"--import {name}: {error}") from None
 
 
 def load_model(model_dir: str) -> torch.nn.Module:
@@ -147,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     unusable or the check fails, 2 (argparse) for a malformed command line."""
     args = build_parser().parse_args(argv)
     try:
+        import_modules(args.imports)
         names = written_files(load_config(args.model_dir).is_encoder_decoder)
         check_replaceable(Path(args.output_dir), names, args.overwrite)  # before the model loads
         model = load_model(args.model_dir)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -414,6 +415,29 @@ def test_int8_quantizes_every_graph_once_and_stays_close(exported, tmp_path, nam
     assert np.sqrt(np.mean((logits - expected) ** 2)) < 0.1 * expected.std()
     with pytest.raises(ValueError, match="is already int8"):
         quantize_exported(folder)
+
+
+def test_command_line_imports_the_module_that_registers_a_family(tmp_path, capsys, monkeypatch):
+    """A model type no module of this process registers is named, with --import as the remedy (without it,
+    transformers' "update Transformers" text); --import imports each module before the model loads, and
+    one that does not import is named."""
+    saved = EXPORTED["toy-lm"].model().config.to_dict()
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps({**saved, "model_type": "toy_conv_lm_unregistered"}))
+    assert main([str(tmp_path / "model"), str(tmp_path / "onnx")]) == 1
+    error = capsys.readouterr().err
+    assert "its model type 'toy_conv_lm_unregistered' is not registered in this process" in error
+    assert "pass --import MODULE" in error
+    (tmp_path / "registers_a_family.py").write_text("IMPORTED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "registers_a_family", raising=False)
+    assert main(["--import", "registers_a_family", str(tmp_path / "missing"), str(tmp_path / "onnx")]) == 1
+    assert sys.modules["registers_a_family"].IMPORTED  # imported before the model folder was read
+    assert "missing is not a save_pretrained folder" in capsys.readouterr().err
+    assert main(["--import", "no_such_module_of_a_family", str(tmp_path / "model"), str(tmp_path / "onnx")]) == 1
+    assert "error: --import no_such_module_of_a_family: No module named 'no_such_module_of_a_family'" in (
+        capsys.readouterr().err
+    )
 
 
 def test_command_line_names_a_bad_model(tmp_path, capsys):
