@@ -37,6 +37,7 @@ FIXED_KEYWORDS = {
         "cpu",
         lambda value: _is_cpu(value) or (isinstance(value, dict) and set(value) == {""} and _is_cpu(value[""])),
     ),
+    "provider": ("CPUExecutionProvider", lambda value: value == "CPUExecutionProvider"),  # optimum's keyword
 }
 
 

@@ -144,6 +144,18 @@ class ORTModelBase(ExportedFolderHubMixin, FixedStateGenerationMixin, PreTrained
     def float(self):
         return self
 
+    def num_parameters(self, *args, **kwargs) -> int:
+        raise ValueError(
+            f"{type(self).__name__} holds its weights in ONNX Runtime's sessions, not as torch parameters: "
+            "count them on the PyTorch model (num_parameters()), or read the sizes of the folder's .onnx files"
+        )
+
+    def get_memory_footprint(self, *args, **kwargs) -> int:
+        raise ValueError(
+            f"{type(self).__name__} holds its weights in ONNX Runtime's sessions, not as torch parameters or buffers: "
+            "their memory is the sessions' (about the size of the folder's .onnx files, more while decoding)"
+        )
+
     def train(self, mode: bool = True):
         if mode:
             raise ValueError(

@@ -221,6 +221,7 @@ def test_local_folders_load_and_fail_as_local_folders(lm_export, tmp_path, monke
         ({"device_map": "cuda"}, ValueError, "device_map='cuda'.*pass device_map='cpu'"),
         ({"device_map": {"": 0}}, ValueError, "device_map=.'': 0."),
         ({"device_map": "nowhere"}, ValueError, "device_map='nowhere'"),
+        ({"provider": "CUDAExecutionProvider"}, ValueError, "provider='CUDAExecutionProvider', but .* on the CPU"),
     ],
 )
 def test_keywords_without_meaning_are_refused_by_name(lm_export, keywords, error, match):
@@ -229,8 +230,20 @@ def test_keywords_without_meaning_are_refused_by_name(lm_export, keywords, error
 
 
 def test_float32_and_the_cpu_are_accepted(lm_export):
-    for keywords in ({"dtype": "auto", "device_map": "cpu"}, {"torch_dtype": torch.float32, "device_map": {"": "cpu"}}):
+    accepted = [
+        {"dtype": "auto", "device_map": "cpu"},
+        {"torch_dtype": torch.float32, "device_map": {"": "cpu"}, "provider": "CPUExecutionProvider"},
+    ]
+    for keywords in accepted:
         assert ORTModelForCausalLM.from_pretrained(lm_export.folder, threads=1, **keywords).dtype == torch.float32
+
+
+def test_sizes_of_torch_parameters_are_refused_naming_where_the_weights_are(lm_export):
+    """PreTrainedModel's counts of torch parameters would say 0 for weights held by ONNX Runtime."""
+    model = ORTModelForCausalLM.from_pretrained(lm_export.folder, threads=1)
+    for size in (model.num_parameters, model.get_memory_footprint):
+        with pytest.raises(ValueError, match="holds its weights in ONNX Runtime's sessions, not as torch parameters"):
+            size()
 
 
 def test_save_pretrained_writes_a_folder_that_loads_token_equal(seq2seq_export, lm_export, tmp_path):
