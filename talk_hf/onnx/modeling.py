@@ -92,7 +92,8 @@ class ORTModelBase(ExportedFolderHubMixin, FixedStateGenerationMixin, PreTrained
                 optimisation level and idle spinning, as for `talk_hf.export.OnnxGenerator`.
             revision, token, cache_dir, local_files_only, force_download: as for ``huggingface_hub.snapshot_download``.
             subfolder: the exported folder's path inside the repository (or the local folder).
-            kwargs: ``dtype`` / ``torch_dtype`` (float32 or "auto") and ``device_map`` ("cpu") only; every other
+            kwargs: ``dtype`` / ``torch_dtype`` (float32 or "auto"), ``device_map`` ("cpu") and optimum's ``provider``
+                ("CPUExecutionProvider") only; every other
                 keyword of ``PreTrainedModel.from_pretrained`` is refused by name (`hub.check_loading_keywords`).
 
         Raises:
