@@ -6,7 +6,9 @@ prompt in one call, `traced_forward.PromptGraph`), ``decoder_step.onnx``, ``beam
 ``generation_config.json`` (the model's, as ``save_pretrained`` writes them: what
 `talk_hf.onnx` reads), the tokenizer's files when one is given, ``manifest.json`` (the graphs' input
 and output names, each layer's state shape, the special tokens, the vocabulary size, the model type,
-the generation settings as ``generate`` resolves them for the model, the files the export wrote, and the export's
+the generation settings as ``generate`` resolves them for the model with the SHA-256 of the
+generation_config.json they come from (`GENERATION_CONFIG_HASH`: the runner refuses a folder whose file was
+edited since, `runner_checks.check_generation_config`), the files the export wrote, and the export's
 id, ``export_id``, which each graph also carries in its metadata: `runner_sessions.check_export_id`), ``runner.py`` and the
 files of ``runner.RUNNER_FILES`` beside it (copies of `talk_hf.export.runner` and its modules:
 onnxruntime and numpy only).  Batch, source and prompt length are dynamic axes; every state keeps a
@@ -23,6 +25,7 @@ some beams.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import tempfile
@@ -48,6 +51,8 @@ from .runner_checks import (
     EXPORT_ID,
     FORMAT,
     FORMAT_VERSION,
+    GENERATION_CONFIG_FILE,
+    GENERATION_CONFIG_HASH,
     MANIFEST_NAME,
     PROMPT,
     check_manifest,
@@ -64,7 +69,7 @@ from .runner_settings import (
 OPSET = 18
 ENCODER_FILE, STEP_FILE, CANDIDATES_FILE = "encoder.onnx", "decoder_step.onnx", f"{CANDIDATES}.onnx"
 PROMPT_FILE = f"{PROMPT}.onnx"
-CONFIG_FILE, GENERATION_CONFIG_FILE = "config.json", "generation_config.json"
+CONFIG_FILE = "config.json"
 # torch.onnx's TorchScript exporter cannot trace the models' forward (their cache updates in place).
 EXPORTERS = ("dynamo",)
 # Every file an export writes besides the tokenizer's (an encoder-decoder writes no decoder_prompt.onnx,
@@ -110,38 +115,59 @@ def _special_tokens(model) -> dict:
     return tokens
 
 
-def _generation_fields(model) -> dict:
-    """The manifest's ``generation`` and `DEFAULT_LENGTH` fields: what ``generate`` resolves for ``model``.
+def generation_fields(generation_config, vocab_size: int, config, owner: str) -> dict:
+    """The manifest's ``generation`` and `DEFAULT_LENGTH` fields: what ``generate`` resolves for a model of
+    ``config`` (its ``max_position_embeddings``) and ``vocab_size`` logits under ``generation_config``.
 
-    ``generation``: each setting of ``GENERATION_FIELDS`` as the model's generation configuration sets it,
-    else as transformers' ``generate`` defaults it (`generate_defaults`); every one of ``APPLIED`` (None
-    where neither sets it), those of ``NOT_APPLIED`` where not None.  ``max_length`` stays None where the
-    model leaves it unset: generate then counts its default in new tokens after the prompt, at most the
+    ``generation``: each setting of ``GENERATION_FIELDS`` as ``generation_config`` sets it, else as
+    transformers' ``generate`` defaults it (`generate_defaults`); every one of ``APPLIED`` (None where
+    neither sets it), those of ``NOT_APPLIED`` where not None.  ``max_length`` stays None where the
+    configuration leaves it unset: generate then counts its default in new tokens after the prompt, at most the
     config's ``max_position_embeddings`` (`DEFAULT_LENGTH`).  Each value is checked as the runner checks
-    it (a ValueError naming it before anything is exported).
+    it (a ValueError naming it and ``owner``, the model's class, before anything is written).
     """
-    configured, defaults = model.generation_config, generate_defaults()
-    vocab_size = model.get_output_embeddings().out_features
+    defaults = generate_defaults()
     generation = {}
     for name in GENERATION_FIELDS:
-        value, source = getattr(configured, name), f"generation_config.{name}"
+        value, source = getattr(generation_config, name), f"generation_config.{name}"
         if value is None and name != "max_length":
             value, source = defaults.get(name), f"generation setting {name} (transformers' default)"
         try:
             check_setting(name, value, vocab_size)
         except (TypeError, ValueError) as error:
             problem = str(error).removeprefix(f"{name} ")
-            raise ValueError(f"{type(model).__name__}'s {source} {problem}: the runner cannot apply it") from None
+            raise ValueError(f"{owner}'s {source} {problem}: the runner cannot apply it") from None
         if value is not None or name in APPLIED:
             generation[name] = value
-    bound = getattr(model.config, "max_position_embeddings", None)
+    bound = getattr(config, "max_position_embeddings", None)
     default_length = {"new_tokens": defaults["max_length"], "max_position_embeddings": bound}
     if not is_default_length(default_length):
         raise ValueError(
-            f"{type(model).__name__}'s default length {default_length} (transformers' default max_length in new "
+            f"{owner}'s default length {default_length} (transformers' default max_length in new "
             f"tokens, at most config.max_position_embeddings) must be {DEFAULT_LENGTH_FORM}"
         )
     return {"generation": generation, DEFAULT_LENGTH: default_length}
+
+
+def _generation_fields(model) -> dict:
+    """`generation_fields` of ``model``'s generation configuration, vocabulary (its logits' width) and config."""
+    vocab_size = model.get_output_embeddings().out_features
+    return generation_fields(model.generation_config, vocab_size, model.config, type(model).__name__)
+
+
+def write_generation_config(generation_config, folder: Path) -> dict:
+    """Write ``generation_config`` into ``folder`` as ``save_pretrained`` writes it (``generation_config.json``):
+    the manifest's `GENERATION_CONFIG_HASH` field of those bytes, which the runner checks the file against
+    (`runner_checks.check_generation_config`)."""
+    generation_config.save_pretrained(folder)
+    return {GENERATION_CONFIG_HASH: hashlib.sha256((folder / GENERATION_CONFIG_FILE).read_bytes()).hexdigest()}
+
+
+def write_manifest(manifest: dict, folder: Path, graphs_folder: Path | None = None) -> None:
+    """Write ``manifest`` into ``folder`` (`MANIFEST_NAME`) and check it as the runner reads it, its graph files
+    those of ``graphs_folder`` (None: ``folder``)."""
+    (folder / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+    check_manifest(manifest, (graphs_folder or folder) / MANIFEST_NAME)
 
 
 def written_files(is_encoder_decoder: bool) -> list[str]:
@@ -211,10 +237,11 @@ def export_onnx(model, folder: str | Path, exporter: str = "dynamo", overwrite: 
 def _write_folder(model, traced: TracedGraphs, staging: Path, fields: dict) -> None:
     """Write the graphs, the configurations, the runner and the manifest into ``staging``, the manifest
     with ``fields`` (special tokens, generation settings and default length, ``exported_with``, ``export_id``,
-    ``written``) and checked as the runner reads it; each graph carries ``export_id`` too."""
+    ``written``) and the hash of the generation_config.json written, and checked as the runner reads it; each
+    graph carries ``export_id`` too."""
     files = _write_graphs(model, traced, staging, fields[EXPORT_ID])
     model.config.save_pretrained(staging)
-    model.generation_config.save_pretrained(staging)
+    fields = {**fields, **write_generation_config(model.generation_config, staging)}
     graphs = {**traced.names, CANDIDATES: {"inputs": list(INPUTS), "outputs": list(OUTPUTS)}}
     state_names = graphs["decoder_step"]["inputs"][3 : 3 + len(traced.layout.state_shapes)]
     manifest = {
@@ -235,8 +262,7 @@ def _write_folder(model, traced: TracedGraphs, staging: Path, fields: dict) -> N
     }
     for name in runner.RUNNER_FILES:
         shutil.copyfile(Path(runner.__file__).with_name(name), staging / name)
-    (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
-    check_manifest(manifest, staging / MANIFEST_NAME)  # the runner reads what the export writes
+    write_manifest(manifest, staging)  # checked: the runner reads what the export writes
 
 
 @contextmanager

@@ -103,15 +103,30 @@ class OnnxGenerator:
         optimization: ORT's graph optimisation level, ``"basic"``, ``"extended"`` or ``"all"``.
         spin: let ORT's worker threads spin between calls (ORT's default; lower latency, but each
             keeps a core busy while idle, which slows whatever else runs on it).  Off by default.
+        check_generation_config: refuse, here, a folder whose generation_config.json is not the one its
+            manifest's generation settings come from (`runner_checks.check_generation_config`); False for a
+            caller that decodes with that file itself and uses the sessions only (talk_hf.onnx's models):
+            `generate` then refuses it.
     """
 
-    def __init__(self, folder: str | Path, threads: int | None = None, optimization: str = "all", spin: bool = False):
+    def __init__(
+        self,
+        folder: str | Path,
+        threads: int | None = None,
+        optimization: str = "all",
+        spin: bool = False,
+        *,
+        check_generation_config: bool = True,
+    ):
         if not isinstance(folder, (str, PathLike)):
             raise TypeError(
                 f"folder must be the path of an exported folder (a str or Path), got {type(folder).__name__}"
             )
         self.folder = Path(folder)
         self.manifest = checks.read_manifest(folder)
+        self.generation_config_checked = check_generation_config
+        if check_generation_config:
+            checks.check_generation_config(folder, self.manifest)
         self.defaults = runner_request.checked_defaults(self.manifest)  # generate's, checked once
         self.sessions = runner_sessions.load_sessions(self.folder, self.manifest, threads, optimization, spin)
         self.step_inputs = self.manifest["graphs"]["decoder_step"]["inputs"]
@@ -249,6 +264,8 @@ class OnnxGenerator:
         runner does not apply or that the request's strategy would not use is refused by name
         (`runner_inputs.checked_inputs`, `runner_request.resolved_settings`), before anything runs.
         """
+        if not self.generation_config_checked:
+            checks.check_generation_config(self.folder, self.manifest)
         ids, mask = runner_inputs.checked_inputs(input_ids, attention_mask, checks.source_vocab_size(self.manifest))
         seq2seq = self.manifest["is_encoder_decoder"]
         prompt_length = 1 if seq2seq else ids.shape[1]

@@ -9,6 +9,8 @@ a raw ONNX Runtime, ``KeyError`` or ``IndexError`` failure:
   the vocabulary, state sizes, graph names), and every ``files`` entry confined to the folder
   (`confined_file`: a plain file name, not a symlink that leads out, but for a Hugging Face Hub cache
   snapshot's links to its repository's blobs).
+* `check_generation_config`: generation_config.json is still the one whose settings the manifest's
+  ``generation`` field resolves.
 
 The graphs ONNX Runtime loaded from the folder are checked against the manifest by
 `runner_sessions.load_sessions`; a ``generate`` request's inputs by `runner_inputs.checked_inputs`, its
@@ -17,7 +19,9 @@ settings by `runner_request.resolved_settings`.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from pathlib import Path
 
 from .runner_settings import (
@@ -40,6 +44,10 @@ MOVING_IN = ".talk_hf-moving-in.json"
 FORMAT, FORMAT_VERSION = "talk_hf-onnx", 4
 # The manifest's field and each graph's metadata key of the export's id (a folder exported before it has none).
 EXPORT_ID = "export_id"
+GENERATION_CONFIG_FILE = "generation_config.json"
+# The manifest's field of the SHA-256 (hex) of the generation_config.json whose settings its generation field
+# resolves (a folder exported before it has none).
+GENERATION_CONFIG_HASH = "generation_config_sha256"
 REQUIRED_FIELDS = ("model_type", "is_encoder_decoder", "files", "graphs", "states", "vocab_size", "special_tokens")
 CANDIDATES = "beam_candidates"  # the graph role of beam search's candidates (talk_hf.export.beam_graph)
 PROMPT = "decoder_prompt"  # the graph role of a causal LM's whole prompt in one call (traced_forward.PromptGraph)
@@ -153,6 +161,10 @@ def check_manifest(manifest, path: Path) -> None:
             raise Field(path, "source_vocab_size").error(expected, source_vocab)
     if EXPORT_ID in manifest and not (isinstance(manifest[EXPORT_ID], str) and manifest[EXPORT_ID]):
         raise Field(path, EXPORT_ID).error("the export's id, a non-empty string", manifest[EXPORT_ID])
+    digest = manifest.get(GENERATION_CONFIG_HASH, "0" * 64)
+    if not (isinstance(digest, str) and re.fullmatch("[0-9a-f]{64}", digest)):
+        expected = f"the SHA-256 of {GENERATION_CONFIG_FILE}, 64 lowercase hex digits"
+        raise Field(path, GENERATION_CONFIG_HASH).error(expected, digest)
     _check_files(manifest["files"], path, seq2seq)
     _check_graphs(manifest, path)
     _check_special_tokens(manifest["special_tokens"], path, vocab, seq2seq)
@@ -173,6 +185,30 @@ def check_manifest(manifest, path: Path) -> None:
             raise Field(path, f"generation.{name}").refuse(str(error).removeprefix(f"{name} ")) from None
     if not is_default_length(manifest[DEFAULT_LENGTH]):
         raise Field(path, DEFAULT_LENGTH).error(DEFAULT_LENGTH_FORM, manifest[DEFAULT_LENGTH])
+
+
+def check_generation_config(folder: str | Path, manifest: dict) -> None:
+    """Refuse ``folder`` (its checked ``manifest``) where its generation_config.json is missing or not the file
+    whose SHA-256 the manifest's `GENERATION_CONFIG_HASH` holds (an edit since the export): the runner decodes
+    with the manifest's ``generation`` settings, resolved from that file at export time, so it would decode
+    otherwise than the file says.  A manifest without the field (an older export) is not checked."""
+    expected = manifest.get(GENERATION_CONFIG_HASH)
+    path = Path(folder) / GENERATION_CONFIG_FILE
+    if expected is None:
+        return
+    if not path.is_file():
+        what = "does not exist"
+    elif hashlib.sha256(path.read_bytes()).hexdigest() != expected:
+        what = "was changed since the export"
+    else:
+        return
+    raise ValueError(
+        f"{path} {what} ({MANIFEST_NAME}'s {GENERATION_CONFIG_HASH} names the exported one): the runner applies the "
+        f"manifest's generation settings, resolved from that file at export time, so it would not decode as the file "
+        "says; to serve the file's settings, load the folder with talk_hf.onnx's ORTModelForCausalLM / "
+        "ORTModelForSeq2SeqLM (which decode with them) and save_pretrained it into another folder (which restates "
+        f"them in its manifest), or export the model again (python -m talk_hf.export MODEL_DIR {folder})"
+    )
 
 
 def source_vocab_size(manifest: dict) -> int:

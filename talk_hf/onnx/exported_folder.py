@@ -33,7 +33,8 @@ def read_folder(folder: str | Path, is_encoder_decoder: bool, **session_options)
             config.json that does not load, of a model type this process has not registered or other than
             the manifest's, or whose vocabulary sizes are not the graphs' (`_check_vocabularies`).
     """
-    generator = OnnxGenerator(folder, **session_options)
+    # The model decodes with generation_config.json's settings (an edited one too), not the manifest's.
+    generator = OnnxGenerator(folder, **session_options, check_generation_config=False)
     manifest, folder = generator.manifest, Path(folder)
     if manifest["is_encoder_decoder"] != is_encoder_decoder:
         kind = "an encoder-decoder" if manifest["is_encoder_decoder"] else "a causal LM"
