@@ -105,7 +105,10 @@ def _to_onnx(program: torch.export.ExportedProgram, path: Path, names: dict, exp
         onnx_program.save(str(path), external_data=False)
 
 
-def _special_tokens(model) -> dict:
+def special_tokens(model) -> dict:
+    """The manifest's ``special_tokens``: the end, padding and start tokens that ``model``'s ``generate`` reads
+    (generation configuration first, then model configuration); ``model`` needs only ``config`` and
+    ``generation_config`` (a PyTorch model, or a `talk_hf.onnx` model restating its folder)."""
     config, generation = model.config, model.generation_config
     eos = generation.eos_token_id if generation.eos_token_id is not None else config.eos_token_id
     pad = generation.pad_token_id if generation.pad_token_id is not None else config.pad_token_id
@@ -215,7 +218,7 @@ def export_onnx(model, folder: str | Path, exporter: str = "dynamo", overwrite: 
     dtypes = {parameter.dtype for parameter in model.parameters()}
     if dtypes != {torch.float32}:
         raise ValueError(f"export a float32 model; {type(model).__name__} has parameters of {sorted(map(str, dtypes))}")
-    fields = {"special_tokens": _special_tokens(model), **_generation_fields(model)}
+    fields = {"special_tokens": special_tokens(model), **_generation_fields(model)}
     fields["exported_with"] = {"talk_hf": __version__, "torch": torch.__version__, "exporter": exporter, "opset": OPSET}
     fields[EXPORT_ID] = uuid.uuid4().hex  # tells this export's graphs from another's of the same shapes
     folder = Path(folder)

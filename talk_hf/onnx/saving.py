@@ -21,7 +21,7 @@ from huggingface_hub import CommitOperationAdd, ModelCard
 from transformers.utils.hub import convert_file_size_to_int
 
 from ..export.folder_writes import check_replaceable, previous_export_files, publish, remove_stale, staging_folder
-from ..export.onnx_files import generation_fields, write_generation_config, write_manifest
+from ..export.onnx_files import generation_fields, special_tokens, write_generation_config, write_manifest
 from ..export.runner_checks import GENERATION_CONFIG_FILE, MANIFEST_NAME, read_manifest
 from ..model_card import CARD_NAME, merged_tags
 from .exported_folder import check_unchanged
@@ -163,9 +163,10 @@ def save_folder(
 
 def restate_generation(model: ExportedFolderHubMixin, folder: Path) -> dict:
     """Write into ``folder`` the files of `RESTATED`: ``model``'s in-memory ``generation_config`` as
-    generation_config.json (as ``save_pretrained`` writes it) and its exported folder's manifest with the generation
-    settings, default length and generation_config.json's hash restated from it as the export states them
-    (`talk_hf.export.onnx_files.generation_fields`), checked as the runner reads it; that manifest.
+    generation_config.json (as ``save_pretrained`` writes it) and its exported folder's manifest with the special
+    tokens, generation settings, default length and generation_config.json's hash restated from it as the export
+    states them (`talk_hf.export.onnx_files.special_tokens`, `generation_fields`), checked as the runner reads it;
+    that manifest.
 
     Raises:
         ValueError: a setting of ``generation_config`` that the runner cannot apply, naming it, before anything is
@@ -173,6 +174,7 @@ def restate_generation(model: ExportedFolderHubMixin, folder: Path) -> dict:
     """
     manifest = read_manifest(model.folder)
     owner, vocab_size = type(model).__name__, manifest["vocab_size"]
+    manifest["special_tokens"] = special_tokens(model)
     manifest.update(generation_fields(model.generation_config, vocab_size, model.config, owner))
     manifest.update(write_generation_config(model.generation_config, folder))
     write_manifest(manifest, folder, model.folder)

@@ -82,6 +82,20 @@ def test_save_pretrained_writes_the_in_memory_generation_config(lm_export, tmp_p
     assert runner_tokens(tmp_path / "saved", lm_export) == edited
 
 
+def test_save_pretrained_restates_an_in_memory_end_token(lm_export, tmp_path):
+    """The end token is a special token of the manifest (the runner stops on it), not a generation setting: an
+    in-memory edit of it is saved for the runner too."""
+    model = ORTModelForCausalLM.from_pretrained(lm_export.folder, threads=1)
+    first = model_tokens(model, lm_export)[2][lm_export.ids.shape[1]]  # row 2's first new token
+    assert first != model.generation_config.eos_token_id  # (row 0 ends early on the export's own end token)
+    model.generation_config.eos_token_id = first
+    edited = model_tokens(model, lm_export)
+    assert edited != model_tokens(ORTModelForCausalLM.from_pretrained(lm_export.folder, threads=1), lm_export)
+    model.save_pretrained(tmp_path / "saved")
+    assert json.loads((tmp_path / "saved" / MANIFEST_NAME).read_text())["special_tokens"]["eos_token_id"] == first
+    assert runner_tokens(tmp_path / "saved", lm_export) == edited
+
+
 def test_an_unedited_save_pretrained_gives_a_folder_the_runner_loads(lm_export, tmp_path):
     """Its generation_config.json written by save_pretrained and hashed anew: here the source's file is laid out
     otherwise (as another transformers may write it), so the saved bytes differ from the source's."""
