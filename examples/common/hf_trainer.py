@@ -2,13 +2,14 @@
 errors, the train-then-save sequence, and the Trainer classes whose `push_to_hub` uploads talk_hf's model card
 for our model types (`TalkHfCard`)."""
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from huggingface_hub import ModelCard, ModelCardData
-from transformers import Seq2SeqTrainer, Trainer
-from transformers.trainer_utils import get_last_checkpoint
+from transformers import Seq2SeqTrainer, Trainer, TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from talk_hf.model_card import CARD_NAME, checkpoint_model_card
 
@@ -21,6 +22,9 @@ from .tokenizer import load_tokenizer
 # that talk_hf's card keeps: the last evaluation's results (its list) and the training procedure to the end.
 TRAINER_RESULTS = re.compile(r"^It achieves the following results on the evaluation set:\n((?:- .*\n)+)", re.MULTILINE)
 TRAINER_PROCEDURE = "\n## Training procedure\n"
+# Written into each checkpoint-* the scripts save: the --model_name_or_path its run started from, which nothing
+# of the Trainer's records (config.json, trainer_state.json and training_args.bin do not), for `resume_point`.
+START_RECORD = "talk_hf_start.json"
 
 
 @dataclass
@@ -50,19 +54,88 @@ def trainer_tokenizer(model_args):
         raise SystemExit(f"error: {error}") from None
 
 
-def train_and_save(trainer, training_args):
-    """Train (continuing `--resume_from_checkpoint`, else the last checkpoint in `output_dir`), then
-    save the model, tokenizer, metrics and trainer state into `output_dir`.  The Trainer's own
-    progress bar shows; the bar of each checkpoint's save does not (`quiet_saves`)."""
+def require_work(training_args, flags):
+    """Stop the script when it would do nothing: none of `flags` (``do_train``, ...) nor ``--push_to_hub``."""
+    if not (training_args.push_to_hub or any(getattr(training_args, flag) for flag in flags)):
+        options = ", ".join(f"--{flag}" for flag in flags)
+        raise SystemExit(f"error: nothing to do: give at least one of {options} (or --push_to_hub)")
+
+
+def model_source(name_or_path: str) -> str:
+    """`--model_name_or_path` as `START_RECORD` holds it: a local folder's absolute path, else the Hub name."""
+    path = Path(name_or_path)
+    return str(path.resolve()) if path.exists() else name_or_path
+
+
+def resume_point(model_args, training_args) -> str | None:
+    """The checkpoint that ``--do_train`` continues: ``--resume_from_checkpoint``, else the last ``checkpoint-*``
+    in ``--output_dir`` (as transformers' scripts do); None for a fresh start. A resume is announced with the
+    checkpoint's step and how to start afresh; a checkpoint without ``trainer_state.json``, and one whose run started
+    from another ``--model_name_or_path`` (its `START_RECORD`; resuming would train that run's weights, optimizer
+    and schedule, not this model), stop the script naming both and the remedies."""
     checkpoint = training_args.resume_from_checkpoint
-    if checkpoint is None and Path(training_args.output_dir).is_dir():
-        checkpoint = get_last_checkpoint(training_args.output_dir)
+    if checkpoint is None:
+        output_dir = training_args.output_dir
+        checkpoint = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+        if checkpoint is None:
+            return None
+        found = f"{checkpoint} (the last checkpoint in --output_dir)"
+        fresh = f"to start afresh instead, give another --output_dir or delete the checkpoint-* folders in {output_dir}"
+    else:
+        found = f"--resume_from_checkpoint {checkpoint}"
+        fresh = "to start afresh instead, leave out --resume_from_checkpoint"
+    state = Path(checkpoint, "trainer_state.json")
+    if not state.is_file():
+        raise SystemExit(f"error: {found} is not a Trainer checkpoint: it has no trainer_state.json; {fresh}")
+    record = Path(checkpoint, START_RECORD)
+    started = json.loads(record.read_text(encoding="utf-8"))["model_name_or_path"] if record.is_file() else None
+    this = model_source(model_args.model_name_or_path)
+    if started not in (None, this):
+        raise SystemExit(
+            f"error: {found} continues a run that started from --model_name_or_path {started}, not from this "
+            f"run's {this}: resuming would train that run's weights, optimizer and schedule. To continue that run, "
+            f"give --model_name_or_path {started}; {fresh}"
+        )
+    if training_args.process_index == 0:
+        step = json.loads(state.read_text(encoding="utf-8"))["global_step"]
+        origin = f"started from {started}" if started else "which does not record the model its run started from"
+        print(f"Checkpoint detected: resuming training at {checkpoint} (step {step}, {origin}); {fresh}", flush=True)
+    return checkpoint
+
+
+class RecordStart(TrainerCallback):
+    """Writes `START_RECORD` (the run's `model_source`) into every checkpoint the Trainer saves."""
+
+    def __init__(self, model_name_or_path: str):
+        self.record = json.dumps({"model_name_or_path": model_source(model_name_or_path)}) + "\n"
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            folder = Path(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+            (folder / START_RECORD).write_text(self.record, encoding="utf-8")
+
+
+def train_and_save(trainer, model_args, checkpoint):
+    """Train (continuing `checkpoint`, `resume_point`'s, when not None), recording `--model_name_or_path` in
+    every checkpoint (`RecordStart`), then save the model, tokenizer, metrics and trainer state into
+    `output_dir`.  The Trainer's own progress bar shows; the bar of each checkpoint's save does not
+    (`quiet_saves`)."""
+    trainer.add_callback(RecordStart(model_args.model_name_or_path))
     with quiet_saves():
         result = trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_model()
     trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
     trainer.save_state()
+
+
+def finish(trainer):
+    """Upload `output_dir` with ``--push_to_hub``; else, after ``--do_train`` (which saved the model there), write
+    its model card there (``create_model_card``: talk_hf's for our model types), as transformers' scripts do."""
+    if trainer.args.push_to_hub:
+        trainer.push_to_hub()
+    elif trainer.args.do_train:
+        trainer.create_model_card()
 
 
 def log_and_save(trainer, split, metrics):

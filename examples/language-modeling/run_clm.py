@@ -30,8 +30,11 @@ from common.batching import lm_blocks, lm_documents  # noqa: E402
 from common.hf_trainer import (  # noqa: E402
     ModelArguments,
     TalkHfTrainer,
+    finish,
     log_and_save,
     read_split,
+    require_work,
+    resume_point,
     train_and_save,
     trainer_tokenizer,
 )
@@ -89,10 +92,17 @@ def load_documents(data_args, tokenizer, option, limit):
 def main():
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses()
+    if training_args.do_predict:
+        raise SystemExit(
+            "error: --do_predict: run_clm.py has no test split to predict on; --do_eval evaluates "
+            "--validation_split (give it the test split's name to evaluate that)"
+        )
+    require_work(training_args, ("do_train", "do_eval"))
     if data_args.block_size < 2:  # blocks share one token, and a one-token document predicts nothing
         raise SystemExit(
             f"error: --block_size must be >= 2 (a sequence of one token predicts nothing), not {data_args.block_size}"
         )
+    checkpoint = resume_point(model_args, training_args) if training_args.do_train else None
     set_seed(training_args.seed)
     tokenizer = trainer_tokenizer(model_args)
     if tokenizer.eos_token_id is None:
@@ -117,13 +127,12 @@ def main():
         data_collator=DataCollatorWithFlattening() if data_args.packing else default_data_collator,
     )
     if training_args.do_train:
-        train_and_save(trainer, training_args)
+        train_and_save(trainer, model_args, checkpoint)
     if training_args.do_eval:
         metrics = trainer.evaluate()
         metrics["perplexity"] = math.exp(min(metrics["eval_loss"], 50))
         log_and_save(trainer, "eval", metrics)
-    if training_args.push_to_hub:
-        trainer.push_to_hub()
+    finish(trainer)
 
 
 if __name__ == "__main__":

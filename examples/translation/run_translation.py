@@ -26,8 +26,11 @@ from common import hub  # noqa: E402
 from common.hf_trainer import (  # noqa: E402
     ModelArguments,
     TalkHfSeq2SeqTrainer,
+    finish,
     log_and_save,
     read_split,
+    require_work,
+    resume_point,
     train_and_save,
     trainer_tokenizer,
 )
@@ -54,7 +57,11 @@ class DataTrainingArguments:
     max_target_length: int = field(default=128, metadata={"help": "longer targets are truncated"})
     max_train_samples: int | None = field(default=None)
     max_eval_samples: int | None = field(default=None)
-    num_beams: int = field(default=4, metadata={"help": "beam size for evaluation and prediction"})
+    num_beams: int = field(default=4, metadata={"help": "beam size of every evaluation (during training too)"})
+
+
+# What `compute_metrics` measures on generated text, so only with --predict_with_generate.
+GENERATED_METRICS = ("bleu", "gen_len")
 
 
 def load_split(data_args, option, limit):
@@ -70,9 +77,34 @@ def decode(tokenizer, ids):
     return tokenizer.batch_decode(np.where(ids != -100, ids, tokenizer.pad_token_id), skip_special_tokens=True)
 
 
+def decode_like_data_args(data_args, training_args):
+    """Every evaluation and prediction, those during training included (which ``--metric_for_best_model bleu``
+    chooses from), decodes with ``--num_beams`` and ``--max_target_length``: they set ``generation_num_beams`` and
+    ``generation_max_length``, as in transformers' script; either of those given otherwise stops the script."""
+    for ours, trainers in (("num_beams", "generation_num_beams"), ("max_target_length", "generation_max_length")):
+        given, value = getattr(training_args, trainers), getattr(data_args, ours)
+        if given not in (None, value):
+            raise SystemExit(f"error: --{trainers} {given} differs from --{ours} {value}: give --{ours} alone")
+        setattr(training_args, trainers, value)
+
+
+def check_flags(data_args, training_args):
+    """Stop at the start on what would do nothing, or fail only at the first evaluation (`decode_like_data_args`)."""
+    require_work(training_args, ("do_train", "do_eval", "do_predict"))
+    metric = training_args.metric_for_best_model
+    if metric and metric.removeprefix("eval_") in GENERATED_METRICS and not training_args.predict_with_generate:
+        raise SystemExit(
+            f"error: --metric_for_best_model {metric} needs --predict_with_generate: without it evaluations "
+            "generate no text, so they measure the loss alone"
+        )
+    decode_like_data_args(data_args, training_args)
+
+
 def main():
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, Seq2SeqTrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses()
+    check_flags(data_args, training_args)
+    checkpoint = resume_point(model_args, training_args) if training_args.do_train else None
     set_seed(training_args.seed)
     tokenizer = trainer_tokenizer(model_args)
     model = AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)
@@ -92,7 +124,13 @@ def main():
 
     def compute_metrics(prediction):
         hypotheses = decode(tokenizer, prediction.predictions)
-        return {"bleu": sacrebleu.corpus_bleu(hypotheses, [decode(tokenizer, prediction.label_ids)]).score}
+        lengths = np.count_nonzero(
+            (prediction.predictions != -100) & (prediction.predictions != tokenizer.pad_token_id), 1
+        )
+        return {
+            "bleu": sacrebleu.corpus_bleu(hypotheses, [decode(tokenizer, prediction.label_ids)]).score,
+            "gen_len": float(np.mean(lengths)),
+        }
 
     # Every split is read before training, so that a test split that cannot be read stops the script at once.
     test = prepare("test_split", data_args.max_eval_samples) if training_args.do_predict else None
@@ -106,18 +144,17 @@ def main():
         compute_metrics=compute_metrics if training_args.predict_with_generate else None,
     )
     if training_args.do_train:
-        train_and_save(trainer, training_args)
+        train_and_save(trainer, model_args, checkpoint)
     if training_args.do_eval:
-        metrics = trainer.evaluate(metric_key_prefix="eval", **generation)
+        metrics = trainer.evaluate(metric_key_prefix="eval")
         log_and_save(trainer, "eval", metrics)
     if training_args.do_predict:
-        result = trainer.predict(test, metric_key_prefix="predict", **generation)
+        result = trainer.predict(test, metric_key_prefix="predict")
         log_and_save(trainer, "predict", result.metrics)
         if trainer.is_world_process_zero() and training_args.predict_with_generate:
             lines = decode(tokenizer, result.predictions)
             Path(training_args.output_dir, "generated_predictions.txt").write_text("\n".join(lines) + "\n")
-    if training_args.push_to_hub:
-        trainer.push_to_hub()
+    finish(trainer)
 
 
 if __name__ == "__main__":
