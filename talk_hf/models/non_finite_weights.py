@@ -16,19 +16,43 @@ class NonFiniteWeightsWarning(UserWarning):
     """A checkpoint's weights hold NaN or infinite values."""
 
 
+def _values_to_check(tensor: torch.Tensor) -> torch.Tensor | None:
+    """The floating-point values of a ``state_dict`` entry to check, or None where there are none to check.
+
+    A tensor subclass is a quantized layout (torchao's, as transformers' ``TorchAoConfig`` loads them), whose
+    own operators may lack ``isfinite``: its values are those of its own ``dequantize()`` where its class defines
+    one (torchao's ``Int8Tensor``, ``Float8Tensor``, ...; one weight at a time, so the check holds at most one
+    float copy of one weight), else it is not checked (``Int4Tensor``, ...).
+    """
+    if tensor.device.type == "meta" or not tensor.is_floating_point():
+        return None
+    if type(tensor) is torch.Tensor:
+        return tensor
+    return tensor.dequantize() if type(tensor).dequantize is not torch.Tensor.dequantize else None
+
+
 def warn_about_non_finite_weights(model: torch.nn.Module, source: str | os.PathLike | None) -> None:
     """Warn, naming ``source`` and each parameter or buffer with NaN/inf values (and how many), if any.
 
+    Tensors on the meta device (not loaded) and integer tensors are skipped.  A quantized weight (a tensor
+    subclass, as ``from_pretrained(..., quantization_config=TorchAoConfig(...))`` loads) is checked through its
+    class's own ``dequantize()`` (torchao's ``Int8Tensor``, ``Float8Tensor``, ...), which holds a NaN or inf
+    wherever the quantized weight does (its scales carry them, so the count named is the dequantized weight's:
+    a NaN in the checkpoint spreads over its row's scale); one whose class has none (torchao's
+    ``Int4Tensor``, ...) is skipped: nothing then goes wrong but the missing warning, and the model runs as it
+    would without the check.
+
     Args:
-        model: the model just loaded (tensors on the meta device, not loaded, are skipped).
+        model: the model just loaded.
         source: the folder or Hub id the weights came from (None: a ``state_dict`` given to ``from_pretrained``).
     """
     counts = {}
     for name, tensor in model.state_dict().items():
-        if tensor.is_floating_point() and tensor.device.type != "meta":
-            non_finite = tensor.numel() - int(torch.isfinite(tensor).sum())
+        values = _values_to_check(tensor)
+        if values is not None:
+            non_finite = values.numel() - int(torch.isfinite(values).sum())
             if non_finite:
-                counts[name] = f"{non_finite} of {tensor.numel()}"
+                counts[name] = f"{non_finite} of {values.numel()}"
     if counts:
         listed = ", ".join(f"{name} ({count})" for name, count in counts.items())
         origin = "the given state_dict" if source is None else os.fspath(source)
