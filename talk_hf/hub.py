@@ -7,7 +7,9 @@ modeling and configuration files need, flat, rewrites their package-relative imp
 ``from .<module> import``, and writes a full ``auto_map`` (AutoConfig, AutoModel and the
 generative head's Auto class) into ``config.json``.  The copies run the PyTorch path of the ops.
 Each copy starts with `COPY_MARKER`: exporting again replaces the copies, and refuses to replace a
-file of the same name that it did not write (a user's ``cache.py``), unless told to.
+file of the same name that it did not write (a user's ``cache.py``), unless told to.  A talk_hf model's
+``save_pretrained`` (and ``push_to_hub``) into a folder that holds copies exports it again
+(`refresh_remote_code`): transformers writes config.json without the ``auto_map``.
 
     model.save_pretrained("ckpt")
     export_for_remote_code("ckpt")
@@ -23,6 +25,7 @@ import re
 import sys
 from pathlib import Path
 
+from .models.conv_modeling import ConvPreTrainedModel
 from .models.families import family_of
 
 _FROM_RELATIVE = re.compile(r"^(\s*)from\s+\.+[\w.]*\s+import\b")
@@ -161,3 +164,20 @@ def export_for_remote_code(save_directory: str | Path, *, overwrite: bool = Fals
     config["auto_map"] = auto_map
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return auto_map
+
+
+def refresh_remote_code(folder: Path) -> None:
+    """Export ``folder`` again (`export_for_remote_code`) where it holds a module copy that an export wrote.
+
+    A talk_hf model's ``save_pretrained`` calls it after writing into ``folder`` (and ``push_to_hub`` before the
+    upload): transformers' config.json has no ``auto_map``, and loading with ``trust_remote_code=True`` would
+    stop working while the copies stayed.  Exporting again, rather than writing the old ``auto_map`` back, makes
+    the copies the code of the talk_hf that wrote the new config.json and weights (an older export's copies
+    may not read them).  A file of a copy's name that no export wrote is refused as `export_for_remote_code`
+    refuses it (FileExistsError), after the save.
+    """
+    if any(_is_own_copy(path) for path in folder.glob("*.py")):
+        export_for_remote_code(folder)
+
+
+ConvPreTrainedModel.refresh_remote_code = staticmethod(refresh_remote_code)

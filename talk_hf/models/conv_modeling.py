@@ -351,6 +351,9 @@ class ConvPreTrainedModel(
     _no_split_modules = ["ConvEncoderLayer", "ConvDecoderLayer"]
     _skip_keys_device_placement = ["cache", "past_key_values"]  # the name from transformers 5.24, and before
     _supports_sdpa = True  # the cross-attention always runs scaled_dot_product_attention
+    # `talk_hf.hub.refresh_remote_code`, set as talk_hf imports talk_hf.hub (the module copies that
+    # export_for_remote_code writes lack hub.py: saving a model loaded from them is transformers' custom_object_save).
+    refresh_remote_code: Callable[[Path], None] | None = None
 
     def __init__(self, config, *inputs, **kwargs):
         check_config_of_model(type(self), config)  # a field set by setattr skipped the configuration's checks
@@ -371,11 +374,24 @@ class ConvPreTrainedModel(
         warn_about_non_finite_weights(loaded[0] if isinstance(loaded, tuple) else loaded, pretrained_model_name_or_path)
         return loaded
 
+    def save_pretrained(self, save_directory, is_main_process: bool = True, *args, **kwargs):
+        """transformers' saving; then, where ``save_directory`` holds the module copies of an earlier
+        `talk_hf.export_for_remote_code`, that export again (`refresh_remote_code`), as `before_upload` does
+        before a push: config.json keeps its ``auto_map``, which transformers' saving drops, and the copies become
+        the code of the talk_hf that wrote the new config.json."""
+        saved = super().save_pretrained(save_directory, is_main_process, *args, **kwargs)
+        if is_main_process and self.refresh_remote_code is not None:
+            self.refresh_remote_code(Path(save_directory))
+        return saved
+
     def before_upload(self, folder: Path, repo_id: str, token) -> None:
-        """Before ``push_to_hub`` (and ``save_pretrained(..., push_to_hub=True)``) uploads ``folder``, put
-        talk_hf's model card (`talk_hf.model_card.checkpoint_model_card`: ``library_name: talk_hf``, the tags
-        ``talk_hf`` and the model type before transformers', the pipeline tag, how to load it) in place of
-        transformers' generic one where the repository has no README.md (`talk_hf.model_card.replace_new_card`)."""
+        """Before ``push_to_hub`` (and ``save_pretrained(..., push_to_hub=True)``) uploads ``folder``: export
+        it again where it holds an earlier export's module copies (`refresh_remote_code`), then put talk_hf's model
+        card (`talk_hf.model_card.checkpoint_model_card`: ``library_name: talk_hf``, the tags ``talk_hf`` and the
+        model type before transformers', the pipeline tag, how to load it) in place of transformers' generic one
+        where the repository has no README.md (`talk_hf.model_card.replace_new_card`)."""
+        if self.refresh_remote_code is not None:
+            self.refresh_remote_code(folder)
         replace_new_card(folder, repo_id, self.can_generate(), token)
 
     def _switch(self, name: str, value: bool | None) -> bool:

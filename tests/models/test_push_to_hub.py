@@ -160,3 +160,14 @@ def test_a_folder_exported_for_remote_code_is_loaded_with_trust_remote_code(hub,
     AutoModelForSeq2SeqLM.from_pretrained(folder).push_to_hub("user/tiny")
     assert "auto_map" in hub[-1]["config"] and hub[-1]["files"] == CHECKPOINT_FILES
     assert "trust_remote_code" not in hub[-1]["card"].text
+
+
+def test_save_pretrained_pushing_an_exported_folder_exports_it_again_before_the_upload(hub, tmp_path):
+    """transformers' save_pretrained wrote config.json without the auto_map, and uploaded it so, with the copies
+    and a card that said nothing of remote code."""
+    folder = tmp_path / "exported"
+    CASE["talk-seq2seq"].model().save_pretrained(folder)
+    auto_map = talk_hf.export_for_remote_code(folder)
+    CASE["talk-seq2seq"].model().save_pretrained(folder, push_to_hub=True, repo_id="user/tiny")
+    assert hub[-1]["config"]["auto_map"] == auto_map and "modeling_talk.py" in hub[-1]["files"]
+    assert loading_lines("AutoModelForSeq2SeqLM", remote_code=True) in hub[-1]["card"].text

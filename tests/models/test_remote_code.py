@@ -171,6 +171,27 @@ def test_export_replaces_its_own_copies(tmp_path):
     assert "STALE" not in (tmp_path / "version.py").read_text()
 
 
+def test_saving_into_an_exported_folder_exports_it_again(tmp_path):
+    """transformers' save_pretrained wrote config.json without the auto_map while the copies stayed:
+    trust_remote_code loading stopped working without a word."""
+    case = HEADS[0]
+    case.model().save_pretrained(tmp_path)
+    auto_map = talk_hf.export_for_remote_code(tmp_path)
+    (tmp_path / "version.py").write_text((tmp_path / "version.py").read_text() + "STALE = True\n")
+    case.model(init_std=0.1).save_pretrained(tmp_path)  # e.g. after more training
+    assert json.loads((tmp_path / "config.json").read_text())["auto_map"] == auto_map
+    assert "STALE" not in (tmp_path / "version.py").read_text()  # the copies are the current talk_hf's
+    remote_class = get_class_from_dynamic_module(auto_map["AutoModelForSeq2SeqLM"], str(tmp_path))
+    assert remote_class.__module__.startswith("transformers_modules.")
+
+
+def test_saving_into_a_folder_without_copies_writes_none(tmp_path):
+    case = HEADS[0]
+    case.model().save_pretrained(tmp_path)
+    case.model().save_pretrained(tmp_path)
+    assert not list(tmp_path.glob("*.py")) and "auto_map" not in json.loads((tmp_path / "config.json").read_text())
+
+
 def test_a_copy_without_kernel_sources_says_how_to_install_talk_hf(tmp_path, monkeypatch):
     """The remote-code fallback named `pip install talk_hf`, which is not on the package index."""
     from talk_hf.ops._build import build_folder
