@@ -10,8 +10,6 @@ separate source and target vocabularies.  Options talk_hf has no counterpart for
 
 from __future__ import annotations
 
-import argparse
-
 from transformers import PretrainedConfig
 
 from ..models.dynamic_conv.configuration_dynamic_conv import (
@@ -22,8 +20,10 @@ from ..models.dynamic_conv.configuration_dynamic_conv import (
 from ..models.talk.configuration_talk import TaLKConfig, TaLKLMConfig
 from .fairseq_checkpoint import FairseqCheckpoint
 from .fairseq_dictionary import BOS_ID, EOS_ID, PAD_ID
+from .fairseq_weights import parameter_families
 
 FAMILIES = ("lightconv", "talk")
+_FAMILY_NAMES = {"lightconv": "fairseq's LightConv/DynamicConv", "talk": "the TaLK authors' plugin"}
 _CONFIG_CLASSES = {
     ("lightconv", False): DynamicConvConfig,
     ("lightconv", True): DynamicConvLMConfig,
@@ -55,31 +55,52 @@ def detect_family(checkpoint: FairseqCheckpoint) -> str:
     )
 
 
+def check_parameters_family(checkpoint: FairseqCheckpoint, family: str) -> None:
+    """Refuse ``family`` when the checkpoint's convolution parameters are only another family's.
+
+    Raises:
+        ValueError: naming the checkpoint, a parameter of the other family and the ``--family`` to pass.
+    """
+    found = parameter_families(checkpoint.state_dict)
+    if family not in found and len(found) == 1:
+        other, example = next(iter(found.items()))
+        raise ValueError(
+            f"{checkpoint.path} ({checkpoint.arch}) is converted as family {family!r}, but its convolution "
+            f"parameters are those of family {other!r} ({example}, {_FAMILY_NAMES[other]}): pass --family {other}"
+        )
+
+
 def is_language_model(checkpoint: FairseqCheckpoint) -> bool:
     """A decoder-only checkpoint (``lightconv_lm``, ``talkconv_lm``): no encoder parameters."""
     return not any(name.startswith("encoder.") for name in checkpoint.state_dict)
 
 
 class _Arguments:
-    """Read access to the saved arguments with fairseq's ``base_architecture`` fallbacks for the
-    ones that old checkpoints may lack; a missing argument without a fallback raises, named."""
+    """Read access to a checkpoint's saved arguments with fairseq's ``base_architecture`` fallbacks
+    for the ones that old checkpoints may lack; a missing argument without a fallback raises, named
+    with the checkpoint."""
 
-    def __init__(self, args: argparse.Namespace):
-        self.args = args
+    def __init__(self, checkpoint: FairseqCheckpoint):
+        self.args = checkpoint.args
+        self.path = checkpoint.path
 
     def get(self, name: str, default=None):
         return getattr(self.args, name, default)
 
     def require(self, name: str):
         if getattr(self.args, name, None) is None:
-            raise ValueError(f"the checkpoint's arguments lack {name!r}, which the conversion needs")
+            raise ValueError(f"{self.path}: the checkpoint's arguments lack {name!r}, which the conversion needs")
         return getattr(self.args, name)
 
     def kernel_sizes(self, side: str, family: str) -> list[int]:
         """``<side>_kernel_size_list`` with fairseq's defaults; one entry is repeated to every layer."""
-        sizes = list(self.get(f"{side}_kernel_size_list", _DEFAULT_KERNEL_SIZES[family, side]))
+        name = f"{side}_kernel_size_list"
+        sizes = self.get(name, _DEFAULT_KERNEL_SIZES[family, side])
+        if not isinstance(sizes, list | tuple) or not all(type(size) is int for size in sizes):
+            raise ValueError(f"{self.path}: its saved arguments' {name} must be a list of ints, got {sizes!r}")
         layers = self.require(f"{side}_layers")
-        return sizes * layers if len(sizes) == 1 else sizes
+        # A layer count of another type is left to the configuration's check, which names it.
+        return list(sizes) * layers if len(sizes) == 1 and type(layers) is int else list(sizes)
 
     def conv_dim(self, side: str) -> int:
         return self.get(f"{side}_conv_dim") or self.require(f"{side}_embed_dim")
@@ -87,7 +108,7 @@ class _Arguments:
 
 def unsupported_features(checkpoint: FairseqCheckpoint, family: str) -> list[str]:
     """Each option of the checkpoint that talk_hf cannot reproduce, with its argument values."""
-    args = _Arguments(checkpoint.args)
+    args = _Arguments(checkpoint)
     language_model = is_language_model(checkpoint)
     problems = []
     if args.get("adaptive_softmax_cutoff"):
@@ -151,16 +172,20 @@ def config_from_fairseq(
         vocab_size / decoder_vocab_size: rows of the source and target embeddings (the same for an LM).
 
     Raises:
-        ValueError: naming every option of the checkpoint that talk_hf cannot reproduce.
+        ValueError: naming the checkpoint and every option of it that talk_hf cannot reproduce, an
+            argument the conversion needs that it lacks, one of the wrong type or value (as the
+            configuration's checks name it), or parameters of the other family
+            (:func:`check_parameters_family`).
     """
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
+    check_parameters_family(checkpoint, family)
     problems = unsupported_features(checkpoint, family)
     if problems:
         raise ValueError(
             f"{checkpoint.path} ({checkpoint.arch}) uses what talk_hf cannot reproduce: " + "; ".join(problems)
         )
-    args = _Arguments(checkpoint.args)
+    args = _Arguments(checkpoint)
     language_model = is_language_model(checkpoint)
     sizes_field = "kernel_sizes" if family == "lightconv" else "max_offsets"
     fields = dict(
@@ -206,4 +231,10 @@ def config_from_fairseq(
             decoder_start_token_id=EOS_ID,  # fairseq's decoder starts from </s>
             **{f"encoder_{sizes_field}": args.kernel_sizes("encoder", family)},
         )
-    return _CONFIG_CLASSES[family, language_model](**fields)
+    config_class = _CONFIG_CLASSES[family, language_model]
+    try:
+        return config_class(**fields)
+    except (TypeError, ValueError) as error:  # the configuration's checks, naming its field
+        raise ValueError(
+            f"{checkpoint.path}: its saved arguments do not make a valid {config_class.__name__}: {error}"
+        ) from error

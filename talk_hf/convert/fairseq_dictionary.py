@@ -7,20 +7,46 @@ from pathlib import Path
 # fairseq's Dictionary starts with these four symbols: <s> = 0, <pad> = 1, </s> = 2, <unk> = 3.
 SPECIAL_SYMBOLS = ("<s>", "<pad>", "</s>", "<unk>")
 PAD_ID, BOS_ID, EOS_ID = 1, 0, 2
+# Ends a line that re-lists a symbol, which fairseq then adds again (Dictionary.add_from_file).
+OVERWRITE_FLAG = " #fairseq:overwrite"
 
 
 def read_dictionary(path: Path) -> list[str]:
     """The symbols of a ``dict.*.txt`` in id order: the four special symbols, then one per line.
 
-    Each line is ``symbol count`` (``symbol count #fairseq:overwrite`` re-adds a symbol that exists
-    already), so a symbol's id is 4 + its line number, as in ``fairseq.data.Dictionary``.
+    Each line is ``symbol count``, so a symbol's id is 4 + its line number, as in
+    ``fairseq.data.Dictionary``.  As there, a symbol listed already (the special symbols included)
+    is refused unless its line ends with ``#fairseq:overwrite``; such a line takes a new id as well,
+    which fairseq maps the symbol's text to, while its special symbols keep ids 0-3.
+
+    Raises:
+        ValueError: naming ``path`` and the line, for a file that is not UTF-8, a line that is not
+            ``symbol count [#fairseq:overwrite]`` or a symbol listed twice without the flag.
     """
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise ValueError(
+            f"{path}:{line}: not UTF-8 ({error.reason} at byte {error.start}); fairseq writes and reads its "
+            f"dictionaries as UTF-8, so this file is not one of its dictionaries as written"
+        ) from error
     symbols = list(SPECIAL_SYMBOLS)
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        entry = line.rstrip().removesuffix(" #fairseq:overwrite")
-        symbol, _, count = entry.rpartition(" ")
+    listed = {symbol: "one of fairseq's special symbols, ids 0-3" for symbol in SPECIAL_SYMBOLS}
+    for number, line in enumerate(text.splitlines(), start=1):
+        entry = line.rstrip()
+        overwrite = entry.endswith(OVERWRITE_FLAG)
+        symbol, _, count = entry.removesuffix(OVERWRITE_FLAG).rpartition(" ")
         if not symbol or not count.isdigit():
             raise ValueError(f"{path}:{number}: expected 'symbol count', got {line!r}")
+        if symbol in listed and not overwrite:
+            raise ValueError(
+                f"{path}:{number}: {symbol!r} is listed already ({listed[symbol]}); fairseq refuses "
+                f"such a dictionary ('Duplicate word found when loading Dictionary') unless the line ends "
+                f"with{OVERWRITE_FLAG}"
+            )
+        listed.setdefault(symbol, f"on line {number}")
         symbols.append(symbol)
     return symbols
 

@@ -33,12 +33,12 @@ def fsmt_vocabulary(symbols: list[str]) -> dict[str, int]:
     vocabulary = {}
     for index, symbol in enumerate(symbols):
         if symbol in SPECIAL_SYMBOLS:
-            token = symbol
-        elif symbol.endswith(BPE_CONTINUATION):
-            token = symbol[: -len(BPE_CONTINUATION)]
-        else:
-            token = symbol + "</w>"
-        vocabulary[token] = index  # a symbol listed twice keeps its last id, as in fairseq's Dictionary
+            # fairseq's bos/pad/eos/unk ids stay 0-3 when a line re-lists the symbol (#fairseq:overwrite):
+            # unknown words still map to 3, so the tokenizer's special tokens keep them too.
+            vocabulary.setdefault(symbol, index)
+            continue
+        token = symbol[: -len(BPE_CONTINUATION)] if symbol.endswith(BPE_CONTINUATION) else symbol + "</w>"
+        vocabulary[token] = index  # a word re-listed (#fairseq:overwrite) takes its last id, as in fairseq's Dictionary
     return vocabulary
 
 

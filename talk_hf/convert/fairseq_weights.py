@@ -46,6 +46,8 @@ _LAYER_MODULES = {
     "layer_norms.1": "ffn.residual.layer_norm",
     "final_layer_norm": "ffn.residual.layer_norm",
 }
+# The layer modules that only one family's convolutions have (LightConv's kernel, DynamicConv's and TaLK's projections).
+_FAMILY_MODULES = {"conv": "lightconv", "conv.weight_linear": "lightconv", "conv.offsets": "talk"}
 _STACK_MODULES = {"embed_tokens": "embed_tokens", "layer_norm": "final_layer_norm"}
 _NO_WEIGHTS = re.compile(r"(encoder|decoder)\.(version|embed_positions\._float_tensor)")
 _LAYER_KEY = re.compile(r"(encoder|decoder)\.layers\.(\d+)\.(.+)\.(weight|bias)")
@@ -65,6 +67,17 @@ def split_fused_attention(state_dict: dict[str, torch.Tensor]) -> dict[str, torc
         for projection, part in zip(("q_proj", "k_proj", "v_proj"), tensor.chunk(3, dim=0), strict=True):
             split[f"{prefix}.{projection}.{kind}"] = part
     return split
+
+
+def parameter_families(state_dict: dict[str, torch.Tensor]) -> dict[str, str]:
+    """family (``"lightconv"``, ``"talk"``) -> the first fairseq parameter of ``state_dict`` that only that
+    family's convolutions have; none for a family without such parameters."""
+    found = {}
+    for name in state_dict:
+        layer = _LAYER_KEY.fullmatch(name)
+        if layer and layer.group(3) in _FAMILY_MODULES:
+            found.setdefault(_FAMILY_MODULES[layer.group(3)], name)
+    return found
 
 
 def rename(fairseq_name: str) -> str | None:

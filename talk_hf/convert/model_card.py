@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from transformers import GenerationConfig, PretrainedConfig
 
+from ..model_card import card_data, pipeline_tag
+
 # family -> (origin, page with the released checkpoints, the license statement quoted from it)
 SOURCES = {
     "lightconv": (
@@ -32,7 +34,8 @@ def model_card(
     generation: GenerationConfig,
     tokenizer_note: str,
 ) -> str:
-    """Markdown with a YAML header (license, tags) for ``output_dir/README.md``.
+    """Markdown with a YAML header for ``output_dir/README.md``: the license, ``library_name: talk_hf``, the
+    pipeline tag of the converted head as talk_hf's own checkpoint cards give it (``talk_hf.model_card``) and tags.
 
     Args:
         name: the checkpoint's name (its archive folder).
@@ -56,13 +59,14 @@ def model_card(
         "prompt_ids = [4, 5, 6]\n"
         "print(model.generate(input_ids=torch.tensor([[2] + prompt_ids]))[0].tolist())"
     )
+    metadata = card_data(
+        ["talk_hf", config.model_type, "fairseq"],
+        [],
+        pipeline_tag(seq2seq, getattr(config, "task_specific_params", None)),
+    )
+    metadata.license = "mit"
     return f"""---
-license: mit
-library_name: transformers
-tags:
-- talk_hf
-- {config.model_type}
-- fairseq
+{metadata.to_yaml()}
 ---
 
 # {name} (converted from fairseq)

@@ -338,9 +338,14 @@ def test_family_comes_from_the_arch_or_the_option(tmp_path):
     torch.testing.assert_close(
         *teacher_forced_logits(load_converted_model(tmp_path / "out"), expected_outputs(name)), **TOLERANCE
     )
-    # The wrong family builds a model whose parameters do not fit: refused, never half-loaded.
-    with pytest.raises(ValueError, match="missing .*weight_proj.* unexpected .*offset_proj"):
+    # The wrong family: refused by the parameters' family, before anything is written.
+    with pytest.raises(
+        ValueError,
+        match=r"converted as family 'lightconv', but its convolution parameters are those of family 'talk' "
+        r"\(encoder.layers.0.conv.offsets.weight, the TaLK authors' plugin\): pass --family talk",
+    ):
         convert_fairseq_checkpoint(checkpoint, tmp_path / "wrong", family="lightconv", tokenizer=False)
+    assert not (tmp_path / "wrong").exists()
 
 
 def test_dictionaries_must_fit_the_embeddings(tmp_path):
