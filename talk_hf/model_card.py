@@ -35,20 +35,25 @@ load it once talk_hf is imported, which needs talk_hf installed from its source 
 
 ```python
 import talk_hf  # registers talk_hf's model types with the Auto classes
-from transformers import {{ auto_class }}
+from transformers import {{ auto_class }}{{ tokenizer_import }}
 
 model = {{ auto_class }}.from_pretrained("{{ repo_id }}")
-```
+{% if tokenizer %}tokenizer = AutoTokenizer.from_pretrained("{{ repo_id }}")
+{% endif %}```
 {% if remote_code %}
 Without talk_hf, the modeling code this repository holds (config.json's `auto_map`) loads it, on the PyTorch
-path of the operators (no compiled kernels):
+path of the operators (no compiled kernels){% if tokenizer %}; transformers asks the tokenizer for
+`trust_remote_code=True` too, as it does of any repository with an `auto_map`{% endif %}:
 
 ```python
-from transformers import {{ auto_class }}
+from transformers import {{ auto_class }}{{ tokenizer_import }}
 
 model = {{ auto_class }}.from_pretrained("{{ repo_id }}", trust_remote_code=True)
-```
+{% if tokenizer %}tokenizer = AutoTokenizer.from_pretrained("{{ repo_id }}", trust_remote_code=True)
+{% endif %}```
 {% endif %}"""
+# The file by which a folder holds a tokenizer (every tokenizer's save_pretrained writes it).
+TOKENIZER_CONFIG_NAME = "tokenizer_config.json"
 
 
 def merged_tags(first: list[str], then: list[str]) -> list[str]:
@@ -97,12 +102,14 @@ def holds_remote_code(folder: Path, auto_map, auto_class: str) -> bool:
 def checkpoint_model_card(repo_id: str, folder: Path, head: bool, tags: list[str]) -> ModelCard:
     """The model card of the checkpoint ``folder`` (a ``save_pretrained`` folder) pushed to ``repo_id``:
     tagged ``talk_hf`` and its config.json's model type, then ``tags``; its pipeline tag `pipeline_tag`'s for a
-    generative ``head``, none for a base model; how to load it with its Auto class (`auto_class_name`) after
-    ``import talk_hf``, and with ``trust_remote_code=True`` where the folder holds the code (`holds_remote_code`)."""
+    generative ``head``, none for a base model; how to load it with its Auto class (`auto_class_name`), and its
+    tokenizer with ``AutoTokenizer`` where the folder holds one, after ``import talk_hf``, and both with
+    ``trust_remote_code=True`` where the folder holds the code (`holds_remote_code`)."""
     config = json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8"))
     seq2seq = bool(config.get("is_encoder_decoder"))
     auto_class = auto_class_name(head, seq2seq)
     task = pipeline_tag(seq2seq, config.get("task_specific_params")) if head else None
+    tokenizer = (folder / TOKENIZER_CONFIG_NAME).is_file()
     kinds = {
         "AutoModel": "A base model",
         "AutoModelForSeq2SeqLM": "An encoder-decoder",
@@ -117,6 +124,8 @@ def checkpoint_model_card(repo_id: str, folder: Path, head: bool, tags: list[str
         install=INSTALL,
         auto_class=auto_class,
         remote_code=holds_remote_code(folder, config.get("auto_map"), auto_class),
+        tokenizer=tokenizer,
+        tokenizer_import=", AutoTokenizer" if tokenizer else "",
     )
 
 

@@ -18,9 +18,9 @@ from transformers import AutoModelForSeq2SeqLM
 from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
 import talk_hf
-from talk_hf.model_card import INSTALL
+from talk_hf.model_card import INSTALL, checkpoint_model_card
 
-from .helpers import CASES
+from .helpers import CASES, word_tokenizer
 
 CASE = {case.name: case for case in CASES}
 CHECKPOINT_FILES = ["README.md", "config.json", "generation_config.json", "model.safetensors"]
@@ -171,3 +171,20 @@ def test_save_pretrained_pushing_an_exported_folder_exports_it_again_before_the_
     CASE["talk-seq2seq"].model().save_pretrained(folder, push_to_hub=True, repo_id="user/tiny")
     assert hub[-1]["config"]["auto_map"] == auto_map and "modeling_talk.py" in hub[-1]["files"]
     assert loading_lines("AutoModelForSeq2SeqLM", remote_code=True) in hub[-1]["card"].text
+
+
+def test_the_card_loads_the_tokenizer_a_folder_holds_with_trust_remote_code_where_the_model_needs_it(tmp_path):
+    """transformers' AutoTokenizer asks "Do you wish to run the custom code?" of a folder with an auto_map (its
+    AutoConfig reads it), and the card passed trust_remote_code=True to the model only."""
+    CASE["talk-lm"].model().save_pretrained(tmp_path)
+    assert "AutoTokenizer" not in checkpoint_model_card("user/tiny", tmp_path, True, []).text
+    word_tokenizer().save_pretrained(tmp_path)
+    talk_hf.export_for_remote_code(tmp_path)
+    text = checkpoint_model_card("user/tiny", tmp_path, True, []).text
+    assert text.count("from transformers import AutoModelForCausalLM, AutoTokenizer\n") == 2
+    assert 'tokenizer = AutoTokenizer.from_pretrained("user/tiny")\n' in text
+    assert (
+        loading_lines("AutoModelForCausalLM", remote_code=True)
+        + '\ntokenizer = AutoTokenizer.from_pretrained("user/tiny", trust_remote_code=True)\n'
+        in text
+    )
