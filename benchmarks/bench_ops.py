@@ -13,7 +13,9 @@ as forward+backward minus forward); the same run also measures ``clone()`` (a co
 tensor, whose fresh pages cost first-touch faults on the CPU unless THP_MEM_ALLOC_ENABLE=1) and a
 matrix product, the flop ceiling the convolutions are held against (``flops`` fractions).  ``--table6`` is the TaLK paper's Table 6 setting: B=10,
 d=1024, H=16, fp32, T = 10 .. 10,000, iterations/s of talk_conv and dynamic_conv (k=3, k=31) on
-the compiled backend and the PyTorch path, against SDPA (flash in bf16, and fp32).
+the compiled backend and the PyTorch path, against SDPA (flash in bf16, and fp32).  ``--variants``
+times candidate CUDA kernels that no GPU has verified yet (csrc/cuda_variants.h) against the default,
+each case right after it in the same run (row ``cuda[name]``, ratio ``default_over_variant_*``).
 Results are printed and saved as JSON under benchmarks/results/.
 
     python benchmarks/bench_ops.py                       # CPU or the visible GPU
@@ -47,7 +49,8 @@ from _device import RESULTS, add_device_option, check_device_runs, device_name, 
 from _timing import Stopwatch, interleaved  # noqa: E402
 
 import talk_hf  # noqa: E402
-from talk_hf.ops import dynamic_conv, light_conv, talk_conv  # noqa: E402
+from talk_hf.ops import _extension, dynamic_conv, light_conv, talk_conv  # noqa: E402
+from talk_hf.ops._cuda_variants import cuda_variants  # noqa: E402
 
 
 def build_case(name: str, *, batch: int, length: int, channels: int, heads: int, device, dtype, backend=None):
@@ -286,6 +289,20 @@ def measure_row(case: Case, *, backend: str, references: References, min_seconds
     return row
 
 
+def measure_variant_row(case: Case, default_row: dict, *, variant: str, **timing) -> dict:
+    """The row of ``case`` on backend cuda with the candidate kernel ``variant`` switched on
+    (talk_hf.ops._cuda_variants), measured right after ``default_row``, the same case on the default
+    kernels: backend ``cuda[variant]``, with ``default_over_variant_forward`` and
+    ``_forward_backward``, the default's time over the candidate's (above 1: the candidate is faster)."""
+    with cuda_variants(_extension.load("cuda"), [variant]):
+        row = measure_row(case, backend="cuda", **timing)
+    row["backend"] = f"cuda[{variant}]"
+    if "error" not in row and "error" not in default_row:
+        for phase in ("forward", "forward_backward"):
+            row[f"default_over_variant_{phase}"] = default_row[f"{phase}_s"] / row[f"{phase}_s"]
+    return row
+
+
 def fractions_of_ceilings(case: Case, *, forward: float, forward_backward: float, references: References) -> dict:
     """The op's achieved bandwidth (and, for a convolution, FLOP/s) as fractions of the same-run
     copy (matrix product), forward and backward (forward+backward minus forward)."""
@@ -333,6 +350,11 @@ def describe(row: dict, *, baselines: dict) -> str:
     if "forward_bandwidth_fraction" in row:
         parts.append(
             f"  bandwidth fwd {row['forward_bandwidth_fraction']:5.0%} bwd {row['backward_bandwidth_fraction']:5.0%}"
+        )
+    if "default_over_variant_forward" in row:
+        parts.append(
+            f"  default/candidate fwd {row['default_over_variant_forward']:5.2f}x"
+            f" fwd+bwd {row['default_over_variant_forward_backward']:5.2f}x"
         )
     if "forward_flops_fraction" in row:
         parts.append(f"  flops fwd {row['forward_flops_fraction']:5.0%} bwd {row['backward_flops_fraction']:5.0%}")
@@ -402,6 +424,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         action="store_true",
         help="the TaLK paper's Table 6 setting; overrides shape, lengths, cases and backends",
     )
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        help="candidate CUDA kernels (csrc/cuda_variants.h): each case on cuda is timed again with each one "
+        "switched on, right after the default, and gets the ratio default time / candidate time",
+    )
     parser.add_argument("--skip-peak", action="store_true", help="do not measure peak memory (faster)")
     parser.add_argument("--min_seconds", type=float, default=0.3, help="time each measurement at least this long")
     parser.add_argument(
@@ -409,6 +439,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--peak-of", nargs=7, metavar="ARG", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.variants and args.device.split(":")[0] != "cuda":
+        parser.error(f"--variants {' '.join(args.variants)} names candidate CUDA kernels: it needs --device cuda")
     if not args.table6:
         return args
     backends = [torch.device(args.device).type, "torch"]
@@ -449,7 +481,12 @@ def main(argv=None) -> None:
         for name in args.cases:
             case = Case(name, **sizes, device=device, dtype=dtype)
             for backend in backends_of(name, args.backends):
-                rows.append(measure_row(case, backend=backend, **timing))
+                default_row = measure_row(case, backend=backend, **timing)
+                rows.append(default_row)
+                if backend == "cuda":
+                    rows += [
+                        measure_variant_row(case, default_row, variant=variant, **timing) for variant in args.variants
+                    ]
         length_rows, baselines = add_ratios(rows, length=length)
         for row in length_rows:
             print(describe(row, baselines=baselines))

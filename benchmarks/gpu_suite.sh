@@ -16,6 +16,11 @@
 #   bench     bench_ops.py: the TaLK paper's Table 6 setting, then the default lengths in float32 and
 #             bfloat16; every case once on the CUDA kernels (backend cuda)
 #                                   -> table6_cuda.json, ops_cuda.json, ops_cuda_bf16.json
+#   variants  the candidate CUDA kernels that no GPU has verified yet (csrc/cuda_variants.h), each timed
+#             against the default kernel in the same run (bench_ops.py --variants): talk_conv at the
+#             Table 6 shape (float32) and at B = 2, C = 512, H = 8 in bfloat16, T = 256 .. 16,384;
+#             their checks run in `test` and `sanitize` (every candidate switched on in turn)
+#                                   -> variants_table6_cuda.json, variants_ops_cuda_bf16.json
 #   profile   Nsight Compute over each kernel the ops run at the Table 6 shape, float32 and bfloat16
 #                                                           -> ncu-table6.txt, ncu-table6-bf16.txt
 #   generate  bench_generate.py on the GPU                           -> bench_generate_cuda.json
@@ -120,6 +125,21 @@ stage_bench() {
             --out "$RESULTS/ops_cuda_bf16.json"
 }
 
+stage_variants() {
+    local candidates
+    candidates=$("$PYTHON" -c "from talk_hf.ops import _extension; print(' '.join(_extension.load('cuda').cuda_variant_names()))") ||
+        return 1
+    if [ -z "$candidates" ]; then
+        echo "no candidate CUDA kernels in this build"
+        return 0
+    fi
+    # shellcheck disable=SC2086  # one argument per candidate
+    "$PYTHON" benchmarks/bench_ops.py --batch 10 --channels 1024 --heads 16 --lengths 10 100 1000 10000 --backends cuda \
+        --cases talk_bidirectional talk_causal --variants $candidates --skip-peak --out "$RESULTS/variants_table6_cuda.json" &&
+        "$PYTHON" benchmarks/bench_ops.py --lengths 256 1024 4096 16384 --backends cuda --dtype bfloat16 \
+            --cases talk_bidirectional talk_causal --variants $candidates --skip-peak --out "$RESULTS/variants_ops_cuda_bf16.json"
+}
+
 stage_profile() {
     # Nsight Compute over one forward and backward of each op at the Table 6 shape, on the kernels
     # the ops run (profile_kernels.py; each launch is named on its stdout)
@@ -203,7 +223,7 @@ for stage in "${STAGES[@]}"; do
         failed+=("$stage")
         continue
     fi
-    if [ -n "${build_failed:-}" ] && [[ " test test-all sanitize checks bench profile generate decode trainspeed longsource train " == *" $stage "* ]]; then
+    if [ -n "${build_failed:-}" ] && [[ " test test-all sanitize checks bench variants profile generate decode trainspeed longsource train " == *" $stage "* ]]; then
         echo "=== $stage skipped: the build failed"
         failed+=("$stage")
         continue

@@ -20,6 +20,8 @@ kernels that the streaming ones fall back to (shapes past 32-bit indices or the 
 reach here; conv kernels too wide for shared memory) are called directly too, on the talk_conv and
 conv shapes, whole and packed: the CUDA extension's talk_backward_tiled, conv_forward_tiled and
 conv_backward_tiled.
+The candidate kernels that no GPU has verified yet (csrc/cuda_variants.h) run again, each switched on,
+over shapes whose blocks' channels lie in one head (CANDIDATE_TALK_SHAPES).
 `benchmarks/gpu_suite.sh sanitize` runs it with the caching allocator off, so that reads past an
 allocation are not hidden inside a pooled block.
 """
@@ -29,6 +31,7 @@ import random
 import torch
 
 from talk_hf.ops import DocumentEdges, _extension, depthwise_conv, dynamic_conv, light_conv, talk_conv
+from talk_hf.ops._cuda_variants import cuda_variants
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 # (T, C, H, max_left, max_right, offset scale): scale 1e4 clamps every edge, -1 reverses windows
@@ -43,6 +46,18 @@ TALK_SHAPES = (
 CONV_SHAPES = ((3, 1, 200), (4, 3, 200), (31, 15, 200), (300, 150, 40), (31, 30, 1), (1, 0, 130))  # (K, padding_l, T)
 # (T, C, H, max_left, max_right, offset scale) of the streaming kernels' edges
 STREAM_TALK_SHAPES = ((1, 16, 2, 3, 3, 1.0), (90, 18, 3, 4, 4, 1.0), (300, 64, 4, 7, 9, 3.0), (200, 64, 4, 15, 0, 1.0))
+# (T, C, H, max_left, max_right, offset scale) where each block's channels lie in one head (head size a
+# multiple of 32): the shapes the candidate kernels take (csrc/cuda_variants.h), which run them again
+# with each candidate on: a partial tile, reach wider than one shared-memory pass, causal, clamped and
+# reversed windows, T = 1
+CANDIDATE_TALK_SHAPES = (
+    (300, 64, 2, 7, 9, 1.2),
+    (129, 64, 1, 400, 3, 1.0),
+    (130, 64, 2, 31, 0, 1.0),
+    (500, 64, 1, 7, 5, 1e4),
+    (90, 64, 2, 5, 4, -1.0),
+    (1, 32, 1, 3, 3, 1.0),
+)
 # (T, C, K, dilation, padding, gated) of depthwise_conv: a partial block of channels, dilated, K > T
 DEPTHWISE_SHAPES = (
     (300, 70, 31, 1, "causal", False),
@@ -80,18 +95,22 @@ def main():
     torch.manual_seed(0)
     extension = _extension.load("cuda")
     for dtype in DTYPES:
-        run_talk_kernels(dtype, extension)
+        run_talk_kernels(dtype, extension, TALK_SHAPES + STREAM_TALK_SHAPES + CANDIDATE_TALK_SHAPES)
         run_conv_kernels(dtype, extension)
         run_depthwise_kernel(dtype)
+        for candidate in extension.cuda_variant_names():
+            with cuda_variants(extension, [candidate]):
+                run_talk_kernels(dtype, extension, CANDIDATE_TALK_SHAPES)
+            print(f"sanitize_kernels: {dtype}: candidate {candidate} ran", flush=True)
         torch.cuda.synchronize()
         print(f"sanitize_kernels: {dtype}: the ops' kernels and the tiled fallbacks ran", flush=True)
     print("sanitize_kernels: every kernel ran (the ops' kernels and the tiled fallbacks, whole and packed rows)")
 
 
-def run_talk_kernels(dtype, extension):
-    """talk_conv's forward and backward over the talk shapes through the op, aligned, misaligned and
+def run_talk_kernels(dtype, extension, shapes):
+    """talk_conv's forward and backward over ``shapes`` through the op, aligned, misaligned and
     packed; then the tiled backward of the CUDA `extension` directly, whole and packed."""
-    for length, channels, heads, max_left, max_right, scale in TALK_SHAPES + STREAM_TALK_SHAPES:
+    for length, channels, heads, max_left, max_right, scale in shapes:
         x = leaf(torch.randn(2, length, channels, device="cuda", dtype=dtype))
         left = torch.rand(2, length, heads, device="cuda", dtype=dtype) * scale
         left[0, length // 2] = float("nan")  # one NaN offset: its edge falls back to row 0

@@ -1,6 +1,7 @@
 // The Python module of the CUDA build; the kernels live in csrc/<op>/<op>_cuda*.cu (compiled by nvcc).
 #include "bindings.h"
 #include "cuda_fallback.h"
+#include "cuda_variants.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   talk_hf::bind_operators(module);
@@ -13,4 +14,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
              "why talk_conv's streaming backward falls back to the tiled one for these inputs ('' where it does not)");
   module.def("conv_stream_fallback", &talk_hf::conv_stream_fallback,
              "why the conv streaming kernels fall back to the tiled ones for these inputs ('' where they do not)");
+  // The candidate kernels that no GPU has verified yet (cuda_variants.h), off until switched on.
+  module.def("cuda_variant_names", &talk_hf::cuda_variant_names, "the candidate kernels' names");
+  module.def("set_cuda_variant", &talk_hf::set_cuda_variant, pybind11::arg("name"), pybind11::arg("enabled"),
+             "switch a candidate kernel on or off; False for a name that is not a candidate");
 }

@@ -26,6 +26,7 @@
 
 #include "cuda_fallback.h"
 #include "cuda_tiles.h"
+#include "cuda_variants.h"
 #include "ops.h"
 #include "tensors.h"
 
@@ -71,7 +72,39 @@ __device__ void scan_columns(acc_t (*prefix)[kChannels], acc_t (*totals)[kChanne
   __syncthreads();
 }
 
-template <typename scalar_t, typename acc_t, typename Spans>
+// The window edges of a tile's tokens (candidate talk_forward_shared_edges, cuda_variants.h): side 0
+// the left edge, side 1 the right one, of token tile.first + slot.
+template <typename acc_t>
+struct TileEdges {
+  int64_t index[2][kTile];
+  acc_t frac[2][kTile];
+};
+static_assert(kChannels * kRows == 2 * kTile, "one edge a thread: a block has a thread per edge of its tile");
+
+template <typename value_t>
+__device__ value_t warp_min(value_t value) {
+  for (int lanes = kWarpSize / 2; lanes > 0; lanes /= 2) {
+    const value_t other = __shfl_xor_sync(kFullWarp, value, lanes);
+    value = other < value ? other : value;
+  }
+  return value;
+}
+
+template <typename value_t>
+__device__ value_t warp_max(value_t value) {
+  for (int lanes = kWarpSize / 2; lanes > 0; lanes /= 2) {
+    const value_t other = __shfl_xor_sync(kFullWarp, value, lanes);
+    value = other > value ? other : value;
+  }
+  return value;
+}
+
+// kSharedEdges (only where every channel of the block lies in one head, so every thread is active and
+// the edges are the block's): thread (x, y) computes edge side = linear / kTile of token slot = linear
+// % kTile once, into shared memory, and each warp adds its lowest and highest row with one atomic.
+// Without it, every warp computes the edges of its tokens for its channels' heads, once for the rows
+// and once per chunk.
+template <typename scalar_t, typename acc_t, typename Spans, bool kSharedEdges>
 __global__ void __launch_bounds__(kChannels* kRows)
     talk_forward_kernel(TalkOffsets<scalar_t, acc_t> offsets, Spans spans, Layout layout,
                         const scalar_t* __restrict__ x, scalar_t* __restrict__ out) {
@@ -80,6 +113,7 @@ __global__ void __launch_bounds__(kChannels* kRows)
   __shared__ acc_t prefix[kPrefixRows][kChannels];
   __shared__ acc_t totals[kRows][kChannels];
   __shared__ unsigned long long lowest_row, highest_row;
+  __shared__ std::conditional_t<kSharedEdges, TileEdges<acc_t>, char> tile_edges;
 
   const TileCoordinates tile(layout, kTile);
   const acc_t normalizer = window_normalizer<acc_t>(offsets.max_left, offsets.max_right);
@@ -91,14 +125,34 @@ __global__ void __launch_bounds__(kChannels* kRows)
   __syncthreads();
 
   // The rows [lowest, highest] of the prefix sum that the tile's offsets need.
-  for (int i = 0; i < kPerThread; ++i) {
-    const int64_t t = tile.first + threadIdx.y + kRows * i;
-    if (!tile.active || t >= tile.end) continue;
-    const Span span = spans(tile.b, t);
-    const Edge<acc_t> left = offsets.left(tile.b, t, tile.head, span);
-    const Edge<acc_t> right = offsets.right(tile.b, t, tile.head, span);
-    atomicMin(&lowest_row, static_cast<unsigned long long>(left.index < right.index ? left.index : right.index));
-    atomicMax(&highest_row, static_cast<unsigned long long>(left.index > right.index ? left.index : right.index));
+  if constexpr (kSharedEdges) {
+    const int linear = threadIdx.y * kChannels + threadIdx.x;
+    const int slot = linear % kTile, side = linear / kTile;
+    const int64_t t = tile.first + slot;
+    unsigned long long lowest_here = static_cast<unsigned long long>(layout.length), highest_here = 0;
+    if (t < tile.end) {
+      const Span span = spans(tile.b, t);
+      const Edge<acc_t> edge = side == 0 ? offsets.left(tile.b, t, tile.head, span) : offsets.right(tile.b, t, tile.head, span);
+      tile_edges.index[side][slot] = edge.index;
+      tile_edges.frac[side][slot] = edge.frac;
+      lowest_here = highest_here = static_cast<unsigned long long>(edge.index);
+    }
+    lowest_here = warp_min(lowest_here);
+    highest_here = warp_max(highest_here);
+    if (threadIdx.x == 0) {  // a warp is one threadIdx.y (blockDim.x == kWarpSize)
+      atomicMin(&lowest_row, lowest_here);
+      atomicMax(&highest_row, highest_here);
+    }
+  } else {
+    for (int i = 0; i < kPerThread; ++i) {
+      const int64_t t = tile.first + threadIdx.y + kRows * i;
+      if (!tile.active || t >= tile.end) continue;
+      const Span span = spans(tile.b, t);
+      const Edge<acc_t> left = offsets.left(tile.b, t, tile.head, span);
+      const Edge<acc_t> right = offsets.right(tile.b, t, tile.head, span);
+      atomicMin(&lowest_row, static_cast<unsigned long long>(left.index < right.index ? left.index : right.index));
+      atomicMax(&highest_row, static_cast<unsigned long long>(left.index > right.index ? left.index : right.index));
+    }
   }
   __syncthreads();
   const int64_t lowest = static_cast<int64_t>(lowest_row), highest = static_cast<int64_t>(highest_row);
@@ -115,10 +169,19 @@ __global__ void __launch_bounds__(kChannels* kRows)
     scan_columns<acc_t>(prefix, totals, rows);
     const bool last_chunk = row0 + rows == highest;
     for (int i = 0; i < kPerThread; ++i) {
-      const int64_t t = tile.first + threadIdx.y + kRows * i;
+      const int slot = threadIdx.y + kRows * i;
+      const int64_t t = tile.first + slot;
       if (!tile.active || t >= tile.end) continue;
-      const Span span = spans(tile.b, t);
-      const Edge<acc_t> edges[2] = {offsets.left(tile.b, t, tile.head, span), offsets.right(tile.b, t, tile.head, span)};
+      Edge<acc_t> edges[2];
+      if constexpr (kSharedEdges) {
+        for (int side = 0; side < 2; ++side) {
+          edges[side] = Edge<acc_t>{tile_edges.index[side][slot], tile_edges.frac[side][slot], true};
+        }
+      } else {
+        const Span span = spans(tile.b, t);
+        edges[0] = offsets.left(tile.b, t, tile.head, span);
+        edges[1] = offsets.right(tile.b, t, tile.head, span);
+      }
       for (int side = 0; side < 2; ++side) {
         const Edge<acc_t>& edge = edges[side];
         if (edge.index < row0 || (edge.index >= row0 + rows && !last_chunk)) continue;
@@ -258,14 +321,25 @@ at::Tensor talk_forward(const at::Tensor& x_in, const at::Tensor& offset_left_in
   at::Tensor out = at::empty(x.sizes(), x.options());
   if (x.numel() == 0) return out;
   const Layout layout = layout_of(x, offset_left.size(2));
+  const bool shared_edges =
+      layout.head_size % kChannels == 0 && cuda_variant_enabled(CudaVariant::kTalkForwardSharedEdges);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "talk_forward_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     with_document_spans(document_edges, x, [&](const auto& spans) {
-      talk_forward_kernel<scalar_t, acc_t><<<tile_grid(x.size(0), layout, kTile), dim3(kChannels, kRows), 0, stream>>>(
-          talk_offsets<scalar_t, acc_t>(offset_left, offset_right, max_left, max_right), spans, layout,
-          x.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>());
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      using Spans = std::decay_t<decltype(spans)>;
+      const auto launch = [&](auto shared_edges_tag) {  // std::true_type or std::false_type
+        talk_forward_kernel<scalar_t, acc_t, Spans, decltype(shared_edges_tag)::value>
+            <<<tile_grid(x.size(0), layout, kTile), dim3(kChannels, kRows), 0, stream>>>(
+                talk_offsets<scalar_t, acc_t>(offset_left, offset_right, max_left, max_right), spans, layout,
+                x.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>());
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      };
+      if (shared_edges) {
+        launch(std::true_type{});
+      } else {
+        launch(std::false_type{});
+      }
     });
   });
   return out;

@@ -15,6 +15,7 @@ import threading
 import warnings
 from types import ModuleType
 
+from . import _cuda_variants
 from ._build.build_folder import BUILD_DIR_ENV, PORTABLE_CPU_ENV, build_directory, source_digest
 from ._build.build_lock import LOCK_TIMEOUT_ENV
 from ._build.build_lock import build as _build  # bound here, where tests count its calls
@@ -51,12 +52,16 @@ def load(kind: str) -> ModuleType:
     """The compiled module for ``kind`` ("cpu" or "cuda"), built on first use.
 
     The outcome, module or :class:`ExtensionUnavailable`, is remembered for the process: a failed
-    build is not retried on every call.
+    build is not retried on every call.  The CUDA module gets the candidate kernels that
+    ``$TALK_HF_CUDA_VARIANTS`` names switched on (:mod:`._cuda_variants`).
     """
     with _results_guard:
         if kind not in _results:
             try:
-                _results[kind] = _build(kind)
+                module = _build(kind)
+                if kind == "cuda":
+                    _cuda_variants.apply_environment(module)  # a wrong name raises, and is not remembered
+                _results[kind] = module
             except ExtensionUnavailable as error:
                 _results[kind] = error
         result = _results[kind]
