@@ -57,19 +57,35 @@ TALK_EDGE_SHAPES = [
 def test_cuda_talk_conv_edge_shapes_match_reference(
     dtype, batch, length, heads, head_size, max_left, max_right, top, shift
 ):
+    inputs = talk_inputs_on_cuda(dtype, batch, length, heads, head_size, max_right, top)
+    # The streaming backward runs (the forward is the tiled kernel for every shape).
+    assert _extension.load("cuda").talk_stream_fallback(inputs[0], inputs[1], max_left, max_right) == ""
+    compare_talk_conv_with_reference(inputs, head_size, max_left, max_right, top, shift=shift)
+
+
+def talk_inputs_on_cuda(dtype, batch, length, heads, head_size, max_right, top):
+    """talk_conv's inputs on the GPU: x (B, T, H * head_size), then offset_left and (where max_right > 0)
+    offset_right (B, T, H) uniform in (0, top)."""
     inputs = [on_cuda((batch, length, heads * head_size), dtype), offsets_up_to((batch, length, heads), top, dtype)]
     if max_right:
         inputs.append(offsets_up_to((batch, length, heads), top, dtype))
-    # The streaming backward runs (the forward is the tiled kernel for every shape).
-    assert _extension.load("cuda").talk_stream_fallback(inputs[0], inputs[1], max_left, max_right) == ""
+    return inputs
+
+
+def compare_talk_conv_with_reference(inputs, head_size, max_left, max_right, top, *, edges=None, shift=False):
+    """talk_conv on backend cuda against the float64 PyTorch path, forward and backward (`compare_with_reference`),
+    on ``inputs`` (`talk_inputs_on_cuda`) and, with ``edges``, packed rows; tolerances scaled by the window
+    (sums of up to K tokens) and the head size (offset gradients over the head's channels)."""
+    length = inputs[0].shape[1]
 
     def run(backend):
-        return lambda x, left, right=None: talk_conv(x, left, right, max_left, max_right, backend=backend)
+        return lambda x, left, right=None: talk_conv(
+            x, left, right, max_left, max_right, document_edges=edges, backend=backend
+        )
 
     window = min(top * (max_left + max_right) + 1, length)
-    compare_with_reference(
-        run("cuda"), run("torch"), inputs, dtype, [window / 4 + 1] + [head_size] * (len(inputs) - 1), shift
-    )
+    scales = [window / 4 + 1] + [head_size] * (len(inputs) - 1)
+    compare_with_reference(run("cuda"), run("torch"), inputs, inputs[0].dtype, scales, shift)
 
 
 # (kind, batch, length, heads, head_size, kernel_size, padding_l, misaligned x)

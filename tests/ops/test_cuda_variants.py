@@ -11,11 +11,9 @@ head), whole and packed rows.  compute-sanitizer runs them too (benchmarks/sanit
 
 import pytest
 
-from talk_hf.ops import _cuda_variants, _extension, talk_conv
+from talk_hf.ops import _cuda_variants, _extension
 
-from .helpers import compare_with_reference
-from .test_cuda_kernels import STREAM_DTYPES, offsets_up_to
-from .test_kernels import on_cuda
+from .test_cuda_kernels import STREAM_DTYPES, compare_talk_conv_with_reference, talk_inputs_on_cuda
 from .test_packed_cuda_kernels import fuzzed_edges
 
 
@@ -120,18 +118,7 @@ def test_cuda_candidate_kernels_match_reference(
     if not candidates:
         pytest.skip("this build has no candidate CUDA kernels")
     edges = fuzzed_edges(batch, length, max_left + max_right + 1, seed=length) if packed else None
-    inputs = [on_cuda((batch, length, heads * head_size), dtype), offsets_up_to((batch, length, heads), top, dtype)]
-    if max_right:
-        inputs.append(offsets_up_to((batch, length, heads), top, dtype))
-
-    def run(backend):
-        return lambda x, left, right=None: talk_conv(
-            x, left, right, max_left, max_right, document_edges=edges, backend=backend
-        )
-
-    window = min(top * (max_left + max_right) + 1, length)
+    inputs = talk_inputs_on_cuda(dtype, batch, length, heads, head_size, max_right, top)
     for candidate in candidates:
         with _cuda_variants.cuda_variants(extension, [candidate]):
-            compare_with_reference(
-                run("cuda"), run("torch"), inputs, dtype, [window / 4 + 1] + [head_size] * (len(inputs) - 1)
-            )
+            compare_talk_conv_with_reference(inputs, head_size, max_left, max_right, top, edges=edges)

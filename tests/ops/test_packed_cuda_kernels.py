@@ -22,8 +22,9 @@ from .test_cuda_kernels import (
     GRAPH_CASES,
     STREAM_DTYPES,
     assert_cuda_graph_replays_eager,
+    compare_talk_conv_with_reference,
     graph_case,
-    offsets_up_to,
+    talk_inputs_on_cuda,
 )
 from .test_depthwise_conv import assert_matches, make_inputs, outputs_and_gradients
 from .test_kernels import on_cuda
@@ -66,19 +67,8 @@ PACKED_TALK_SHAPES = [
 @pytest.mark.parametrize("batch,length,heads,head_size,max_left,max_right,top", PACKED_TALK_SHAPES)
 def test_cuda_packed_talk_conv_matches_reference(dtype, batch, length, heads, head_size, max_left, max_right, top):
     edges = fuzzed_edges(batch, length, max_left + max_right + 1, seed=length)
-    inputs = [on_cuda((batch, length, heads * head_size), dtype), offsets_up_to((batch, length, heads), top, dtype)]
-    if max_right:
-        inputs.append(offsets_up_to((batch, length, heads), top, dtype))
-
-    def run(backend):
-        return lambda x, left, right=None: talk_conv(
-            x, left, right, max_left, max_right, document_edges=edges, backend=backend
-        )
-
-    window = min(top * (max_left + max_right) + 1, length)
-    compare_with_reference(
-        run("cuda"), run("torch"), inputs, dtype, [window / 4 + 1] + [head_size] * (len(inputs) - 1), False
-    )
+    inputs = talk_inputs_on_cuda(dtype, batch, length, heads, head_size, max_right, top)
+    compare_talk_conv_with_reference(inputs, head_size, max_left, max_right, top, edges=edges)
 
 
 # (kind, batch, length, heads, head_size, kernel_size, padding_l)
