@@ -11,8 +11,13 @@ functions); `CompiledOp` makes from them
   custom op's Python dispatch cost a SliceNet training step 13% on the CPU);
 * the direct kernel call, for eager calls that need no gradient.
 
-Calling a `CompiledOp` picks one of the three (`CompiledOp.__call__`).  Arguments are checked by
-the public functions before they get here.  Every op keeps one contract, from which its fake
+Calling a `CompiledOp` picks one of the three (`CompiledOp.__call__`), or the op's PyTorch path (its
+``reference``) under a ``torch.func`` transform (``grad``, ``vmap``, ``jacrev``, ``jvp``...), whose
+wrapped tensors have no storage for a kernel to read.  A backward that records its own graph
+(``create_graph=True``: gradient penalties, Hessian-vector products) differentiates the reference
+too, so that second derivatives are exact: the kernels' backward is opaque to autograd (its
+gradients would enter the recorded graph as constants).  Arguments are checked by the public
+functions before they get here.  Every op keeps one contract, from which its fake
 implementations follow: its output has the shape and dtype of its first input, and its backward
 returns one gradient per tensor input, of that input's shape and dtype (an empty tensor for an
 absent optional input or a non-float one).
@@ -87,6 +92,9 @@ class CompiledOp:
         backward: ``backward(kernel, grad_out, *inputs) -> gradients``: the backward formula, calling
             the backward entry point; one entry per tensor input, in order: its gradient, in any float
             dtype (anything for an absent or non-float input, which gets none).
+        reference: ``reference(*inputs) -> output``: the op's PyTorch path, taking the forward
+            formula's inputs (without ``kernel``): it runs under ``torch.func`` transforms, and a
+            backward with ``create_graph=True`` differentiates it (module docstring).
         cpu: the entry points in the CPU extension.
         cuda: the entry points in the CUDA extension.
     """
@@ -97,11 +105,12 @@ class CompiledOp:
         *,
         forward: Callable[..., torch.Tensor],
         backward: Callable[..., tuple[torch.Tensor, ...]],
+        reference: Callable[..., torch.Tensor],
         cpu: KernelEntries,
         cuda: KernelEntries,
     ):
         self.name = name
-        self._forward_formula, self._backward_formula = forward, backward
+        self._forward_formula, self._backward_formula, self._reference = forward, backward, reference
         self._entries = {"cpu": cpu, "cuda": cuda}
         inputs = list(inspect.signature(forward, eval_str=True).parameters.values())[1:]
         self._tensor_positions = tuple(i for i, parameter in enumerate(inputs) if parameter.annotation in _TENSOR_TYPES)
@@ -124,7 +133,9 @@ class CompiledOp:
     def __call__(self, *inputs):
         """The forward, given every input of the forward formula: through the custom op where
         `needs_custom_op`, the ``autograd.Function`` where autograd records the call, else the
-        kernel directly."""
+        kernel directly; the reference under a ``torch.func`` transform."""
+        if torch._C._are_functorch_transforms_active():
+            return self._reference(*inputs)
         tensors = self._tensors(inputs)
         if needs_custom_op(*tensors):
             return self.custom_op(*inputs)
@@ -180,12 +191,37 @@ class CompiledOp:
             inputs[position] = tensor
         if needs_custom_op(grad_out, *tensors):  # tracing: the backward op, one opaque node
             gradients = self.backward_op(grad_out, *inputs)
+        elif torch.is_grad_enabled():  # create_graph=True: gradients that autograd can differentiate again
+            return self._reference_gradients(grad_out, inputs, tensors)
         else:
             gradients = self._backward_formula(self.kernel(inputs[0], "backward"), grad_out, *inputs)
         result: list[torch.Tensor | None] = [None] * len(inputs)
         for position, tensor, gradient in zip(self._tensor_positions, tensors, gradients, strict=True):
             if _has_gradient(tensor):
                 result[position] = gradient if gradient.dtype == tensor.dtype else gradient.to(tensor.dtype)
+        return tuple(result)
+
+    def _reference_gradients(
+        self, grad_out: torch.Tensor, inputs: list, tensors: tuple
+    ) -> tuple[torch.Tensor | None, ...]:
+        """The gradients of the reference's output, recorded (``create_graph``): one per input, None
+        where no gradient is wanted.  ``inputs`` are the complete inputs, ``tensors`` the saved ones,
+        still attached to their graph.  The reference runs on an alias of each (a view, its own
+        graph node): its gradients are the partial derivatives, not the totals through an input
+        computed from another (offsets predicted from x)."""
+        inputs = list(inputs)
+        aliases = []
+        for position, tensor in zip(self._tensor_positions, tensors, strict=True):
+            if tensor is not None and tensor.requires_grad:
+                inputs[position] = tensor.view_as(tensor)
+                aliases.append((position, inputs[position]))
+        output = self._reference(*inputs)
+        gradients = torch.autograd.grad(
+            output, [alias for _, alias in aliases], grad_out, create_graph=True, allow_unused=True
+        )
+        result: list[torch.Tensor | None] = [None] * len(inputs)
+        for (position, _), gradient in zip(aliases, gradients, strict=True):
+            result[position] = gradient
         return tuple(result)
 
 

@@ -34,8 +34,9 @@ def check_int(name: str, value: Any, minimum: int, maximum: int | None = None) -
 def runs_value_checks(tensor: torch.Tensor) -> bool:
     """Whether checks of ``tensor``'s values (one host sync each) run: not while ``torch.compile``
     traces, nor while a CUDA graph captures ``tensor``'s stream (a sync would break the capture), nor
-    for a meta tensor (it has no values)."""
-    if torch.compiler.is_compiling() or tensor.is_meta:
+    under a ``torch.func`` transform (``vmap`` cannot read a value back), nor for a meta tensor (it
+    has no values)."""
+    if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active() or tensor.is_meta:
         return False
     return not (tensor.is_cuda and torch.cuda.is_current_stream_capturing())
 

@@ -9,7 +9,10 @@ its backward copies twice more.  Here one batched product (``bmm``) reads each g
 x where they lie, as a strided (G, N, I) view, and writes each group's columns of the output where
 they belong, forward and backward (`_GroupedLinear`), which measured faster than the einsum in
 SliceNet's training step (docs/models.md).  While ``torch.compile`` traces, for tensor subclasses
-and under autocast it runs the einsum, which the compiler lays out and autocast casts itself.
+and under autocast it runs the einsum, which the compiler lays out and autocast casts itself, and
+under a ``torch.func`` transform (``grad``, ``vmap``...), whose wrapped tensors the strided products
+cannot write into.  A backward that records its graph (``create_graph=True``) computes the
+gradients by einsums too, which autograd can differentiate again.
 """
 
 from __future__ import annotations
@@ -40,7 +43,11 @@ def grouped_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
             f"x must have G * I = {groups} * {in_per_group} = {groups * in_per_group} channels in its last dim "
             f"(weight has shape (G, O, I) = {tuple(weight.shape)}), got shape {tuple(x.shape)}"
         )
-    if needs_custom_op(x, weight) or torch.is_autocast_enabled(x.device.type):
+    if (
+        needs_custom_op(x, weight)
+        or torch.is_autocast_enabled(x.device.type)
+        or torch._C._are_functorch_transforms_active()
+    ):
         return _grouped_einsum(x, weight)
     check_same_device_and_dtype("x", x, weight=weight)
     if needs_autograd(x, weight):
@@ -92,6 +99,8 @@ class _GroupedLinear(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor):
         x, weight = ctx.saved_tensors
         groups = weight.shape[0]
+        if torch.is_grad_enabled():  # create_graph=True: products that autograd records
+            return _recorded_gradients(ctx, grad_out, x, weight)
         grad_rows = grad_out.reshape(-1, grad_out.shape[-1])
         grad_x = grad_weight = None
         if ctx.needs_input_grad[0]:  # the transposed map: (G, I, O) takes O channels to I
@@ -100,3 +109,16 @@ class _GroupedLinear(torch.autograd.Function):
             rows = x.reshape(-1, x.shape[-1])
             grad_weight = torch.bmm(_by_group(grad_rows, groups).transpose(1, 2), _by_group(rows, groups))
         return grad_x, grad_weight
+
+
+def _recorded_gradients(ctx, grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor):
+    """`_GroupedLinear`'s gradients by einsums, which autograd records (a backward with
+    ``create_graph=True``): grad x (..., G * I) and grad weight (G, O, I), None where not wanted."""
+    grad_x = grad_weight = None
+    if ctx.needs_input_grad[0]:
+        grad_x = _grouped_einsum(grad_out, weight.transpose(1, 2))
+    if ctx.needs_input_grad[1]:
+        groups = weight.shape[0]
+        by_group = grad_out.unflatten(-1, (groups, -1)).flatten(0, -3), x.unflatten(-1, (groups, -1)).flatten(0, -3)
+        grad_weight = torch.einsum("ngo,ngi->goi", *by_group)
+    return grad_x, grad_weight

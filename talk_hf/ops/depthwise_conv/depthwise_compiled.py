@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from .._compiled_op import CompiledOp, KernelEntries
+from .depthwise_torch import depthwise_conv_torch, gate_input
 
 
 def _forward(
@@ -33,7 +34,12 @@ def _backward(kernel, grad_out, x, weight, input_mask, dilation, left, relu, doc
     return grad_x, grad_weight, None, None
 
 
+def _reference(x, weight, input_mask, dilation, left, relu, document_edges=None):
+    """The PyTorch path, taking the compiled op's inputs: the gated input's `depthwise_conv_torch`."""
+    return depthwise_conv_torch(gate_input(x, relu, input_mask), weight, dilation, left, document_edges)
+
+
 _KERNELS = KernelEntries(forward="depthwise_forward", backward="depthwise_backward")
 compiled_depthwise_conv = CompiledOp(
-    "depthwise_conv", forward=_forward, backward=_backward, cpu=_KERNELS, cuda=_KERNELS
+    "depthwise_conv", forward=_forward, backward=_backward, reference=_reference, cpu=_KERNELS, cuda=_KERNELS
 )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from .._compiled_op import CompiledOp, KernelEntries
+from .dynamic_torch import dynamic_conv_torch, light_conv_torch
 
 _KERNELS = KernelEntries(forward="conv_forward", backward="conv_backward")  # ops.h's names, in both extensions
 
@@ -50,6 +51,7 @@ compiled_dynamic_conv = CompiledOp(
     "dynamic_conv",
     forward=_dynamic_forward,
     backward=_dynamic_backward,
+    reference=dynamic_conv_torch,
     cpu=_KERNELS,
     cuda=_KERNELS,
 )
@@ -57,6 +59,7 @@ compiled_light_conv = CompiledOp(
     "light_conv",
     forward=_light_forward,
     backward=_light_backward,
+    reference=light_conv_torch,
     cpu=_KERNELS,
     cuda=_KERNELS,
 )

@@ -66,8 +66,9 @@ def talk_conv(
         document_edges: None, or the `DocumentEdges` of a packed row (B, T) on x's device, derived
             from its position_ids: windows stop at each token's document's edges.
         backend: ``"auto"``, ``"torch"``, ``"cpu"`` or ``"cuda"`` (see :mod:`._backend`); ``None``
-            reads ``$TALK_HF_BACKEND``.  Only the ``"torch"`` path rejects negative or NaN offsets;
-            the compiled kernels read any value safely (see ``csrc/talk_math.h``).
+            reads ``$TALK_HF_BACKEND``.  Only the ``"torch"`` path rejects negative or NaN offsets
+            (also a compiled backend's backward with ``create_graph=True``, which differentiates
+            it); the compiled kernels read any value safely (see ``csrc/talk_math.h``).
 
     Returns:
         (B, T, C) tensor of x's dtype.  Gradients flow to x and both offsets.

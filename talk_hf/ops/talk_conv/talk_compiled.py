@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from .._compiled_op import CompiledOp, KernelEntries
+from .talk_torch import talk_conv_torch
 
 _KERNELS = KernelEntries(forward="talk_forward", backward="talk_backward")  # ops.h's names, in both extensions
 
@@ -39,6 +40,7 @@ compiled_talk_conv = CompiledOp(
     "talk_conv",
     forward=_forward,
     backward=_backward,
+    reference=talk_conv_torch,
     cpu=_KERNELS,
     cuda=_KERNELS,
 )

@@ -32,8 +32,8 @@ MIN_BLOCK = 256
 
 def largest_reach(name: str, offsets: torch.Tensor, max_offset: int) -> int | None:
     """The farthest a window reaches on this side, ceil(max(offsets) * max_offset) whole tokens, after
-    rejecting negative or non-finite offsets (one reduction, one host sync); None while tracing or
-    capturing (`runs_value_checks`), where nothing is read back."""
+    rejecting negative or non-finite offsets (one reduction, one host sync); None where nothing is
+    read back (tracing, capturing, a ``torch.func`` transform: `runs_value_checks`)."""
     if offsets.numel() == 0:
         return 0
     if not runs_value_checks(offsets):
