@@ -9,6 +9,7 @@ import torch
 
 from talk_hf.ops import DocumentEdges, depthwise_conv, dynamic_conv, light_conv, talk_conv
 from talk_hf.ops.grouped_linear import grouped_linear
+from talk_hf.ops.linear import linear
 
 from .helpers import offsets_off_the_grid
 
@@ -149,3 +150,13 @@ def test_grouped_linear_second_derivatives_and_transforms():
     torch.testing.assert_close(batched, einsum)
     gradient = torch.func.grad(lambda x: grouped_linear(x, weight.detach()).sum())(x.detach())
     torch.testing.assert_close(gradient, weight.detach().sum(1).reshape(6).expand(2, 5, 6))
+
+
+def test_few_row_linear_under_torch_func(each_backend):
+    """A decoding step's few-row product (the CPU kernel's calls, without autograd) under vmap and jvp."""
+    generator = torch.Generator().manual_seed(0)
+    x, weight, bias = (torch.randn(*shape, generator=generator) for shape in ((3, 1, 16), (8, 16), (8,)))
+    expected = torch.nn.functional.linear(x, weight, bias)
+    torch.testing.assert_close(torch.func.vmap(lambda row: linear(row, weight, bias))(x), expected)
+    _, tangent = torch.func.jvp(lambda x: linear(x, weight, bias), (x,), (torch.ones_like(x),))
+    torch.testing.assert_close(tangent, torch.nn.functional.linear(torch.ones_like(x), weight))
