@@ -25,7 +25,7 @@ from accelerate.utils import GradientAccumulationPlugin, set_seed
 
 import talk_hf
 
-from . import checkpoints, run_folder, run_outputs
+from . import checkpoints, option_checks, run_folder, run_outputs
 from .averaging import weight_average
 from .batching import make_train_loader
 from .checkpoints import Progress
@@ -40,11 +40,13 @@ from .threads import set_threads
 
 
 @contextmanager
-def training_run(args):
+def training_run(args, *, train_data):
     """The `Accelerator` of a run of `args`, in its output folder (a `with` block).
 
     The folder is locked for this run and checked for a fresh start or a resume first
-    (`run_folder.open_run`), before anything is written; the lock goes when the block ends.
+    (`run_folder.open_run`: a resume must match the settings, the mixed precision that runs and the
+    training split's text `train_data`, {column: [str, ...]}, of the first start), before anything
+    is written; the lock goes when the block ends. fp16 on a CPU is refused.
     TensorBoard tracks the run when it is installed. Gradients are synchronised every
     `gradient_accumulation_steps` micro-batches exactly (the sampler makes epochs a whole number of
     steps), and the scheduler steps once per optimizer step whatever the number of processes: the
@@ -59,15 +61,19 @@ def training_run(args):
         log_with="tensorboard" if run_outputs.tensorboard_installed() else None,
         project_dir=args.output_dir,
     )
+    option_checks.check_precision(accelerator, args)  # fp16 on a CPU
     set_threads(accelerator, args.threads)  # --threads, else the cores other processes leave free
-    lock = run_folder.open_run(accelerator, args)
+    lock = run_folder.open_run(accelerator, args, train_data)
     try:
         with full_disk_is_an_error(args.output_dir):  # a log line or a JSON file that finds the disk full
             set_seed(args.seed)
             hparams = {k: v for k, v in vars(args).items() if isinstance(v, (int, float, str, bool))}
             accelerator.init_trackers("train", config=hparams)
             if accelerator.is_main_process:
-                write_environment(args.output_dir, accelerator.num_processes, accelerator.device)
+                precision = accelerator.mixed_precision
+                write_environment(
+                    args.output_dir, accelerator.num_processes, accelerator.device, mixed_precision=precision
+                )
             yield accelerator
             accelerator.end_training()
     finally:

@@ -118,3 +118,20 @@ def check_model_flags(args):
         build_config(args.model_type, _TokenIdsOnly(), encoder_decoder, args.preset, **model_sizes(args))
     except ValueError as error:
         fail(f"--model_type {args.model_type} --preset {args.preset} with the given sizes is no valid model: {error}")
+
+
+def check_precision(accelerator, args):
+    """Refuse fp16 mixed precision on a CPU: Accelerate then trains in float32 without a word (no fp16
+    autocast there), and the run would be recorded as an fp16 one."""
+    if accelerator.mixed_precision != "fp16" or accelerator.device.type != "cpu":
+        return
+    source = (
+        f"--mixed_precision {args.mixed_precision}"
+        if args.mixed_precision is not None
+        else "--mixed_precision fp16 (not given here: ACCELERATE_MIXED_PRECISION, which `accelerate launch` sets "
+        "from `accelerate config`)"
+    )
+    fail(
+        f"{source} on device {accelerator.device}: Accelerate has no fp16 autocast on a CPU and would train in "
+        "float32 instead. Give --mixed_precision bf16 (CPU autocast works) or no, or train on a GPU"
+    )

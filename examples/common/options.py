@@ -146,7 +146,8 @@ def add_training_options(parser, lr, max_tokens, schedule, warmup_steps, label_s
         help="with --resume: go on although settings that shape the model, the data, the tokenizer or the "
         "optimization differ from the run's args.json (the tokenizer stays the run's own, and lr and "
         "weight_decay come back from the saved optimizer state). Without it a resume may change only "
-        f"{may_change}",
+        f"{may_change} (under --schedule cosine not the run's length, max_steps or epochs: its learning rate "
+        "would jump)",
     )
     group.add_argument("--max_tokens", type=int, default=max_tokens, help="padded tokens per micro-batch and process")
     group.add_argument("--gradient_accumulation_steps", type=int, default=1)
@@ -166,7 +167,8 @@ def add_training_options(parser, lr, max_tokens, schedule, warmup_steps, label_s
     group.add_argument(
         "--mixed_precision",
         choices=("no", "fp16", "bf16"),
-        help="(default: what `accelerate config` saved, else no; `accelerate launch --mixed_precision` sets it too)",
+        help="(default: under `accelerate launch`, its --mixed_precision or what `accelerate config` saved; under "
+        "plain python, no) fp16 needs a GPU; a resume keeps the precision its run started with",
     )
     group.add_argument("--seed", type=int, default=0)
     group.add_argument(

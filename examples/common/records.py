@@ -163,9 +163,11 @@ def evaluation_bar(accelerator, batches, description):
     return tqdm(batches, desc=description, disable=not accelerator.is_main_process, leave=False)
 
 
-def write_environment(output_dir, processes, device=None):
-    """`output_dir/environment.json`: where the run trains (`describe_environment`), of its latest start."""
-    write_json(Path(output_dir) / "environment.json", {**describe_environment(processes), "device": str(device)})
+def write_environment(output_dir, processes, device=None, *, mixed_precision):
+    """`output_dir/environment.json`: where the run trains (`describe_environment`) and the mixed
+    precision it runs (`Accelerator.mixed_precision`: no, fp16 or bf16), of its latest start."""
+    environment = {**describe_environment(processes), "device": str(device), "mixed_precision": mixed_precision}
+    write_json(Path(output_dir) / "environment.json", environment)
 
 
 def describe_environment(processes: int) -> dict:

@@ -117,10 +117,11 @@ def lock_holder(folder):
 # --- a fresh start or a resume --------------------------------------------------------------------
 
 
-def open_run(accelerator, args):
+def open_run(accelerator, args, train_data=None):
     """Lock `args.output_dir` for this run and check that what it holds fits the start: a fresh one
     (an empty folder, or `--overwrite_output_dir`, which deletes the old run's outputs) writes
-    `args.json`; `--resume` needs a saved state and the run's settings (see `check_settings`).
+    `args.json`; `--resume` needs a saved state and the run's settings (`run_settings` of `args`, the
+    accelerator and the training columns `train_data`, {column: [str, ...]}; see `check_settings`).
 
     The main process does the work; every process raises the same SystemExit when it fails.
     Returns the held lock on the main process, None on the others.
@@ -129,7 +130,9 @@ def open_run(accelerator, args):
     if accelerator.is_main_process:
         try:
             with full_disk_is_an_error(args.output_dir):
-                lock = _open_on_main_process(Path(args.output_dir), args, run_settings(args, accelerator.num_processes))
+                precision, processes = accelerator.mixed_precision, accelerator.num_processes
+                settings = run_settings(args, processes, mixed_precision=precision, train_data=train_data)
+                lock = _open_on_main_process(Path(args.output_dir), args, settings)
         except SystemExit as stop:
             error = stop.code
     error = broadcast_object_list([error])[0]

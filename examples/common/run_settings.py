@@ -1,7 +1,12 @@
 """The settings of a run: what `args.json` records at the first start, and how a resume's
 settings compare with them (`options.MAY_CHANGE_ON_RESUME` lists what may differ without
-`--allow_changed_args`); each resume's changes go into `resumes.jsonl` (`resume_record`)."""
+`--allow_changed_args`); each resume's changes go into `resumes.jsonl` (`resume_record`).
 
+Besides the command line, the settings record what the run trains with that no option shows: the
+process count, the mixed precision Accelerate runs (`mixed_precision_used`) and a fingerprint of the
+training text (`train_data`)."""
+
+import hashlib
 import json
 import os
 import socket
@@ -14,13 +19,39 @@ from .options import MAY_CHANGE_ON_RESUME, START_FLAGS
 
 # Options whose values are paths: the same folder spelled another way is the same setting.
 PATH_OPTIONS = frozenset({"output_dir", "data_dir", "tokenizer", "train_file", "validation_file", "test_file"})
+# The options that choose the training text: where they differ, so does `train_data`, which then says nothing more.
+DATA_OPTIONS = frozenset(
+    {"data_dir", "dataset_name", "dataset_config", "train_split", "train_file", "max_train_samples"}
+    | {"source_lang", "target_lang", "document_column", "summary_column", "skip_blank_pairs"}
+)
+# The recorded settings that are no option, as an error names them.
+RECORDED = {
+    "mixed_precision_used": "the mixed precision that ran (--mixed_precision, else the ACCELERATE_MIXED_PRECISION "
+    "that `accelerate launch` sets from `accelerate config`)",
+    "train_data": "the training split's text (its records and their SHA-256)",
+}
+# The schedules whose learning rate at a step depends on the run's length (`optimizer_steps.make_optimizer`).
+LENGTH_SCHEDULES = frozenset({"cosine"})
 
 
-def run_settings(args, num_processes):
-    """What `args.json` records and a resume must match: the command-line settings `args` and the
+def run_settings(args, num_processes, *, mixed_precision, train_data=None):
+    """What `args.json` records and a resume must match: the command-line settings `args`, the
     number of training processes, which sets the global batch (processes x accumulation x
-    micro-batch) and the share of an epoch each process trains."""
-    return {**vars(args), "num_processes": num_processes}
+    micro-batch) and the share of an epoch each process trains, and the mixed precision that runs
+    (`Accelerator.mixed_precision`: --mixed_precision, else what `accelerate launch` passed on).
+    `train_data`: the training split's columns ({column: [str, ...]}), recorded as `data_fingerprint`
+    (None: not recorded)."""
+    settings = {**vars(args), "num_processes": num_processes, "mixed_precision_used": mixed_precision}
+    if train_data is not None:
+        settings["train_data"] = data_fingerprint(train_data)
+    return settings
+
+
+def data_fingerprint(columns):
+    """{"records": N, "sha256": hex} of training text {column: [str, ...]} (columns aligned by index)."""
+    text = json.dumps(columns, sort_keys=True, ensure_ascii=False)
+    count = len(next(iter(columns.values()), []))
+    return {"records": count, "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
 
 
 def check_settings(folder, settings, *, allow_changed):
@@ -36,17 +67,56 @@ def check_settings(folder, settings, *, allow_changed):
         return {}
     changed = changed_settings(saved, settings)
     fixed = {name: values for name, values in changed.items() if name not in MAY_CHANGE_ON_RESUME}
-    if fixed and not allow_changed:
-        listed = "; ".join(
-            f"--{name} {json.dumps(old)} then, {json.dumps(new)} now" for name, (old, new) in fixed.items()
-        )
+    length = schedule_length_change(saved, settings, changed)
+    if (fixed or length) and not allow_changed:
+        why = []
+        if fixed:
+            why.append(
+                f"{listed(fixed)}. They shape the model, the data, the tokenizer or the optimization, so the resumed "
+                "run would not continue the saved one"
+            )
+        if length:
+            why.append(f"{listed(length)}. {jump(settings)}")
         fail(
             f"--resume with settings that differ from the ones {Path(folder) / 'args.json'} recorded at the run's "
-            f"start: {listed}. They shape the model, the data, the tokenizer or the optimization, so the resumed "
-            "run would not continue the saved one. Give the recorded values, or add --allow_changed_args to "
-            "resume with the new ones on purpose"
+            f"start: {'; and '.join(why)}. Give the recorded values, or add --allow_changed_args to resume with the "
+            "new ones on purpose"
         )
+    if length:
+        warn(f"--allow_changed_args: {listed(length)}. {jump(settings)}")
     return changed
+
+
+def listed(changed):
+    """`--name old then, new now; ...` of {name: (old, new)}, the recorded settings described."""
+    return "; ".join(
+        f"{RECORDED.get(name, '--' + name)} {json.dumps(old)} then, {json.dumps(new)} now"
+        for name, (old, new) in changed.items()
+    )
+
+
+def schedule_length_change(saved, given, changed):
+    """The entries of `changed` ({name: (old, new)}) that change the number of steps that `given`'s
+    schedule decays over, where that schedule depends on it (`LENGTH_SCHEDULES`): --max_steps, or
+    --epochs where no --max_steps is given. {} otherwise."""
+    if given["schedule"] not in LENGTH_SCHEDULES or _length(saved) == _length(given):
+        return {}
+    return {name: changed[name] for name in ("max_steps", "epochs") if name in changed}
+
+
+def _length(settings):
+    """What sets a run's number of steps: ("max_steps", N), else ("epochs", E)."""
+    if settings.get("max_steps") is not None:
+        return "max_steps", settings["max_steps"]
+    return "epochs", settings.get("epochs")
+
+
+def jump(settings):
+    """Why a schedule of `LENGTH_SCHEDULES` may not change its length on resume."""
+    return (
+        f"--schedule {settings['schedule']} sets the learning rate of a step from the run's number of steps, and the "
+        "saved schedule stands at the saved step: with a new number the learning rate jumps at the resumed step"
+    )
 
 
 def saved_settings(folder, *, allow_changed):
@@ -76,10 +146,15 @@ def saved_settings(folder, *, allow_changed):
 
 def changed_settings(saved, given):
     """{option: (saved value, given value)} for the options both record that differ (paths compare
-    as the folders they name); the start flags (`options.START_FLAGS`) are not settings."""
+    as the folders they name); the start flags (`options.START_FLAGS`) are not settings. `train_data`
+    is named only where the options that choose the text (`DATA_OPTIONS`) are the same: then the
+    text itself changed (a run folder from before it was recorded records none, and compares none)."""
     given = json.loads(json.dumps(given))  # the values as args.json holds them
     names = sorted((saved.keys() & given.keys()) - START_FLAGS)
-    return {name: (saved[name], given[name]) for name in names if not _same_setting(name, saved[name], given[name])}
+    changed = {name: (saved[name], given[name]) for name in names if not _same_setting(name, saved[name], given[name])}
+    if changed.keys() & DATA_OPTIONS:  # other text was asked for: its fingerprint differs too
+        changed.pop("train_data", None)
+    return changed
 
 
 def _same_setting(name, old, new):

@@ -155,7 +155,7 @@ def main(argv=None):
     blocks = None if args.resume else make_blocks(args, tokenizer, texts)
     if blocks is not None:
         optimizer_steps.check_batches(args, [args.block_size] * len(blocks["train"]))
-    with loop.training_run(args) as accelerator:
+    with loop.training_run(args, train_data=texts["train"]) as accelerator:
         tokenizer = run_folder.run_tokenizer(accelerator, args, tokenizer)
         blocks = blocks or make_blocks(args, tokenizer, texts)
         train_model(accelerator, args, tokenizer, blocks)

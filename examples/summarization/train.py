@@ -158,7 +158,8 @@ def main(argv=None):
     encoded = None if args.resume else documents.encode_splits(tokenizer, splits, args)
     if encoded is not None:
         optimizer_steps.check_batches(args, example_lengths(encoded["train"].examples))
-    with loop.training_run(args) as accelerator:
+    train = {"documents": splits["train"].documents, "summaries": splits["train"].summaries}
+    with loop.training_run(args, train_data=train) as accelerator:
         tokenizer = run_folder.run_tokenizer(accelerator, args, tokenizer)
         encoded = encoded or documents.encode_splits(tokenizer, splits, args)
         train_model(accelerator, args, tokenizer, splits, encoded)

@@ -141,7 +141,7 @@ def main(argv=None):
     train = None if args.resume else training_examples(args, tokenizer, pairs["train"])
     if train is not None:
         optimizer_steps.check_batches(args, example_lengths(train))
-    with loop.training_run(args) as accelerator:
+    with loop.training_run(args, train_data=pairs["train"]) as accelerator:
         tokenizer = run_folder.run_tokenizer(accelerator, args, tokenizer)
         train = train or training_examples(args, tokenizer, pairs["train"])
         train_model(accelerator, args, tokenizer, train, pairs)
