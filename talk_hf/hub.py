@@ -8,8 +8,9 @@ modeling and configuration files need, flat, rewrites their package-relative imp
 generative head's Auto class) into ``config.json``.  The copies run the PyTorch path of the ops.
 Each copy starts with `COPY_MARKER`: exporting again replaces the copies, and refuses to replace a
 file of the same name that it did not write (a user's ``cache.py``), unless told to.  A talk_hf model's
-``save_pretrained`` (and ``push_to_hub``) into a folder that holds copies exports it again
-(`refresh_remote_code`): transformers writes config.json without the ``auto_map``.
+``save_pretrained`` (and ``push_to_hub``) into a folder that holds copies exports it again, and so does a
+save of a model loaded from an exported folder, whose configuration keeps the ``auto_map``
+(`refresh_remote_code`).
 
     model.save_pretrained("ckpt")
     export_for_remote_code("ckpt")
@@ -167,17 +168,36 @@ def export_for_remote_code(save_directory: str | Path, *, overwrite: bool = Fals
 
 
 def refresh_remote_code(folder: Path) -> None:
-    """Export ``folder`` again (`export_for_remote_code`) where it holds a module copy that an export wrote.
+    """Export ``folder`` again (`export_for_remote_code`) where it holds a module copy that an export wrote, or
+    where its config.json has an ``auto_map`` whose code is not there.
 
     A talk_hf model's ``save_pretrained`` calls it after writing into ``folder`` (and ``push_to_hub`` before the
-    upload): transformers' config.json has no ``auto_map``, and loading with ``trust_remote_code=True`` would
-    stop working while the copies stayed.  Exporting again, rather than writing the old ``auto_map`` back, makes
-    the copies the code of the talk_hf that wrote the new config.json and weights (an older export's copies
-    may not read them).  A file of a copy's name that no export wrote is refused as `export_for_remote_code`
-    refuses it (FileExistsError), after the save.
+    upload).  Into an exported folder, transformers' config.json has no ``auto_map``, and loading with
+    ``trust_remote_code=True`` would stop working while the copies stayed.  A model loaded from an exported
+    folder keeps the ``auto_map`` in its configuration, so saving it elsewhere wrote a config.json naming code
+    files the new folder lacks: ``trust_remote_code=True`` loading of it failed.  Exporting, rather than writing
+    the old ``auto_map`` back or dropping it, keeps the folder loadable both ways, with copies that are the code
+    of the talk_hf that wrote the new config.json and weights (an older export's copies may not read them).  A
+    file of a copy's name that no export wrote is refused as `export_for_remote_code` refuses it
+    (FileExistsError), after the save.
     """
-    if any(_is_own_copy(path) for path in folder.glob("*.py")):
+    if any(_is_own_copy(path) for path in folder.glob("*.py")) or _names_missing_code(folder):
         export_for_remote_code(folder)
+
+
+def _names_missing_code(folder: Path) -> bool:
+    """Whether ``folder``'s config.json has an ``auto_map`` naming a module file that ``folder`` lacks (entries
+    ``module.Class``; ``repo--module.Class`` names another repository's code, and a tokenizer's pair may hold None)."""
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        return False
+    auto_map = json.loads(config_path.read_text(encoding="utf-8")).get("auto_map") or {}
+    references = [name for value in auto_map.values() for name in (value if isinstance(value, list) else [value])]
+    return any(
+        not (folder / f"{reference.rsplit('.', 1)[0]}.py").is_file()
+        for reference in references
+        if isinstance(reference, str) and "--" not in reference
+    )
 
 
 ConvPreTrainedModel.refresh_remote_code = staticmethod(refresh_remote_code)

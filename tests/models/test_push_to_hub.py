@@ -144,8 +144,9 @@ def test_save_pretrained_pushes_the_card_it_writes_into_the_folder(hub, tmp_path
 
 def test_a_folder_exported_for_remote_code_is_loaded_with_trust_remote_code(hub, tmp_path):
     """A model of the remote code (as loaded without talk_hf) pushes the code with its checkpoint (transformers'
-    ``save_pretrained``), and its card loads it both ways; a talk_hf model whose configuration keeps the
-    ``auto_map`` pushes no code, and its card says nothing of remote code."""
+    ``save_pretrained``), and its card loads it both ways; so does a talk_hf model loaded from the exported
+    folder, whose configuration keeps the ``auto_map`` (before, it pushed that ``auto_map`` without the code it
+    names, and trust_remote_code loading of the repository failed)."""
     folder = tmp_path / "exported"
     CASE["talk-seq2seq"].model().save_pretrained(folder)
     talk_hf.export_for_remote_code(folder)
@@ -158,8 +159,9 @@ def test_a_folder_exported_for_remote_code_is_loaded_with_trust_remote_code(hub,
     assert card.data.tags == ["talk_hf", "talk"] and loading_lines("AutoModelForSeq2SeqLM") in card.text
     assert loading_lines("AutoModelForSeq2SeqLM", remote_code=True) in card.text
     AutoModelForSeq2SeqLM.from_pretrained(folder).push_to_hub("user/tiny")
-    assert "auto_map" in hub[-1]["config"] and hub[-1]["files"] == CHECKPOINT_FILES
-    assert "trust_remote_code" not in hub[-1]["card"].text
+    assert hub[-1]["config"]["auto_map"]["AutoModelForSeq2SeqLM"] == "modeling_talk.TaLKForConditionalGeneration"
+    assert {"modeling_talk.py", "configuration_talk.py"} <= set(hub[-1]["files"])
+    assert loading_lines("AutoModelForSeq2SeqLM", remote_code=True) in hub[-1]["card"].text
 
 
 def test_save_pretrained_pushing_an_exported_folder_exports_it_again_before_the_upload(hub, tmp_path):

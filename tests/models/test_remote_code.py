@@ -185,6 +185,17 @@ def test_saving_into_an_exported_folder_exports_it_again(tmp_path):
     assert remote_class.__module__.startswith("transformers_modules.")
 
 
+def test_a_model_loaded_from_an_exported_folder_saves_a_folder_that_loads_its_remote_code(tmp_path):
+    """Its configuration keeps the auto_map: the new folder got a config.json naming code files it lacked."""
+    case = HEADS[0]
+    case.model().save_pretrained(tmp_path / "exported")
+    auto_map = talk_hf.export_for_remote_code(tmp_path / "exported")
+    case.head.from_pretrained(tmp_path / "exported").save_pretrained(tmp_path / "copy")
+    assert json.loads((tmp_path / "copy" / "config.json").read_text())["auto_map"] == auto_map
+    remote_class = get_class_from_dynamic_module(auto_map["AutoModelForSeq2SeqLM"], str(tmp_path / "copy"))
+    assert remote_class.__module__.startswith("transformers_modules.")
+
+
 def test_saving_into_a_folder_without_copies_writes_none(tmp_path):
     case = HEADS[0]
     case.model().save_pretrained(tmp_path)
