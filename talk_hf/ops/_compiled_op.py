@@ -12,8 +12,9 @@ functions); `CompiledOp` makes from them
 * the direct kernel call, for eager calls that need no gradient.
 
 Calling a `CompiledOp` picks one of the three (`CompiledOp.__call__`), or the op's PyTorch path (its
-``reference``) under a ``torch.func`` transform (``grad``, ``vmap``, ``jacrev``, ``jvp``...), whose
-wrapped tensors have no storage for a kernel to read.  A backward that records its own graph
+``reference``) under a transform (`under_transform`: ``torch.func``'s ``grad``, ``vmap``, ``jacrev``,
+``jvp``..., whose wrapped tensors have no storage for a kernel to read, and forward-mode AD, whose
+tangents a kernel would drop).  A backward that records its own graph
 (``create_graph=True``: gradient penalties, Hessian-vector products) differentiates the reference
 too, so that second derivatives are exact: the kernels' backward is opaque to autograd (its
 gradients would enter the recorded graph as constants).  Arguments are checked by the public
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.autograd.forward_ad
 
 from . import _extension
 
@@ -58,6 +60,12 @@ def needs_custom_op(*tensors: torch.Tensor | None) -> bool:
         if tensor is not None and type(tensor) not in _PLAIN:
             return True
     return False
+
+
+def under_transform() -> bool:
+    """Whether a ``torch.func`` transform or a forward-mode AD level (``forward_ad.dual_level``) is
+    active: a kernel cannot read the first's wrapped tensors and would drop the second's tangents."""
+    return torch._C._are_functorch_transforms_active() or torch.autograd.forward_ad._current_level >= 0
 
 
 def needs_autograd(*tensors: torch.Tensor | None) -> bool:
@@ -133,8 +141,8 @@ class CompiledOp:
     def __call__(self, *inputs):
         """The forward, given every input of the forward formula: through the custom op where
         `needs_custom_op`, the ``autograd.Function`` where autograd records the call, else the
-        kernel directly; the reference under a ``torch.func`` transform."""
-        if torch._C._are_functorch_transforms_active():
+        kernel directly; the reference `under_transform`."""
+        if under_transform():
             return self._reference(*inputs)
         tensors = self._tensors(inputs)
         if needs_custom_op(*tensors):

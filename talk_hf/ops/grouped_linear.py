@@ -10,8 +10,8 @@ x where they lie, as a strided (G, N, I) view, and writes each group's columns o
 they belong, forward and backward (`_GroupedLinear`), which measured faster than the einsum in
 SliceNet's training step (docs/models.md).  While ``torch.compile`` traces, for tensor subclasses
 and under autocast it runs the einsum, which the compiler lays out and autocast casts itself, and
-under a ``torch.func`` transform (``grad``, ``vmap``...), whose wrapped tensors the strided products
-cannot write into.  A backward that records its graph (``create_graph=True``) computes the
+under a ``torch.func`` transform or forward-mode AD (`_compiled_op.under_transform`), which the
+strided products (``bmm`` with ``out=``) do not support.  A backward that records its graph (``create_graph=True``) computes the
 gradients by einsums too, which autograd can differentiate again.
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from ._compiled_op import needs_autograd, needs_custom_op
+from ._compiled_op import needs_autograd, needs_custom_op, under_transform
 from ._validation import check_same_device_and_dtype, check_tensor
 
 
@@ -43,11 +43,7 @@ def grouped_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
             f"x must have G * I = {groups} * {in_per_group} = {groups * in_per_group} channels in its last dim "
             f"(weight has shape (G, O, I) = {tuple(weight.shape)}), got shape {tuple(x.shape)}"
         )
-    if (
-        needs_custom_op(x, weight)
-        or torch.is_autocast_enabled(x.device.type)
-        or torch._C._are_functorch_transforms_active()
-    ):
+    if needs_custom_op(x, weight) or torch.is_autocast_enabled(x.device.type) or under_transform():
         return _grouped_einsum(x, weight)
     check_same_device_and_dtype("x", x, weight=weight)
     if needs_autograd(x, weight):

@@ -11,9 +11,9 @@ than MKL, so results agree to rounding, not bit for bit.
 The kernel runs when every one of these holds, and ``F.linear`` otherwise: CPU tensors of one
 floating dtype; at most `MAX_ROWS` input rows; a contiguous (out, in) weight; the ``"auto"`` or
 ``"cpu"`` backend (``$TALK_HF_BACKEND``) with the CPU extension loaded; no autocast; no ``torch.func``
-transform (whose wrapped tensors have no storage for the kernel to read); and nothing needing
-autograd or tracing (`_compiled_op.needs_autograd`, `_compiled_op.needs_custom_op`): generation,
-not training.  The checks cost a few microseconds, which a decoding step pays once per linear layer.
+transform nor forward-mode AD (`_compiled_op.under_transform`: the kernel cannot read the first's
+tensors and would drop the second's tangents); and nothing needing autograd or tracing
+(`_compiled_op.needs_autograd`, `_compiled_op.needs_custom_op`): generation, not training.  The checks cost a few microseconds, which a decoding step pays once per linear layer.
 
 While ``torch.compile`` traces such a call (a compiled decoding step), it becomes one opaque node,
 the custom op ``talk_hf::linear``, which makes the same choice when the compiled step runs: inductor
@@ -104,7 +104,7 @@ def _kernels_for(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
         return None
     if (
         torch.is_autocast_enabled("cpu")
-        or torch._C._are_functorch_transforms_active()
+        or _compiled_op.under_transform()
         or _compiled_op.needs_custom_op(input, weight, bias)
         or _compiled_op.needs_autograd(input, weight, bias)
     ):

@@ -6,6 +6,7 @@ run the op's PyTorch path (`_compiled_op.CompiledOp`), and must agree with it.""
 
 import pytest
 import torch
+import torch.autograd.forward_ad as forward_ad
 
 from talk_hf.ops import DocumentEdges, depthwise_conv, dynamic_conv, light_conv, talk_conv
 from talk_hf.ops.grouped_linear import grouped_linear
@@ -160,3 +161,20 @@ def test_few_row_linear_under_torch_func(each_backend):
     torch.testing.assert_close(torch.func.vmap(lambda row: linear(row, weight, bias))(x), expected)
     _, tangent = torch.func.jvp(lambda x: linear(x, weight, bias), (x,), (torch.ones_like(x),))
     torch.testing.assert_close(tangent, torch.nn.functional.linear(torch.ones_like(x), weight))
+
+
+def test_forward_mode_ad_keeps_the_tangents(case, monkeypatch):
+    """``torch.autograd.forward_ad`` (dual tensors, which do not require grad): the tangent of every
+    op, of grouped_linear and of the few-row linear, as on the "torch" backend (not dropped)."""
+    op, (x, *others) = case
+    generator = torch.Generator().manual_seed(2)
+    weights = torch.randn(2, 3, 2, dtype=torch.float64, generator=generator), torch.randn(3, 4, dtype=torch.float64)
+
+    def tangents(run):
+        with forward_ad.dual_level():
+            dual = forward_ad.make_dual(x, torch.ones_like(x))
+            outputs = run(dual, *others), grouped_linear(dual, weights[0]), linear(dual[:1, :1], weights[1])
+            return [forward_ad.unpack_dual(output).tangent for output in outputs]
+
+    for actual, expected in zip(tangents(op), tangents(_on_torch(op, monkeypatch)), strict=True):
+        torch.testing.assert_close(actual, expected, atol=1e-12, rtol=1e-12)
