@@ -227,15 +227,18 @@ def describe_package_source() -> dict | None:
     return {"commit": git("rev-parse", "HEAD"), "modified": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
-def report_test(accelerator, args, best, metrics, split):
+def report_test(accelerator, args, best, metrics, split, records):
     """Print the test metrics of checkpoint `best` and write them to `output_dir/test_results.json`.
 
     `metrics` are an `evaluate` result; the file names them test_loss, test_ppl (and test_bleu).
     `split` is the name of the split they were computed on, as the data spells it (`--test_split`
-    test finds test_2016_flickr: `data.split_name`).
+    test finds test_2016_flickr: `data.split_name`), and `records` how many of its records were read:
+    where `--max_eval_samples` cut the split, the line and the file say so (`whole_split` false).
     """
     named = {"test_" + name.removeprefix("valid_"): value for name, value in metrics.items()}
-    accelerator.print(f"test ({split}) with {best}: {describe(named)}")
+    whole = args.max_eval_samples is None or records < args.max_eval_samples
+    part = "" if whole else f", on its first {records} records only (--max_eval_samples {args.max_eval_samples})"
+    accelerator.print(f"test ({split}) with {best}: {describe(named)}{part}")
     if accelerator.is_main_process:
-        record = {"split": split, "checkpoint": str(best), **named}
+        record = {"split": split, "records": records, "whole_split": whole, "checkpoint": str(best), **named}
         write_json(Path(args.output_dir) / "test_results.json", record)

@@ -159,7 +159,7 @@ def main(argv=None):
         tokenizer = run_folder.run_tokenizer(accelerator, args, tokenizer)
         blocks = blocks or make_blocks(args, tokenizer, texts)
         train_model(accelerator, args, tokenizer, blocks)
-        report(accelerator, args, blocks["test"])
+        report(accelerator, args, blocks["test"], texts["test"])
 
 
 def train_model(accelerator, args, tokenizer, blocks):
@@ -198,15 +198,15 @@ def train_model(accelerator, args, tokenizer, blocks):
     )
 
 
-def report(accelerator, args, test_blocks):
-    """Reload best/ through the Auto classes: perplexity on `test_blocks` (None: no test split), a
-    sample, the optional upload."""
+def report(accelerator, args, test_blocks, test_text):
+    """Reload best/ through the Auto classes: perplexity on `test_blocks` (None: no test split), the
+    blocks of the records `test_text` ({"text": [str, ...]}), a sample, the optional upload."""
     best, tokenizer, model = checkpoints.load_best(accelerator, args.output_dir, AutoModelForCausalLM)
     if test_blocks is not None:
         with torch.no_grad():
             metrics = make_evaluate(accelerator, test_blocks, args, "test")(model)
         split = split_name(args.data_dir or args.dataset_name, args.test_split, args.dataset_config)
-        records.report_test(accelerator, args, best, metrics, split)
+        records.report_test(accelerator, args, best, metrics, split, len(test_text["text"]))
     prompt = tokenizer(args.prompt, return_tensors="pt").to(accelerator.device)
     with torch.no_grad():
         sample = model.generate(

@@ -278,13 +278,13 @@ def report_split_name(args):
 
 
 def report(accelerator, args, split, encoded):
-    """Reload best/ through the Auto classes: ROUGE on the test `split` and its `encoded` examples (None: no
-    test split), a few summaries, the optional upload."""
+    """Reload best/ (Auto classes): ROUGE on test `split` and its `encoded` examples (None: none), samples, upload."""
     best, tokenizer, model = checkpoints.load_best(accelerator, args.output_dir, AutoModelForSeq2SeqLM)
     if split is not None:
         with torch.no_grad():
             evaluate = make_evaluate(accelerator, tokenizer, split, encoded, model.config, args, args.num_beams, "test")
-            records.report_test(accelerator, args, best, evaluate(model), report_split_name(args))
+            read = len(split.records) + split.skipped  # blank pairs left out included
+            records.report_test(accelerator, args, best, evaluate(model), report_split_name(args), read)
             samples = split.documents[:SAMPLES]
             batch = tokenizer(
                 samples, truncation=True, max_length=args.max_source_tokens, padding=True, return_tensors="pt"

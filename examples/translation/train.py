@@ -198,7 +198,7 @@ def report(accelerator, args, pairs):
         with torch.no_grad():
             metrics = make_evaluate(accelerator, tokenizer, pairs, model.config, args, args.num_beams, "test")(model)
         split = split_name(args.data_dir or args.dataset_name, args.test_split, args.dataset_config)
-        records.report_test(accelerator, args, best, metrics, split)
+        records.report_test(accelerator, args, best, metrics, split, len(pairs["source"]))
         samples = pairs["source"][:3]
         batch = tokenizer(samples, return_tensors="pt", padding=True).to(accelerator.device)
         with torch.no_grad():

@@ -4,16 +4,19 @@ The mixed precision that ran (Accelerate takes it from `accelerate config` under
 when --mixed_precision is not given), the training text (replaced between the start and the resume)
 and, under `--schedule cosine`, the run's length (the learning rate would jump): each is recorded at
 the start and a resume that differs is refused before it trains. fp16 on a CPU, which Accelerate runs
-as float32 without a word, is refused before anything is written.
+as float32 without a word, is refused before anything is written. A test report on a split that
+--max_eval_samples cut says so.
 """
 
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from accelerate.state import AcceleratorState
 from common import run_settings
+from common.records import report_test
 
 from .conftest import TINY_MODEL
 from .test_run_faults import train
@@ -188,3 +191,18 @@ def test_the_fingerprint_sees_a_changed_text_and_a_moved_column_value():
     assert one["records"] == 2
     assert one != run_settings.data_fingerprint({"source": ["a", "b c"], "target": ["x", "y"]})
     assert one != run_settings.data_fingerprint({"source": ["a b", "c"], "target": ["y", "x"]})
+
+
+# --- the test report of a cut split ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_eval_samples, records, whole", [(8, 8, False), (8, 5, True), (None, 40, True)])
+def test_a_test_report_on_a_cut_split_says_so(tmp_path, max_eval_samples, records, whole):
+    printed = []
+    accelerator = SimpleNamespace(print=printed.append, is_main_process=True)
+    args = SimpleNamespace(output_dir=tmp_path, max_eval_samples=max_eval_samples)
+    report_test(accelerator, args, tmp_path / "best", {"valid_loss": 2.0}, "test", records)
+    result = json.loads((tmp_path / "test_results.json").read_text())
+    assert result["records"] == records and result["whole_split"] is whole and result["test_loss"] == 2.0
+    cut = f", on its first {records} records only (--max_eval_samples {max_eval_samples})"
+    assert printed[0].endswith(cut) != whole and printed[0].startswith("test (test) with")
