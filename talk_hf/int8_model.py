@@ -33,6 +33,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from .models.conv_modeling import ConvPreTrainedModel
 from .transformers_internals import is_push_to_hub, is_save_pretrained
 
 # Where `quantize_int8` records what it did on the model.
@@ -161,7 +162,10 @@ class Int8PreTrainedModel(Int8Module):
         ``save_pretrained``, which reads it before writing anything: the save is refused there, and so is
         an unbound ``push_to_hub`` that saves through it."""
         caller = sys._getframe(1)
-        if is_save_pretrained(caller) and is_push_to_hub(caller.f_back):
+        outer = caller.f_back
+        if outer is not None and outer.f_code is ConvPreTrainedModel.save_pretrained.__code__:
+            outer = outer.f_back  # talk_hf's save_pretrained, which calls transformers' (then exports remote code)
+        if is_save_pretrained(caller) and is_push_to_hub(outer):
             self._refuse_to_save(
                 "push_to_hub",
                 "nothing was uploaded (called unbound, transformers' push_to_hub creates the Hub repository, when "
