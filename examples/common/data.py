@@ -93,10 +93,19 @@ def match_split(wanted, available, where):
 
 
 def _local_file(folder, split, suffix):
-    for name in (f"{split}.{suffix}", f"{split}.{suffix}.gz"):
-        if (folder / name).is_file():
-            return folder / name
-    return None
+    """`folder/{split}.{suffix}` or its `.gz`, whichever is there (None: neither); both is a DataError."""
+    found = [folder / name for name in (f"{split}.{suffix}", f"{split}.{suffix}.gz") if (folder / name).is_file()]
+    if len(found) > 1:
+        raise DataError(_two_sources(split, found))
+    return found[0] if found else None
+
+
+def _two_sources(split, paths):
+    """Why a split found in each of `paths` cannot be read: which one holds the data is not known."""
+    return (
+        f"split {split!r} is in {' and in '.join(map(str, paths))}: one of them would be read and the other "
+        "ignored. Keep one source of the split in the folder (move or rename the others)"
+    )
 
 
 def _local_splits(folder):
@@ -110,9 +119,12 @@ def _read_local(folder, split, columns):
     """(records, where) of one split from text or JSON lines files in `folder`; `where` names the files."""
     split = match_split(split, _local_splits(folder), folder)
     jsonl = _local_file(folder, split, "jsonl")
-    if jsonl is not None:
-        return read_jsonl(jsonl, columns), str(jsonl)
     files = {c: _local_file(folder, split, TEXT_SUFFIX.get(c, c)) for c in columns}
+    if jsonl is not None:
+        present = [path for path in files.values() if path is not None]
+        if present:
+            raise DataError(_two_sources(split, [jsonl, " and ".join(map(str, present))]))
+        return read_jsonl(jsonl, columns), str(jsonl)
     missing = [f"{split}.{TEXT_SUFFIX.get(c, c)}[.gz]" for c, path in files.items() if path is None]
     if missing:
         raise DataError(f"{folder} has no {' or '.join(missing)} (nor {split}.jsonl)")

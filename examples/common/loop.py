@@ -32,7 +32,7 @@ from .checkpoints import Progress
 from .folder_saves import full_disk_is_an_error
 from .messages import fail
 from .models import is_ours
-from .optimizer_steps import batches_that_fit, make_optimizer, total_steps
+from .optimizer_steps import batches_that_fit, make_optimizer, total_steps, warn_of_a_cut_decay
 from .pacing import STOP_AFTER_STEPS, Settings, SlowdownDetector, TrainingClock
 from .records import TrainingLog, write_environment
 from .signals import stops_off_the_clock
@@ -98,6 +98,7 @@ def train(accelerator, args, *, model, examples, lengths, collate, loss_fn, eval
             examples, lengths, collate, max_tokens=args.max_tokens, seed=args.seed, multiple_of=micro_batches_per_step
         )
     max_steps = total_steps(args, steps_per_epoch=len(sampler) // micro_batches_per_step)
+    accelerator.on_main_process(warn_of_a_cut_decay)(args, max_steps)  # cosine over epochs, in a time budget
     optimizer, scheduler = make_optimizer(model, args, max_steps=max_steps)
     model, optimizer, scheduler, train_loader = accelerator.prepare(model, optimizer, scheduler, train_loader)
     fit(
@@ -142,6 +143,7 @@ def fit(*, accelerator, model, optimizer, scheduler, train_loader, sampler, loss
         max_steps=settings.max_steps,
         budget_seconds=settings.budget_seconds,
         log_every=settings.log_every,
+        smoothed=settings.smoothed,
     )
     saver = checkpoints.Saver(accelerator, model, tokenizer, settings.output_dir, average)
     keep_best = partial(

@@ -13,7 +13,7 @@ import torch
 from transformers import get_scheduler
 
 from .batching import TokenBatchSampler
-from .messages import fail
+from .messages import fail, warn
 
 
 def check_batches(args, lengths) -> None:
@@ -45,6 +45,19 @@ def batches_that_fit(args):
 def total_steps(args, *, steps_per_epoch: int) -> int:
     """The optimizer steps to train: `--max_steps`, or `--epochs` worth of them."""
     return args.max_steps if args.max_steps is not None else max(1, math.ceil(args.epochs * steps_per_epoch))
+
+
+def warn_of_a_cut_decay(args, max_steps: int):
+    """Warn when the schedule decays over `max_steps` (--epochs worth, --max_steps not given) while
+    --max_train_minutes may stop training sooner: --schedule cosine would stop partway down its
+    curve. (Not refused: how many steps the minutes allow is known only once the run has trained.)"""
+    if args.schedule == "cosine" and args.max_train_minutes is not None and args.max_steps is None:
+        warn(
+            f"--schedule cosine decays the learning rate over {max_steps} steps (--epochs {args.epochs}, "
+            f"as --max_steps is not given), but --max_train_minutes {args.max_train_minutes} stops training "
+            "once its time is spent, maybe long before: the learning rate then never decays. To decay within "
+            "the budget, give --max_steps with the steps that many minutes train (log.jsonl of a trial run)"
+        )
 
 
 def make_optimizer(model, args, *, max_steps: int):

@@ -2,6 +2,7 @@
 flags that go together, paths that exist and sizes that make a valid model, all before any work.
 Each failure stops the script with an error naming the flag (`messages.fail`)."""
 
+import argparse
 import math
 import os
 from pathlib import Path
@@ -12,10 +13,41 @@ from .models import build_config, presets_of
 from .options import model_sizes
 from .tokenizer import SPECIAL_TOKENS
 
+# The flags that shape the tokenizer a run trains: an existing one (--tokenizer) takes none of them.
+TOKENIZER_TRAINING_FLAGS = ("tokenizer_kind", "vocab_size", "min_frequency")
+_NOT_GIVEN = object()  # what `parse_args` finds for a flag the command line does not give
+
 
 def parse_args(parser, argv=None):
-    """The command line `argv` (None: `sys.argv`) parsed by `parser`, and checked (`check_args`)."""
-    return check_args(parser.parse_args(argv))
+    """The command line `argv` (None: `sys.argv`) parsed by `parser`, and checked (`check_args`),
+    flags that the others would leave without effect included (`check_given_flags`)."""
+    watched = (*TOKENIZER_TRAINING_FLAGS, "eval_every")
+    # argparse sets a default only where the namespace lacks the attribute: a flag still at
+    # _NOT_GIVEN after parsing was not on the command line, and then takes its default.
+    args = parser.parse_args(argv, argparse.Namespace(**dict.fromkeys(watched, _NOT_GIVEN)))
+    given = {name for name in watched if getattr(args, name) is not _NOT_GIVEN}
+    for name in set(watched) - given:
+        setattr(args, name, parser.get_default(name))
+    check_given_flags(args, given)
+    return check_args(args)
+
+
+def check_given_flags(args, given):
+    """Refuse flags on the command line (the names in `given`) that others there would leave without
+    effect: a tokenizer-training flag with --tokenizer on a fresh start (a resume compares them with
+    the run's args.json, whatever they did then), and --eval_every with --eval_every_minutes."""
+    if args.tokenizer is not None and not args.resume:
+        ignored = [f"--{name} {getattr(args, name)}" for name in TOKENIZER_TRAINING_FLAGS if name in given]
+        if ignored:
+            fail(
+                f"{', '.join(ignored)} shape(s) the tokenizer a run trains, but --tokenizer {args.tokenizer} "
+                "gives an existing one, which they would not change: give --tokenizer or the training flags"
+            )
+    if "eval_every" in given and args.eval_every_minutes is not None:
+        fail(
+            f"--eval_every {args.eval_every} and --eval_every_minutes {args.eval_every_minutes} both pace the "
+            "evaluations, and --eval_every_minutes would win: give one of them"
+        )
 
 
 def check_args(args):

@@ -56,7 +56,11 @@ def add_data_options(parser, dataset_name, dataset_config=None):
 
 def add_tokenizer_options(parser, kind, vocab_size, min_frequency):
     group = parser.add_argument_group("tokenizer")
-    group.add_argument("--tokenizer", help="existing tokenizer (Hub name or folder) instead of training one")
+    group.add_argument(
+        "--tokenizer",
+        help="existing tokenizer (Hub name or folder) instead of training one: not with the flags below, which "
+        "shape a trained one",
+    )
     group.add_argument("--tokenizer_kind", choices=KINDS, default=kind)
     group.add_argument(
         "--vocab_size",
@@ -182,7 +186,7 @@ def add_training_options(parser, lr, max_tokens, schedule, warmup_steps, label_s
     group.add_argument(
         "--eval_every_minutes",
         type=float,
-        help="evaluate after every this much training time instead of every --eval_every steps",
+        help="evaluate after every this much training time instead of every --eval_every steps (not with --eval_every)",
     )
     group.add_argument("--save_every", type=int, default=500, help="optimizer steps between last/ + state/ saves")
     group.add_argument(

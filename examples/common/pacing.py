@@ -38,6 +38,7 @@ class Settings:
     save_every: int  # steps between saves of last/ and state/
     log_every: int  # steps between step records in log.jsonl
     clip_norm: float  # the gradients' largest norm (0: no clipping)
+    smoothed: bool  # the training loss is label-smoothed (--label_smoothing > 0)
     average_last: int  # evaluate the mean weights of the last N evaluations at the end (0: off)
     metric: str  # the key of the evaluation's result that picks best/
     maximize: bool  # whether a higher `metric` is better
@@ -55,6 +56,7 @@ class Settings:
             save_every=args.save_every,
             log_every=args.log_every,
             clip_norm=args.clip_norm,
+            smoothed=args.label_smoothing > 0,
             average_last=args.average_last,
             metric=metric,
             maximize=maximize,

@@ -33,10 +33,11 @@ class TrainingLog:
     counts steps, or minutes of training time when the run has a time budget (`budget_seconds`).
     """
 
-    def __init__(self, accelerator, path, *, progress, max_steps, log_every, budget_seconds=math.inf):
+    def __init__(self, accelerator, path, *, progress, max_steps, log_every, budget_seconds=math.inf, smoothed=False):
         self.accelerator = accelerator
         self.path = Path(path)
         self.log_every = log_every
+        self.smoothed = smoothed  # the loss is label-smoothed: its exponential is no perplexity
         if accelerator.is_main_process:
             # The folder may not exist yet: nothing else creates it when no tracker is installed.
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -53,7 +54,10 @@ class TrainingLog:
         self.bar.close()
 
     def step(self, progress, *, loss, lr, tokens):
-        """The step `progress` just finished: mean `loss` per target token, learning rate, target tokens."""
+        """The step `progress` just finished: mean `loss` per target token, learning rate, target tokens.
+
+        The record's `ppl` is exp(`loss`), written only where the loss is the plain NLL: a label-smoothed
+        loss (`smoothed`) is higher than the NLL, and its exponential would not compare with valid_ppl."""
         if self.in_minutes:
             self.bar.update(min(progress.train_seconds / 60, self.bar.total) - self.bar.n)
             self.bar.set_postfix(step=progress.step, loss=f"{loss:.3f}", epoch=progress.epoch)
@@ -66,7 +70,7 @@ class TrainingLog:
                     "step": progress.step,
                     "epoch": progress.epoch,
                     "loss": loss,
-                    "ppl": math.exp(min(loss, 50)),
+                    **({} if self.smoothed else {"ppl": math.exp(min(loss, 50))}),
                     "lr": lr,
                     "tokens": tokens,
                     "train_tokens": progress.train_tokens,
